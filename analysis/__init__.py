@@ -1,0 +1,1 @@
+"""Analysis of replay studies: closed-form theory, MLflow data, fits, plots and reports."""

@@ -1,0 +1,65 @@
+"""Shared fixtures: a toy-size trial config and a per-session cache for the embedded checkpoint."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workbench.config import build_config
+
+# A tiny model on a small held-out set: every trainer test builds its checkpoint once per session (~2 s).
+TOY = {
+    "batch_size": 16,
+    "group_size": 4,
+    "threads": 1,
+    "task": {"n_eval": 32},
+    "model": {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "warm_start": {"steps": 30, "eval_every": 15, "batch_size": 32},
+    },
+    "budget": {"compute_units": None, "steps": 4},
+    "eval": {"every": 2, "k": 2, "pass_k_prompts": 8, "target_accuracy": 0.05},
+}
+
+
+def toy_dict(**sections) -> dict:
+    """TOY with sections deep-merged from keyword arguments (`replay={"ratio": 2}`)."""
+    import copy
+
+    data = copy.deepcopy(TOY)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key].update(value)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory):
+    """Point the embedded-checkpoint cache at a session directory (tests never touch ~/.cache)."""
+    path = tmp_path_factory.mktemp("workbench-cache")
+    old = os.environ.get("WORKBENCH_CACHE")
+    os.environ["WORKBENCH_CACHE"] = str(path)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    yield path
+    if old is None:
+        os.environ.pop("WORKBENCH_CACHE", None)
+    else:
+        os.environ["WORKBENCH_CACHE"] = old
+
+
+@pytest.fixture
+def toy_cfg():
+    return build_config(toy_dict())
+
+
+@pytest.fixture
+def tracking_uri(tmp_path):
+    """A real MLflow SQLite store in the test's directory."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,0 +1,42 @@
+import pytest
+
+from workbench.compute import ComputeMeter, units_per_step
+
+
+def test_an_on_policy_step_costs_one_unit_at_any_mu():
+    for mu in (0.5, 1.0, 5.28):
+        assert units_per_step(128, 128, mu) == pytest.approx(1.0)
+
+
+def test_replay_step_costs_follow_the_paper():
+    # ratio y = 2: R = B/2 fresh, so (B + mu B/2) / (B + mu B)
+    assert units_per_step(128, 64, 5.28) == pytest.approx((1 + 5.28 / 2) / (1 + 5.28))
+    assert units_per_step(128, 0, 2.0) == pytest.approx(1 / 3)
+
+
+def test_meter_accumulates_units_tokens_and_flops_at_fixed_mu():
+    meter = ComputeMeter(batch_size=8, n_params=1000, fixed_mu=3.0)
+    meter.gen_tokens, meter.prefill_tokens, meter.train_tokens = 40, 16, 120
+    meter.step(fresh=8, trained=8)
+    meter.step(fresh=4, trained=8)
+    assert meter.units == pytest.approx(1 + (8 + 3 * 4) / (8 * 4))
+    assert meter.units_at(3.0) == pytest.approx(meter.units)
+    assert meter.units_at(0.0) == pytest.approx(2.0)  # generation free: units count training only
+    assert meter.flops == {"gen": 2 * 1000 * 56, "train": 6 * 1000 * 120, "total": 2 * 1000 * 56 + 6 * 1000 * 120}
+
+
+def test_measured_mu_is_generation_over_training_seconds_per_rollout():
+    meter = ComputeMeter(batch_size=10, n_params=1)
+    assert meter.measured_mu is None and meter.mu == 1.0
+    meter.seconds.update(gen=3.0, train=1.0)
+    meter.step(fresh=10, trained=20)
+    # 0.3 s per generated rollout vs 0.05 s per trained rollout
+    assert meter.measured_mu == pytest.approx(6.0)
+    assert meter.units == pytest.approx((20 + 6 * 10) / (10 * 7))
+
+
+def test_timed_phases_add_up():
+    meter = ComputeMeter(batch_size=1, n_params=1)
+    with meter.timed("gen"):
+        sum(range(10000))
+    assert meter.seconds["gen"] > 0 and meter.seconds["train"] == 0

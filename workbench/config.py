@@ -1,0 +1,282 @@
+"""Typed trial configuration, validated once at the edge.
+
+One pydantic model per concern (task, model, generation, replay, objective, budget, compute, eval), composed
+into `TrialConfig`. Keys use the design's names (design.md §1), so `--set replay.ratio=2` and a study's search
+space speak the same language. Anything wrong raises `ConfigError` with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message is one line that names the field (or file and line)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TaskConfig(_Section):
+    name: Literal["arithmetic", "jsonl"] = "arithmetic"
+    """`arithmetic`: built-in n-digit addition with a worked scratchpad; `jsonl`: GSM8K-style `question`/`answer`."""
+    digits: int = Field(2, ge=1, le=6)
+    """Operand digits of the arithmetic task."""
+    scratchpad: bool = True
+    """Arithmetic completions show the column additions before the answer (`7+8=15,3+4+1=8;85`)."""
+    path: str | None = None
+    """JSONL file for `name: jsonl` (one object per line with `question` and `answer`, answer ending `#### N`)."""
+    n_eval: int = Field(500, ge=1)
+    """Size of the fixed held-out evaluation set."""
+    split_seed: int = 0
+    """Seed of the train/held-out split (fixed across trials so every trial sees the same held-out set)."""
+
+    @model_validator(mode="after")
+    def _jsonl_needs_path(self) -> "TaskConfig":
+        if self.name == "jsonl" and not self.path:
+            raise ValueError("path: required when task.name is jsonl")
+        return self
+
+
+class WarmStartConfig(_Section):
+    steps: int = Field(600, ge=0)
+    """Maximum supervised steps on the demonstrations."""
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(64, ge=1)
+    noise: float = Field(0.3, ge=0, le=1)
+    """Share of demonstrations whose final answer is replaced by random digits (partly correct demos)."""
+    target_accuracy: float = Field(0.25, gt=0, le=1)
+    """Stop at the first checkpoint whose greedy held-out accuracy reaches this (RL then starts weak, above 0)."""
+    eval_every: int = Field(25, ge=1)
+
+
+class ModelConfig(_Section):
+    path: str | None = None
+    """A HF causal-LM directory; `null` builds (once, cached) the embedded tiny Llama with its warm start."""
+    device: str = "auto"
+    """`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """`auto`: float32 on CPU, bfloat16 on CUDA when supported."""
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(2, ge=1)
+    intermediate_size: int = Field(512, ge=8)
+    num_heads: int = Field(4, ge=1)
+    init_seed: int = 0
+    """Seed of the embedded model's initialisation and warm start (all trials share the checkpoint)."""
+    warm_start: WarmStartConfig = WarmStartConfig()
+    cache_dir: str | None = None
+    """Where the embedded checkpoint is saved; default `$WORKBENCH_CACHE` or `~/.cache/replay-workbench`."""
+
+    @model_validator(mode="after")
+    def _path_exists(self) -> "ModelConfig":
+        if self.path is not None and not Path(self.path).expanduser().is_dir():
+            raise ValueError(f"path: no model directory at {self.path}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("num_heads: must divide model.hidden_size")
+        return self
+
+
+class GenerationConfig(_Section):
+    backend: Literal["hf"] = "hf"
+    """`hf`: transformers on the trainer's device with a KV cache."""
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int | None = Field(None, ge=1)
+    """`null`: the task's own limit."""
+
+
+class ReplayConfig(_Section):
+    capacity: int | None = Field(None, ge=1)
+    """N: buffer capacity in rollouts, FIFO. `null` = batch_size (with ratio 1 that is on-policy GRPO)."""
+    horizon: int | None = Field(None, ge=0)
+    """H: rollouts older than H optimizer steps are evicted; `null` = no age limit (pure FIFO, Arnal et al.)."""
+    ratio: float = Field(1.0, ge=1)
+    """y: mean number of optimizer steps a rollout is used in; fresh rollouts per step R = batch_size / ratio."""
+    strategy: str = "uniform"
+    """How a batch is drawn from the buffer (a registered strategy name)."""
+    with_replacement: bool = False
+    """Draw the batch with replacement (the setting of Theorem 4.4). Never the baseline: see design §1."""
+
+
+class ObjectiveConfig(_Section):
+    name: str = "ppo_clip"
+    """A registered objective: `ppo_clip`, `asymre`."""
+    eps_low: float = Field(0.2, ge=0, lt=1)
+    eps_high: float = Field(0.2, ge=0)
+    """Upper clip; 0.28 is DAPO's clip-higher."""
+    asymre_delta_v: float = -0.1
+    """AsymRE baseline shift dV (Arnal et al.: V = group mean + dV, dV = -0.1)."""
+
+
+class BudgetConfig(_Section):
+    compute_units: float | None = Field(None, gt=0)
+    """Stop when this many compute units are spent (1 unit = one on-policy update at this batch size)."""
+    steps: int | None = Field(None, ge=1)
+    """Stop after this many optimizer steps (whichever budget ends first)."""
+
+
+class ComputeConfig(_Section):
+    mu: float | None = Field(None, gt=0)
+    """Generation cost of a rollout / training cost of a rollout. `null`: measured from this trial's timings."""
+
+
+class EvalConfig(_Section):
+    every: int = Field(10, ge=1)
+    """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end)."""
+    target_accuracy: float = Field(0.6, gt=0, le=1)
+    """Compute-to-target is the compute spent when held-out accuracy first reaches this."""
+    k: int = Field(4, ge=1)
+    """pass@k samples per prompt (temperature = generation.temperature)."""
+    pass_k_prompts: int = Field(128, ge=1)
+    """Held-out prompts used for pass@k (the first ones of the held-out set)."""
+
+
+class TrialConfig(_Section):
+    seed: int = 0
+    """Seed of prompt order, sampling and replay draws."""
+    batch_size: int = Field(128, ge=1)
+    """B: rollouts per optimizer step."""
+    group_size: int = Field(8, ge=2)
+    """G: rollouts per prompt; advantages are computed within a group at generation time."""
+    lr: float = Field(1e-4, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+    threads: int | None = Field(None, ge=1)
+    """torch CPU threads; `null` keeps torch's default."""
+    experiment: str = "workbench"
+    """MLflow experiment of a stand-alone trial."""
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    generation: GenerationConfig = GenerationConfig()
+    replay: ReplayConfig = ReplayConfig()
+    objective: ObjectiveConfig = ObjectiveConfig()
+    budget: BudgetConfig = BudgetConfig(compute_units=300)
+    compute: ComputeConfig = ComputeConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "TrialConfig":
+        from workbench.objectives import OBJECTIVES
+        from workbench.replay import STRATEGIES
+
+        if self.replay.capacity is not None and self.replay.capacity < self.batch_size:
+            raise ValueError(
+                f"replay.capacity: must be >= batch_size ({self.batch_size}) so a batch holds distinct rollouts,"
+                f" got {self.replay.capacity}"
+            )
+        if self.replay.strategy not in STRATEGIES:
+            raise ValueError(f"replay.strategy: unknown {self.replay.strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+        if self.objective.name not in OBJECTIVES:
+            raise ValueError(f"objective.name: unknown {self.objective.name!r}; known: {', '.join(sorted(OBJECTIVES))}")
+        if self.budget.compute_units is None and self.budget.steps is None:
+            raise ValueError("budget: set budget.compute_units or budget.steps")
+        if self.eval.pass_k_prompts > self.task.n_eval:
+            raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
+        return self
+
+    @property
+    def capacity(self) -> int:
+        """The buffer capacity in effect (N); `replay.capacity: null` means the batch size."""
+        return self.replay.capacity if self.replay.capacity is not None else self.batch_size
+
+    @property
+    def fresh_per_step(self) -> float:
+        """R = B / y: fresh rollouts per optimizer step in the long run."""
+        return self.batch_size / self.replay.ratio
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        return f"{loc}: unknown key"
+    # Cross-field validators name their own field ("replay.capacity: ..."), possibly nested under loc.
+    if ":" in msg.split(" ")[0]:
+        return f"{loc + '.' if loc else ''}{msg}"
+    got = first.get("input")
+    suffix = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+    return f"{loc}: {msg}{suffix}"
+
+
+def build_config(data: dict[str, Any] | None = None) -> TrialConfig:
+    """Validate a nested dict into a `TrialConfig`, raising `ConfigError` with one line naming the field."""
+    try:
+        return TrialConfig.model_validate(data or {})
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key.sub=value` -> (`key.sub`, YAML-parsed value): `null`, numbers and booleans get their types."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: expected key=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {item}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{key}: NaN is not a valid value")
+    return key, value
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `data["a"]["b"] = value` for key `a.b`, creating sections; a scalar in the way is an error."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{key}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; errors name the file (and line for syntax errors)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such {what} file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}{where}: invalid YAML ({getattr(err, 'problem', None) or err})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a {what} file must hold a mapping of keys")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrialConfig:
+    """The embedded default, updated by a YAML file, then by `key=value` overrides, validated once."""
+    data: dict[str, Any] = load_yaml_mapping(path) if path else {}
+    for item in overrides:
+        set_dotted(data, *parse_override(item))
+    return build_config(data)
+
+
+def flatten(config: TrialConfig) -> dict[str, Any]:
+    """The resolved config as `{dotted.name: value}` (MLflow params, study tables)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = node
+
+    walk("", config.model_dump())
+    out["replay.capacity"] = config.capacity
+    return out

@@ -1,0 +1,184 @@
+"""Tasks with verifiable rewards: the built-in arithmetic task and GSM8K-style JSONL files.
+
+A task is data plus a checker: deterministic train prompts, a fixed held-out set, a demonstration per example
+(for the supervised warm start) and `reward(completion, example)` in {0, 1}.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from workbench.config import ConfigError, TaskConfig
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    """Text the policy continues (no BOS: the tokenizer adds it)."""
+    answer: str
+    """The reference final answer."""
+    demonstration: str
+    """A correct completion, used by the supervised warm start."""
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    train: list[Example]
+    eval: list[Example]
+    max_new_tokens: int
+    checker: str
+    """`exact`: the text before EOS equals the target completion's answer; `numeric`: GSM8K final-answer match."""
+
+    def reward(self, completion: str, example: Example, finished: bool) -> float:
+        """1.0 if the completion ended (EOS) and its final answer is right, else 0.0."""
+        if not finished:
+            return 0.0
+        if self.checker == "exact":
+            return float(arithmetic_final_answer(completion) == example.answer)
+        return float(numbers_equal(extract_final_number(completion), example.answer))
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def arithmetic_completion(a: int, b: int, digits: int, scratchpad: bool) -> str:
+    """`a+b`'s worked answer: column additions right to left, then the sum (`7+8=15,3+4+1=8;85`)."""
+    total = str(a + b)
+    if not scratchpad:
+        return total
+    da, db = str(a).zfill(digits)[::-1], str(b).zfill(digits)[::-1]
+    steps, carry = [], 0
+    for x, y in zip(da, db):
+        s = int(x) + int(y) + carry
+        steps.append(f"{x}+{y}{'+1' if carry else ''}={s}")
+        carry = s // 10
+    return ",".join(steps) + ";" + total
+
+
+def arithmetic_final_answer(completion: str) -> str:
+    """The answer part of an arithmetic completion: after the last `;` (or the whole text without a scratchpad)."""
+    return completion.rsplit(";", 1)[-1].strip()
+
+
+def arithmetic_task(cfg: TaskConfig) -> Task:
+    """All pairs of `digits`-digit operands, shuffled with `split_seed`; the first `n_eval` are held out."""
+    lo, hi = 10 ** (cfg.digits - 1) if cfg.digits > 1 else 0, 10**cfg.digits - 1
+    pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
+    if len(pairs) > 200_000:  # 4+ digits: a deterministic sample is plenty
+        pairs = random.Random(cfg.split_seed).sample(pairs, 200_000)
+    random.Random(cfg.split_seed).shuffle(pairs)
+    if cfg.n_eval >= len(pairs):
+        raise ConfigError(f"task.n_eval: must be < {len(pairs)} (all {cfg.digits}-digit pairs)")
+    examples = [
+        Example(f"{a}+{b}=", str(a + b), arithmetic_completion(a, b, cfg.digits, cfg.scratchpad)) for a, b in pairs
+    ]
+    longest = max(len(e.demonstration) for e in examples)
+    return Task("arithmetic", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 2, "exact")
+
+
+# ---------------------------------------------------------------- JSONL (GSM8K style)
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+
+
+def extract_final_number(text: str) -> str | None:
+    """The final answer of a GSM8K-style text: the number after the last `####`, else the last number."""
+    if "####" in text:
+        text = text.rsplit("####", 1)[1]
+        found = _NUMBER.search(text)
+        return found.group(0) if found else None
+    found = _NUMBER.findall(text)
+    return found[-1] if found else None
+
+
+def _as_fraction(s: str) -> Fraction | None:
+    try:
+        return Fraction(s.replace(",", "").rstrip("."))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def numbers_equal(predicted: str | None, reference: str) -> bool:
+    """Numeric equivalence: `1,000` == `1000` == `1000.0`; fractions compare by value."""
+    if predicted is None:
+        return False
+    p, r = _as_fraction(predicted), _as_fraction(reference)
+    return p is not None and r is not None and p == r
+
+
+def read_jsonl_examples(path: str | Path) -> list[Example]:
+    """Parse a JSONL file of `{"question", "answer"}` objects; an error names the file and line."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"task.path: no such file {p}")
+    examples = []
+    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{p}:{lineno}: invalid JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{p}:{lineno}: expected an object with question and answer")
+        for key in ("question", "answer"):
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                raise ConfigError(f"{p}:{lineno}: missing or empty string field {key!r}")
+        final = extract_final_number(obj["answer"])
+        if "####" not in obj["answer"] or final is None or _as_fraction(final) is None:
+            raise ConfigError(f"{p}:{lineno}: answer must end with '#### <number>'")
+        demo = obj["answer"].strip()
+        examples.append(Example(f"Q: {obj['question'].strip()}\nA: ", final.replace(",", ""), demo))
+    if not examples:
+        raise ConfigError(f"{p}: no examples")
+    return examples
+
+
+def jsonl_task(cfg: TaskConfig) -> Task:
+    examples = read_jsonl_examples(cfg.path)  # type: ignore[arg-type]
+    if cfg.n_eval >= len(examples):
+        raise ConfigError(f"task.n_eval: must be < the {len(examples)} examples in {cfg.path}")
+    random.Random(cfg.split_seed).shuffle(examples)
+    longest = max(len(e.demonstration) for e in examples)
+    return Task("jsonl", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 8, "numeric")
+
+
+def load_task(cfg: TaskConfig) -> Task:
+    return arithmetic_task(cfg) if cfg.name == "arithmetic" else jsonl_task(cfg)
+
+
+# ---------------------------------------------------------------- a sample JSONL file the project writes itself
+
+_TEMPLATES = [
+    ("{n} has {a} apples and buys {b} more. How many apples does {n} have now?", "+"),
+    ("A box holds {a} pens. {n} takes {b} of them. How many pens are left in the box?", "-"),
+    ("{n} reads {a} pages a day for {b} days. How many pages does {n} read?", "*"),
+    ("{n} saves {a} dollars in May and {b} dollars in June. How much does {n} save in total?", "+"),
+    ("A bus carries {a} people and {b} get off at the first stop. How many are still on the bus?", "-"),
+    ("There are {a} rows of chairs with {b} chairs in each row. How many chairs are there?", "*"),
+]
+_NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana"]
+
+
+def write_sample_jsonl(path: str | Path, n: int = 200, seed: int = 0) -> Path:
+    """Write `n` GSM8K-style word problems (worked answer, `#### N` final line) to `path`."""
+    rng = random.Random(seed)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", encoding="utf-8") as f:
+        for _ in range(n):
+            template, op = rng.choice(_TEMPLATES)
+            a, b = rng.randint(2, 40), rng.randint(2, 12)
+            if op == "-":
+                a += b
+            value = {"+": a + b, "-": a - b, "*": a * b}[op]
+            question = template.format(n=rng.choice(_NAMES), a=a, b=b)
+            answer = f"{a} {op} {b} = {value}\n#### {value}"
+            f.write(json.dumps({"question": question, "answer": answer}) + "\n")
+    return p
