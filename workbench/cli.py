@@ -33,11 +33,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     uri = resolve_tracking_uri(args.tracking_uri)
     say = _progress(args.quiet)
-    say(
-        f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.capacity}"
-        f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} objective={cfg.objective.name}"
-        f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
-    )
     result = run_trial(cfg, tracking_uri=uri, run_name=args.run_name, progress=say)
     m = result.metrics
     ctt = m.get("final/compute_to_target")
@@ -61,12 +56,20 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (and exit 2), like every other bad input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        _err(f"{message} (see `{self.prog} --help`)")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="workbench",
         description="Experience replay for GRPO-style RL post-training: trials, sweeps, analysis.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = sub.add_parser("train", help="run one training trial (the embedded default unless configured)")
     train.add_argument("--config", help="YAML trial config (keys as in design §1: replay.ratio, budget.steps, ...)")

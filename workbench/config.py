@@ -51,9 +51,9 @@ class WarmStartConfig(_Section):
     batch_size: int = Field(64, ge=1)
     noise: float = Field(0.3, ge=0, le=1)
     """Share of demonstrations whose final answer is replaced by random digits (partly correct demos)."""
-    target_accuracy: float = Field(0.25, gt=0, le=1)
+    target_accuracy: float = Field(0.35, gt=0, le=1)
     """Stop at the first checkpoint whose greedy held-out accuracy reaches this (RL then starts weak, above 0)."""
-    eval_every: int = Field(25, ge=1)
+    eval_every: int = Field(10, ge=1)
 
 
 class ModelConfig(_Section):

@@ -185,6 +185,11 @@ def run_trial(
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     task = load_task(cfg.task)
+    progress(
+        f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.capacity}"
+        f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} objective={cfg.objective.name}"
+        f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
+    )
     logger = TrialLogger(resolve_tracking_uri(tracking_uri), cfg.experiment, run_name, parent_run_id, tags)
     if on_run_created:
         on_run_created(logger.run_id)

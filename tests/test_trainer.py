@@ -1,0 +1,97 @@
+"""The trial loop through the real trainer path: the buffer is exercised by training, not by hand-made tensors."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from workbench.config import build_config
+from workbench.objectives import OBJECTIVES, ObjectiveOutput, register_objective
+from workbench.trainer import Policy, PromptStream, TrialDiverged, generate_groups, run_trial, train_step
+from workbench.tasks import load_task
+
+from conftest import toy_dict
+
+
+def test_ratio_one_with_capacity_b_is_on_policy_grpo(tracking_uri):
+    cfg = build_config(toy_dict(replay={"ratio": 1, "capacity": 16}))
+    records = []
+    run_trial(cfg, tracking_uri=tracking_uri, observer=records.append)
+    assert len(records) == 4
+
+    # A plain on-policy loop from the same building blocks and seed: sample B fresh rollouts, train on all once.
+    task = load_task(cfg.task)
+    torch.manual_seed(cfg.seed)
+    policy = Policy(cfg, task, log=lambda m: None)
+    optimizer = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    prompts = PromptStream(len(task.train), cfg.seed)
+    sampler = torch.Generator().manual_seed(cfg.seed)
+    groups = cfg.batch_size // cfg.group_size
+    for step, record in enumerate(records):
+        fresh, _ = generate_groups(policy, task, prompts.take(groups), cfg.group_size, step, sampler, step * cfg.batch_size)
+        out, _ = train_step(policy, optimizer, fresh, cfg, step)
+        assert [r.uid for r in record.batch] == [r.uid for r in fresh]
+        assert [r.completion_ids for r in record.batch] == [r.completion_ids for r in fresh]
+        assert all(r.uses == 1 and r.age(step) == 0 for r in record.batch)
+        assert record.loss == pytest.approx(out.loss.item(), rel=1e-6, abs=1e-7)
+        assert record.metrics["offpolicy/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        assert record.metrics["replay/fresh"] == cfg.batch_size
+
+
+def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
+    cfg = build_config(toy_dict(replay={"ratio": 2, "capacity": 64, "horizon": 3}, budget={"compute_units": None, "steps": 12}))
+    records = []
+    result = run_trial(cfg, tracking_uri=tracking_uri, observer=records.append)
+    uses: dict[int, int] = {}
+    total_fresh = 0
+    for rec in records:
+        uids = [r.uid for r in rec.batch]
+        assert len(uids) == cfg.batch_size == len(set(uids))  # B distinct rollouts
+        assert all(0 <= r.age(rec.step) <= 3 for r in rec.batch)  # horizon respected, ages from birth
+        assert rec.metrics["replay/buffer_size"] <= 64
+        total_fresh += len(rec.fresh)
+        for u in uids:
+            uses[u] = uses.get(u, 0) + 1
+    # R = B / 2 per step in the long run (the first batch borrows a full B, repaid later)
+    assert abs(total_fresh - 12 * cfg.batch_size / 2) <= cfg.batch_size
+    assert max(uses.values()) > 1
+    assert result.metrics["final/replay_ratio"] == pytest.approx(12 * cfg.batch_size / total_fresh)
+    assert result.metrics["final/steps"] == 12
+
+
+def test_compute_budget_stops_the_trial_and_counts_replay_as_cheaper(tracking_uri):
+    on = run_trial(build_config(toy_dict(budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0})), tracking_uri=tracking_uri)
+    rep = run_trial(
+        build_config(toy_dict(replay={"ratio": 2, "capacity": 64}, budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0})),
+        tracking_uri=tracking_uri,
+    )
+    assert on.metrics["final/steps"] == 6 and on.metrics["final/compute_units"] == pytest.approx(6)
+    # each replay step costs (B + 2 B/2) / (B + 2 B) = 2/3 of a unit (after the borrowed first fill)
+    assert rep.metrics["final/steps"] >= 8
+    assert 6 <= rep.metrics["final/compute_units"] < 6 + 1
+
+
+def test_a_nan_loss_fails_the_trial_and_its_mlflow_run(tracking_uri):
+    @register_objective("test_nan")
+    def nan_objective(inp, cfg):
+        return ObjectiveOutput((inp.logprobs * inp.mask).sum() * float("nan"), 1.0, 0.0)
+
+    try:
+        cfg = build_config(toy_dict(objective={"name": "test_nan"}))
+        run_ids = []
+        with pytest.raises(TrialDiverged, match="loss is nan at step 0"):
+            run_trial(cfg, tracking_uri=tracking_uri, on_run_created=run_ids.append)
+    finally:
+        OBJECTIVES.pop("test_nan")
+    run = MlflowClient(tracking_uri).get_run(run_ids[0])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["workbench.failure"].startswith("TrialDiverged: loss is nan")
+
+
+def test_prompt_stream_is_a_seeded_sequence_of_epochs():
+    a, b = PromptStream(10, 3), PromptStream(10, 3)
+    first = a.take(10)
+    assert sorted(first) == list(range(10)) and first == b.take(10)
+    assert sorted(a.take(10)) == list(range(10))
