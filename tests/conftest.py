@@ -13,7 +13,7 @@ TOY = {
     "batch_size": 16,
     "group_size": 4,
     "threads": 1,
-    "task": {"n_eval": 32},
+    "task": {"digits": 2, "n_eval": 32},
     "model": {
         "hidden_size": 32,
         "num_layers": 1,

@@ -21,7 +21,7 @@ def test_arithmetic_scratchpad_shows_the_column_additions():
 
 
 def test_arithmetic_task_is_deterministic_with_a_fixed_held_out_set():
-    a, b = load_task(TaskConfig(n_eval=100)), load_task(TaskConfig(n_eval=100))
+    a, b = load_task(TaskConfig(digits=2, n_eval=100)), load_task(TaskConfig(digits=2, n_eval=100))
     assert a.eval == b.eval and a.train[:50] == b.train[:50]
     assert len(a.eval) == 100 and len(a.train) == 8100 - 100
     assert not {e.prompt for e in a.eval} & {e.prompt for e in a.train}

@@ -48,6 +48,63 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study_context(args: argparse.Namespace):
+    from workbench.study import context
+    from workbench.study_spec import load_spec
+
+    spec = load_spec(args.spec)
+    return context(spec, storage=args.storage, tracking_uri=args.tracking_uri, spec_path=args.spec)
+
+
+def cmd_study_run(args: argparse.Namespace) -> int:
+    from workbench.study import run_study, summary_lines
+    from workbench.tracking import redact_url
+
+    ctx = _study_context(args)
+    n_trials = args.n_trials or ctx.spec.n_trials
+    study = run_study(ctx, n_trials, args.workers)
+    for line in summary_lines(study):
+        print(line)
+    print(f"Optuna storage: {redact_url(ctx.storage_url)}   (optuna-dashboard {redact_url(ctx.storage_url)})")
+    print(f"MLflow: {redact_url(ctx.tracking_uri)}   (mlflow ui --backend-store-uri {redact_url(ctx.tracking_uri)} --host 127.0.0.1)")
+    return 0
+
+
+def cmd_study_worker(args: argparse.Namespace) -> int:
+    from workbench.study import run_worker
+
+    ctx = _study_context(args)
+    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_only=args.baseline_only)
+    return 0
+
+
+def cmd_study_status(args: argparse.Namespace) -> int:
+    import optuna
+
+    from workbench.storage import default_storage_url, open_storage
+    from workbench.study import summary_lines, trial_table
+    from workbench.tracking import redact_url
+
+    if args.spec:
+        ctx = _study_context(args)
+        name, url = ctx.spec.name, ctx.storage_url
+    elif args.study:
+        name, url = args.study, args.storage or default_storage_url()
+    else:
+        raise ConfigError("study status: give a SPEC file or --study NAME")
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(url))
+    except KeyError:
+        raise ConfigError(f"study: no study named {name!r} in {redact_url(url)}") from None
+    if args.fail_stale:
+        optuna.storages.fail_stale_trials(study)
+    for line in summary_lines(study):
+        print(line)
+    if args.table:
+        print(trial_table(study), end="")
+    return 0
+
+
 def cmd_sample_data(args: argparse.Namespace) -> int:
     from workbench.tasks import write_sample_jsonl
 
@@ -79,6 +136,32 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", action="store_true", help="print a final JSON line with run_id and the final metrics")
     train.add_argument("--quiet", action="store_true", help="no progress lines")
     train.set_defaults(func=cmd_train)
+
+    study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status)")
+    ssub = study.add_subparsers(dest="study_command", required=True, parser_class=_Parser)
+    run = ssub.add_parser("run", help="create or resume a study and run it with local worker processes")
+    run.add_argument("spec", help="study spec YAML (studies/*.yaml)")
+    run.add_argument("--n-trials", type=int, help="trials to complete (default: the spec's n_trials)")
+    run.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
+    run.add_argument("--storage", help="Optuna storage URL (default: the spec's, else sqlite:///optuna.db)")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's, else $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    run.set_defaults(func=cmd_study_run)
+    worker = ssub.add_parser("worker", help="join an existing study from any machine and run its trials")
+    worker.add_argument("spec")
+    worker.add_argument("--storage", help="Optuna storage URL shared by all workers")
+    worker.add_argument("--tracking-uri")
+    worker.add_argument("--n-trials", type=int)
+    worker.add_argument("--threads", type=int, help="torch threads for this worker's trials")
+    worker.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
+    worker.set_defaults(func=cmd_study_worker)
+    status = ssub.add_parser("status", help="trials by state, the best configuration, the Pareto front")
+    status.add_argument("spec", nargs="?")
+    status.add_argument("--study", help="study name (instead of a spec file)")
+    status.add_argument("--storage")
+    status.add_argument("--tracking-uri")
+    status.add_argument("--table", action="store_true", help="print the trial table (CSV)")
+    status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
+    status.set_defaults(func=cmd_study_status)
 
     data = sub.add_parser("sample-data", help="write a small GSM8K-style JSONL sample task file")
     data.add_argument("path")

@@ -26,7 +26,7 @@ class _Section(BaseModel):
 class TaskConfig(_Section):
     name: Literal["arithmetic", "jsonl"] = "arithmetic"
     """`arithmetic`: built-in n-digit addition with a worked scratchpad; `jsonl`: GSM8K-style `question`/`answer`."""
-    digits: int = Field(2, ge=1, le=6)
+    digits: int = Field(3, ge=1, le=6)
     """Operand digits of the arithmetic task."""
     scratchpad: bool = True
     """Arithmetic completions show the column additions before the answer (`7+8=15,3+4+1=8;85`)."""
@@ -128,7 +128,7 @@ class ComputeConfig(_Section):
 class EvalConfig(_Section):
     every: int = Field(10, ge=1)
     """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end)."""
-    target_accuracy: float = Field(0.6, gt=0, le=1)
+    target_accuracy: float = Field(0.8, gt=0, le=1)
     """Compute-to-target is the compute spent when held-out accuracy first reaches this."""
     k: int = Field(4, ge=1)
     """pass@k samples per prompt (temperature = generation.temperature)."""

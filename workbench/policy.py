@@ -26,7 +26,7 @@ from workbench.config import ModelConfig, TaskConfig
 from workbench.generation import encode_prompts, sample, score
 from workbench.tasks import Task
 
-CHECKPOINT_FORMAT = 2  # bump when the embedded model or warm start changes meaning
+CHECKPOINT_FORMAT = 3  # bump when the embedded model or warm start changes meaning
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 

@@ -67,18 +67,22 @@ def arithmetic_final_answer(completion: str) -> str:
 
 
 def arithmetic_task(cfg: TaskConfig) -> Task:
-    """All pairs of `digits`-digit operands, shuffled with `split_seed`; the first `n_eval` are held out."""
-    lo, hi = 10 ** (cfg.digits - 1) if cfg.digits > 1 else 0, 10**cfg.digits - 1
-    pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
-    if len(pairs) > 200_000:  # 4+ digits: a deterministic sample is plenty
-        pairs = random.Random(cfg.split_seed).sample(pairs, 200_000)
-    random.Random(cfg.split_seed).shuffle(pairs)
-    if cfg.n_eval >= len(pairs):
-        raise ConfigError(f"task.n_eval: must be < {len(pairs)} (all {cfg.digits}-digit pairs)")
-    examples = [
-        Example(f"{a}+{b}=", str(a + b), arithmetic_completion(a, b, cfg.digits, cfg.scratchpad)) for a, b in pairs
-    ]
-    longest = max(len(e.demonstration) for e in examples)
+    """`digits`-digit operand pairs in an order fixed by `split_seed`; the first `n_eval` are held out.
+
+    All pairs when there are at most 200,000 (up to 2 digits), else a deterministic sample of 200,000.
+    """
+    lo = 10 ** (cfg.digits - 1) if cfg.digits > 1 else 0
+    width = 10**cfg.digits - lo
+    total = width * width
+    if cfg.n_eval >= min(total, 200_000):
+        raise ConfigError(f"task.n_eval: must be < {min(total, 200_000)} ({cfg.digits}-digit pairs)")
+    order = random.Random(cfg.split_seed).sample(range(total), min(total, 200_000))
+    examples = []
+    for k in order:
+        a, b = lo + k // width, lo + k % width
+        examples.append(Example(f"{a}+{b}=", str(a + b), arithmetic_completion(a, b, cfg.digits, cfg.scratchpad)))
+    largest = 10**cfg.digits - 1  # all columns carry: the longest completion
+    longest = len(arithmetic_completion(largest, largest, cfg.digits, cfg.scratchpad))
     return Task("arithmetic", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 2, "exact")
 
 

@@ -36,6 +36,10 @@ class TrialDiverged(FloatingPointError):
     """The loss or the gradients became NaN or infinite."""
 
 
+class TrialStopped(Exception):
+    """Raised by an `on_eval` hook to end a trial early (a pruner): the run ends FINISHED, tagged `stopped`."""
+
+
 @dataclass
 class StepRecord:
     """What one optimizer step did; handed to an observer (tests check invariants on what was really trained)."""
@@ -53,7 +57,8 @@ class TrialResult:
     metrics: dict[str, float]
     """The `final/*` metrics."""
     evals: list[dict[str, float]] = field(default_factory=list)
-    """One row per evaluation: step, compute units, accuracy, pass@k."""
+    """One row per evaluation: step, compute units, accuracy, pass@k, cumulative generated and trained rollouts,
+    cumulative generation + training seconds (so compute can be re-accounted at another mu)."""
 
 
 class PromptStream:
@@ -179,6 +184,7 @@ def run_trial(
     observer: Callable[[StepRecord], None] | None = None,
     progress: Callable[[str], None] = lambda msg: None,
     on_run_created: Callable[[str], None] | None = None,
+    on_eval: Callable[[dict[str, float]], None] | None = None,
 ) -> TrialResult:
     """Run one trial to its budget, logging to MLflow; a crash ends the run FAILED (KILLED on Ctrl-C) and re-raises."""
     if cfg.threads:
@@ -195,10 +201,14 @@ def run_trial(
         on_run_created(logger.run_id)
     try:
         logger.log_params(flatten(cfg))
-        result = _train(cfg, task, logger, observer, progress)
+        result = _train(cfg, task, logger, observer, progress, on_eval)
         logger.set_tags({"workbench.status": "finished"})
         logger.end("FINISHED")
         return result
+    except TrialStopped as err:
+        logger.set_tags({"workbench.status": "stopped", "workbench.failure": f"stopped early: {err}"})
+        logger.end("FINISHED")
+        raise
     except KeyboardInterrupt:
         logger.set_tags({"workbench.status": "interrupted", "workbench.failure": "KeyboardInterrupt"})
         logger.end("KILLED")
@@ -209,7 +219,7 @@ def run_trial(
         raise
 
 
-def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress) -> TrialResult:
+def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress, on_eval) -> TrialResult:
     t_start = time.perf_counter()
     policy = Policy(cfg, task, log=progress)
     logger.set_tags({"workbench.model_path": policy.path, "workbench.device": str(policy.device)})
@@ -238,12 +248,23 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
 
     def run_eval(step: int) -> None:
         res = evaluate(policy.model)
-        evals.append({"step": step, "compute_units": meter.units, "accuracy": res.accuracy, "pass_at_k": res.pass_at_k})
+        row = {
+            "step": step,
+            "compute_units": meter.units,
+            "accuracy": res.accuracy,
+            "pass_at_k": res.pass_at_k,
+            "gen_rollouts": meter.gen_rollouts,
+            "train_rollouts": meter.train_rollouts,
+            "seconds": meter.seconds["gen"] + meter.seconds["train"],
+        }
+        evals.append(row)
         logger.log_metrics({"eval/accuracy": res.accuracy, "eval/pass_at_k": res.pass_at_k, "compute/units": meter.units}, step)
         progress(
             f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {res.pass_at_k:.3f}"
             f"  mu {meter.mu:.2f}  {time.perf_counter() - t_start:6.1f}s"
         )
+        if on_eval:
+            on_eval(row)
 
     run_eval(0)
     step = 0

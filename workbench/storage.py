@@ -1,0 +1,80 @@
+"""Optuna storages: the embedded SQLite default, PostgreSQL for scale-out, journal files.
+
+- `sqlite:///PATH` (default `./optuna.db`): put in WAL mode with a long busy timeout, so a few local worker
+  processes share it without "database is locked"; heartbeats detect killed workers.
+- `postgresql+psycopg2://user:pass@host:port/db`: any number of workers on any machines; heartbeats too.
+- `journal:///PATH`: Optuna's JournalFileBackend (safe for local processes) but without heartbeats, so a
+  SIGKILLed worker's trial stays RUNNING until `workbench study status --fail-stale` or a later run marks it.
+
+URLs are printed and logged only through `redact_url` (no passwords).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
+
+import optuna
+
+from workbench.config import ConfigError
+from workbench.tracking import redact_url
+
+DEFAULT_HEARTBEAT = 10
+DEFAULT_GRACE = 30
+
+
+def default_storage_url() -> str:
+    return f"sqlite:///{Path.cwd() / 'optuna.db'}"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///") :])
+    return None
+
+
+def prepare_sqlite(path: Path) -> None:
+    """Create the file's directory and switch the database to WAL (persistent in the file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path, timeout=60) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
+def open_storage(
+    url: str,
+    heartbeat_interval: int = DEFAULT_HEARTBEAT,
+    grace_period: int = DEFAULT_GRACE,
+    on_stale_trial: Callable | None = None,
+):
+    """An Optuna storage for `url`, with heartbeats where the backend supports them."""
+    if url.startswith("journal:///"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url[len("journal:///") :])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(str(path)))
+    sqlite_path = _sqlite_path(url)
+    engine_kwargs: dict = {}
+    if sqlite_path is not None:
+        prepare_sqlite(sqlite_path)
+        engine_kwargs = {"connect_args": {"timeout": 120}}
+    elif url.startswith("postgresql"):
+        engine_kwargs = {"pool_pre_ping": True}
+    elif "://" not in url:
+        raise ConfigError(f"storage: not a storage URL: {redact_url(url)}")
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=on_stale_trial,
+        )
+    except Exception as err:  # connection refused, bad driver, bad URL: one clear line, password removed
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        password = urlsplit(url).password
+        if password:
+            detail = detail.replace(password, "***")
+        raise ConfigError(f"storage: cannot open {redact_url(url)} ({detail[:300]})") from None
