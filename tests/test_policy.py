@@ -7,7 +7,7 @@ from workbench.config import build_config
 from workbench.policy import embedded_key, ensure_embedded_checkpoint, load_policy
 from workbench.tasks import load_task
 
-from conftest import toy_dict
+from conftest import TINY_MODEL, toy_dict
 
 
 def test_embedded_checkpoint_is_safetensors_loaded_with_from_pretrained(model_cache):
@@ -19,7 +19,7 @@ def test_embedded_checkpoint_is_safetensors_loaded_with_from_pretrained(model_ca
     info = json.loads((path / "warm_start.json").read_text())
     assert info["params"] > 0 and 0 <= info["accuracy"] <= 1
     model, tok = load_policy(path, torch.device("cpu"), torch.float32)
-    assert model.config.hidden_size == 32 and tok.padding_side == "left"
+    assert model.config.hidden_size == 128 and tok.padding_side == "left"
     # the second call reuses the cache
     assert ensure_embedded_checkpoint(cfg.model, cfg.task, task, log=lambda m: (_ for _ in ()).throw(AssertionError(m))) == path
 
@@ -27,7 +27,7 @@ def test_embedded_checkpoint_is_safetensors_loaded_with_from_pretrained(model_ca
 def test_embedded_checkpoint_is_deterministic_for_its_seed(tmp_path):
     weights = []
     for name in ("a", "b"):
-        cfg = build_config(toy_dict(model={**toy_dict()["model"], "cache_dir": str(tmp_path / name)}))
+        cfg = build_config(toy_dict(model={**TINY_MODEL, "cache_dir": str(tmp_path / name)}))
         path = ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task), log=lambda m: None)
         weights.append(load_file(path / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys()
@@ -37,7 +37,7 @@ def test_embedded_checkpoint_is_deterministic_for_its_seed(tmp_path):
 def test_checkpoint_key_changes_with_what_shapes_it():
     base = build_config(toy_dict())
     other_seed = build_config(toy_dict(model={**toy_dict()["model"], "init_seed": 1}))
-    other_task = build_config(toy_dict(task={"n_eval": 32, "digits": 3}))
+    other_task = build_config(toy_dict(task={"n_eval": 64, "digits": 3}))
     keys = {embedded_key(c.model, c.task) for c in (base, other_seed, other_task)}
     assert len(keys) == 3
     assert embedded_key(base.model, base.task) == embedded_key(build_config(toy_dict()).model, base.task)

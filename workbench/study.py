@@ -486,7 +486,8 @@ def run_study(
     def spawn(extra: list[str]) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
                "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads), *extra]
-        return subprocess.Popen(cmd)
+        # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
+        return subprocess.Popen(cmd, start_new_session=True)
 
     procs: list[subprocess.Popen] = []
     try:

@@ -1,0 +1,268 @@
+"""Studies through the real CLI, real Optuna storages and real MLflow stores, with the faults of design §10."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from workbench.config import ConfigError
+from workbench.study import context, create_or_load, seed_values
+from workbench.study_spec import load_spec
+from servers import mlflow_server, postgres_server
+
+from conftest import TOY
+
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
+
+
+def toy_spec(tmp_path: Path, **fields) -> Path:
+    base = {k: v for k, v in TOY.items() if k != "threads"}
+    spec = {
+        "name": "toy",
+        "base": {**base, "budget": {"compute_units": None, "steps": 6}, "eval": {**TOY["eval"], "every": 3}},
+        "search_space": {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}},
+        "seeds": 1,
+        "n_trials": 3,
+        "sampler": "random",
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    spec.update(fields)
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def cli(args, cwd, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=900, **kw)
+
+
+def complete_trials(study):
+    return [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+
+
+def trial_runs(client: MlflowClient, study_name: str):
+    exp = client.get_experiment_by_name(study_name)
+    return client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'", max_results=1000)
+
+
+def assert_accounted_once(study, client: MlflowClient, name: str) -> None:
+    """Every Optuna trial that trained has exactly one MLflow trial run, linked both ways, under the study's parent."""
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    runs = {r.info.run_id: r for r in trial_runs(client, name)}
+    trained = [t for t in study.get_trials() if "mlflow_run_id" in t.user_attrs]
+    assert sorted(t.user_attrs["mlflow_run_id"] for t in trained) == sorted(runs)
+    for t in trained:
+        run = runs[t.user_attrs["mlflow_run_id"]]
+        assert run.data.tags["workbench.trial_number"] == str(t.number)
+        assert run.data.tags["mlflow.parentRunId"] == parent
+        seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        assert len(seeds) >= 1 and all(s.data.tags["workbench.kind"] == "seed" for s in seeds)
+        if t.state == TrialState.COMPLETE:
+            assert run.info.status == "FINISHED" and len(seeds) == len(t.user_attrs["per_seed"])
+        assert all(s.info.status != "RUNNING" for s in [run, *seeds])
+
+
+# ---------------------------------------------------------------- spec validation
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"bogus": 1}, "bogus: unknown key"),
+        ({"search_space": {}}, "search_space:"),
+        ({"search_space": {"replay.ratio": {"low": 4, "high": 2}}}, "search_space.replay.ratio.low: must be <= high"),
+        ({"search_space": {"replay.ratio": {"choices": []}}}, "search_space.replay.ratio.choices"),
+        ({"search_space": {"replay.nope": {"choices": [1]}}}, "search_space.replay.nope"),
+        ({"search_space": {"replay.ratio": {"low": 0.5, "high": 2}}}, "search_space.replay.ratio"),
+        ({"sampler": "annealing"}, "sampler: unknown 'annealing'"),
+        ({"objective": "fastest"}, "objective: unknown 'fastest'"),
+        ({"objective": ["best_accuracy", "loss"]}, "objective: unknown 'loss'"),
+        ({"seeds": 0}, "seeds"),
+        ({"target_accuracy": 1.5}, "target_accuracy"),
+        ({"base": {"replay": {"capacity": 0}}}, "base.replay.capacity"),
+        ({"sampler": "grid", "search_space": {"replay.ratio": {"low": 1, "high": 2}}}, "search_space: step"),
+    ],
+)
+def test_bad_specs_name_their_field(tmp_path, change, field):
+    path = toy_spec(tmp_path, **change)
+    with pytest.raises(ConfigError) as err:
+        load_spec(path)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_spec_through_the_cli_exits_2_with_one_line_and_creates_nothing(tmp_path):
+    path = toy_spec(tmp_path, sampler="annealing")
+    proc = cli(["study", "run", str(path)], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["workbench: error: sampler: unknown 'annealing'; known: tpe, gp, random, grid, qmc, nsga2"]
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_shipped_specs_are_valid():
+    names = sorted(p.stem for p in STUDIES.glob("*.yaml"))
+    assert {"quickstart", "replay_grid", "paper_repro"} <= set(names)
+    for path in STUDIES.glob("*.yaml"):
+        spec = load_spec(path)
+        assert spec.name == path.stem
+
+
+def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
+    evals = lambda accs: [  # noqa: E731
+        {"step": i, "accuracy": a, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)} for i, a in enumerate(accs)
+    ]
+    spec = None
+    reached = seed_values(evals([0.1, 0.5, 0.9]), {}, spec, 0.8, 1.0, 16)
+    near = seed_values(evals([0.1, 0.5, 0.7]), {}, spec, 0.8, 1.0, 16)
+    far = seed_values(evals([0.1, 0.2, 0.3]), {}, spec, 0.8, 1.0, 16)
+    assert reached["censored"] == 0 and reached["compute_to_target"] == pytest.approx(2.0)
+    assert near["censored"] == far["censored"] == 1
+    assert reached["compute_to_target"] <= near["total_units"] < near["compute_to_target"] < far["compute_to_target"]
+    # re-accounting at another mu: generation-free (mu = 0) counts training only
+    assert seed_values(evals([0.1, 0.9]), {}, spec, 0.8, 0.0, 16)["compute_to_target"] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- scale-out: PostgreSQL + MLflow server, 2 workers
+
+
+@pytest.mark.slow
+def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
+    with postgres_server() as pg, mlflow_server(pg["url"]["mlflow"].replace("+psycopg2", ""), tmp_path / "artifacts") as uri:
+        path = toy_spec(tmp_path, n_trials=4, storage=pg["url"]["optuna"], tracking_uri=uri,
+                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        proc = cli(["study", "run", str(path), "--workers", "2"], tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Optuna storage: postgresql+psycopg2://postgres@127.0.0.1" in proc.stdout
+        assert "mlflow ui --backend-store-uri http://127.0.0.1" in proc.stdout
+
+        study = optuna.load_study(study_name="toy", storage=pg["url"]["optuna"])
+        done = complete_trials(study)
+        assert len(done) == 4
+        assert len({tuple(sorted(t.params.items())) for t in done}) == 4  # no configuration trained twice
+        assert done[0].user_attrs.get("baseline") and done[0].params == {"replay.ratio": 1, "x": 1}
+        assert study.user_attrs["reference_mu"] > 0
+        client = MlflowClient(uri)
+        assert_accounted_once(study, client, "toy")
+        parent = client.get_run(study.user_attrs["mlflow_parent_run_id"])
+        assert parent.info.status == "FINISHED" and parent.data.tags["workbench.storage"].startswith("postgresql")
+        table = client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path))
+        assert sum(1 for line in open(table) if ",COMPLETE," in line) == 4
+        status = cli(["study", "status", "--study", "toy", "--storage", pg["url"]["optuna"]], tmp_path)
+        assert status.returncode == 0 and "4 complete" in status.stdout and "best: trial" in status.stdout
+
+
+# ---------------------------------------------------------------- faults
+
+
+@pytest.mark.slow
+def test_a_raising_trial_and_a_nan_trial_fail_with_their_reasons_and_the_worker_goes_on(tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0, sampler="random",
+                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "objective": {"name": "asymre"}, "budget": {"compute_units": None, "steps": 4}},
+                    search_space={"lr": {"choices": [1.0e-4, 1.0e30]}, "model.path": {"choices": [None, str(empty)]}})
+    ctx = context(load_spec(path), spec_path=str(path))
+    study = create_or_load(ctx)
+    study.enqueue_trial({"lr": 1.0e30, "model.path": None})  # Adam at 1e30: NaN gradients
+    study.enqueue_trial({"lr": 1.0e-4, "model.path": str(empty)})  # from_pretrained raises
+    study.enqueue_trial({"lr": 1.0e-4, "model.path": None})
+    proc = cli(["study", "worker", str(path), "--n-trials", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    trials = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()
+    assert [t.state for t in trials[:3]] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[0].user_attrs["fail_reason"].startswith("TrialDiverged: ")
+    assert trials[1].user_attrs["fail_reason"].split(":")[0] in ("OSError", "ValueError")  # not a model directory
+    client = MlflowClient(ctx.tracking_uri)
+    for t in trials[:2]:
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        assert run.info.status == "FAILED" and run.data.tags["workbench.failure"] == t.user_attrs["fail_reason"]
+    assert_accounted_once(optuna.load_study(study_name="toy", storage=ctx.storage_url), client, "toy")
+
+
+def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float = 300):
+    """Poll until some trial is RUNNING and has started training (its seed run exists); return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            study = optuna.load_study(study_name="toy", storage=storage_url)
+        except KeyError:
+            study = None
+        for t in study.get_trials(states=(TrialState.RUNNING,)) if study else []:
+            run_id = t.user_attrs.get("mlflow_run_id")
+            if run_id:
+                client = MlflowClient(tracking_uri)
+                exp = client.get_run(run_id).info.experiment_id
+                if client.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{run_id}'"):
+                    return t
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting for a running trial")
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_is_detected_by_heartbeat_its_trial_retried_and_its_runs_killed(tmp_path):
+    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0,
+                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 400}, "eval": {**TOY["eval"], "every": 50}},
+                    search_space={"replay.ratio": {"choices": [2]}})
+    ctx = context(load_spec(path), spec_path=str(path))
+    create_or_load(ctx)
+    env = {"WORKBENCH_HEARTBEAT_INTERVAL": "1", "WORKBENCH_GRACE_PERIOD": "3"}
+    victim = subprocess.Popen([sys.executable, "-m", "workbench.cli", "study", "worker", str(path)], cwd=tmp_path,
+                              env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    # A second worker (here, as on another machine) fails the stale trial after the grace period and retries it.
+    proc = cli(["study", "worker", str(path)], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    study = optuna.load_study(study_name="toy", storage=ctx.storage_url)
+    first = study.get_trials()[killed.number]
+    assert first.state == TrialState.FAIL
+    retries = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE and retries[0].params == killed.params
+    client = MlflowClient(ctx.tracking_uri)
+    run = client.get_run(killed.user_attrs["mlflow_run_id"])
+    assert run.info.status == "KILLED" and "no heartbeat" in run.data.tags["workbench.failure"]
+    assert_accounted_once(study, client, "toy")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp_path):
+    path = toy_spec(tmp_path, n_trials=3, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
+    spec = load_spec(path)
+    ctx = context(spec, spec_path=str(path))
+    driver = subprocess.Popen([sys.executable, "-m", "workbench.cli", "study", "run", str(path)], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
+    os.killpg(driver.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+
+    study = optuna.load_study(study_name="toy", storage=ctx.storage_url)
+    interrupted = [t for t in study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL
+    client = MlflowClient(ctx.tracking_uri)
+    assert client.get_run(interrupted[0].user_attrs["mlflow_run_id"]).info.status == "KILLED"
+
+    proc = cli(["study", "run", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="toy", storage=ctx.storage_url)
+    done = complete_trials(study)
+    assert len(done) == 3
+    assert len({tuple(sorted(t.params.items())) for t in done}) == 3
+    assert interrupted[0].params in [t.params for t in done]  # the interrupted configuration was run again
+    assert sum(1 for t in done if t.user_attrs.get("baseline")) == 1
+    assert_accounted_once(study, client, "toy")
