@@ -138,7 +138,7 @@ def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
 
 @pytest.mark.slow
 def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
-    with postgres_server() as pg, mlflow_server(pg["url"]["mlflow"].replace("+psycopg2", ""), tmp_path / "artifacts") as uri:
+    with postgres_server() as pg, mlflow_server(pg["url"]["mlflow"], tmp_path / "artifacts") as uri:
         path = toy_spec(tmp_path, n_trials=4, storage=pg["url"]["optuna"], tracking_uri=uri,
                         search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
         proc = cli(["study", "run", str(path), "--workers", "2"], tmp_path)

@@ -34,7 +34,7 @@ from workbench.storage import DEFAULT_GRACE, DEFAULT_HEARTBEAT, default_storage_
 from workbench.study_spec import StudySpec, feasible_space_size
 from workbench.tracking import TrialLogger, redact_url, resolve_tracking_uri
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported in one line by the objective
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 ATTR_PARENT_RUN = "mlflow_parent_run_id"

@@ -105,7 +105,8 @@ class StudySpec(BaseModel):
     n_trials: int = Field(8, ge=1)
     """Trials to complete (the on-policy baseline included); failed trials do not count and are replaced."""
     baseline: bool = True
-    """Enqueue the on-policy baseline (ratio 1, capacity = B) as the study's first trial."""
+    """Enqueue the on-policy baseline (ratio 1, capacity = B) as the study's first trial; its values are added to
+    categorical knobs that lack them (e.g. `x: {choices: [4, 8]}` becomes `[1, 4, 8]`)."""
     storage: str | None = None
     """Optuna storage URL; default `sqlite:///optuna.db` in the working directory."""
     tracking_uri: str | None = None
@@ -245,7 +246,17 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Stud
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
     _check(spec)
+    if spec.baseline:
+        _include_baseline(spec)
     return spec
+
+
+def _include_baseline(spec: StudySpec) -> None:
+    """Add the on-policy point to categorical knobs that lack it, so the baseline is a trial of the space itself."""
+    for key, value in spec.baseline_params().items():
+        dim = spec.search_space[key]
+        if dim.choices is not None and value not in dim.choices:
+            dim.choices.insert(0, value)
 
 
 def feasible_space_size(spec: StudySpec) -> int | None:
