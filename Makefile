@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 	touch $(STAMP)
 
 quickstart: setup
-	$(BIN)/workbench train
+	$(BIN)/workbench study run studies/quickstart.yaml --workers 2
 
 train: setup
 	$(BIN)/workbench train

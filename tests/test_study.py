@@ -144,7 +144,7 @@ def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
         proc = cli(["study", "run", str(path), "--workers", "2"], tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Optuna storage: postgresql+psycopg2://postgres@127.0.0.1" in proc.stdout
-        assert "mlflow ui --backend-store-uri http://127.0.0.1" in proc.stdout
+        assert "Open both: workbench ui --tracking-uri http://127.0.0.1" in proc.stdout
 
         study = optuna.load_study(study_name="toy", storage=pg["url"]["optuna"])
         done = complete_trials(study)

@@ -65,8 +65,11 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     study = run_study(ctx, n_trials, args.workers)
     for line in summary_lines(study):
         print(line)
-    print(f"Optuna storage: {redact_url(ctx.storage_url)}   (optuna-dashboard {redact_url(ctx.storage_url)})")
-    print(f"MLflow: {redact_url(ctx.tracking_uri)}   (mlflow ui --backend-store-uri {redact_url(ctx.tracking_uri)} --host 127.0.0.1)")
+    storage, tracking = redact_url(ctx.storage_url), redact_url(ctx.tracking_uri)
+    print(f"Optuna storage: {storage}")
+    print(f"MLflow: {tracking}")
+    print(f"Open both: workbench ui --tracking-uri {tracking} --storage {storage}")
+    print(f"  (or: mlflow ui --backend-store-uri {tracking} --host 127.0.0.1; optuna-dashboard {storage} --host 127.0.0.1)")
     return 0
 
 
@@ -102,6 +105,38 @@ def cmd_study_status(args: argparse.Namespace) -> int:
         print(line)
     if args.table:
         print(trial_table(study), end="")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """MLflow UI (and optuna-dashboard when a storage is given) on the same stores, bound to 127.0.0.1."""
+    import shutil
+    import subprocess
+
+    from workbench.tracking import redact_url, resolve_tracking_uri
+
+    bindir = os.path.dirname(sys.executable)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    procs = []
+    if uri.startswith("http"):
+        print(f"MLflow is served by the tracking server at {uri}")
+    else:
+        mlflow_bin = os.path.join(bindir, "mlflow")
+        procs.append(subprocess.Popen([mlflow_bin, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port)],
+                                      env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
+        print(f"MLflow UI: http://127.0.0.1:{args.port}  ({redact_url(uri)})")
+    if args.storage:
+        dash = shutil.which("optuna-dashboard", path=bindir) or shutil.which("optuna-dashboard")
+        if dash is None:
+            raise ConfigError("storage: optuna-dashboard is not installed (pip install optuna-dashboard)")
+        procs.append(subprocess.Popen([dash, args.storage, "--host", "127.0.0.1", "--port", str(args.port + 1)]))
+        print(f"optuna-dashboard: http://127.0.0.1:{args.port + 1}  ({redact_url(args.storage)})")
+    try:
+        for p in procs:
+            p.wait()
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
     return 0
 
 
@@ -162,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", action="store_true", help="print the trial table (CSV)")
     status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
     status.set_defaults(func=cmd_study_status)
+
+    ui = sub.add_parser("ui", help="MLflow UI and optuna-dashboard on the workbench's stores (127.0.0.1)")
+    ui.add_argument("--tracking-uri")
+    ui.add_argument("--storage", help="Optuna storage URL for optuna-dashboard (on port + 1)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=cmd_ui)
 
     data = sub.add_parser("sample-data", help="write a small GSM8K-style JSONL sample task file")
     data.add_argument("path")

@@ -6,6 +6,7 @@ and be a child of the study's parent run (`mlflow.parentRunId` tag).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ class TrialLogger:
     ):
         from mlflow import MlflowClient
 
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial tables" noise
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         if run_id is None:
