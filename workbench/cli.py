@@ -108,6 +108,42 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_theory(args: argparse.Namespace) -> int:
+    """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
+    from analysis.theory import closed_form_optimum, to_knobs
+
+    for name in ("mu", "rho", "alpha"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < 0 or (name != "rho" and value == 0):
+            raise ConfigError(f"--{name}: must be a {'non-negative' if name == 'rho' else 'positive'} number (got {value})")
+    if not args.alpha < 0.5:
+        raise ConfigError(f"--alpha: must be < 1/2 (got {args.alpha}); at alpha >= 1/2 the optimum is on-policy (y* -> 0)")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size: must be >= 1 (got {args.batch_size})")
+    x, y = closed_form_optimum(args.mu, args.rho, args.alpha)
+    k = to_knobs(x, y, args.batch_size, args.mu)
+    out = {
+        "mu": args.mu, "rho": args.rho, "alpha": args.alpha, "batch_size": args.batch_size,
+        "x_star": x, "y_star": y, "fresh_per_step": k.fresh_per_step, "capacity": k.capacity,
+        "horizon": k.horizon, "workers_per_trainer": k.workers_per_trainer,
+        "on_policy_optimal": y <= 1.0,
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"mu={args.mu:g} rho={args.rho:g} alpha={args.alpha:g} (Theorem 4.5, power-law variance, App. C.3.2)")
+    print(f"  x* = N/R (staleness horizon)     {x:.4g}")
+    print(f"  y* = B/R (replay ratio)          {y:.4g}")
+    print(f"  fresh rollouts per step R = B/y* {k.fresh_per_step:.4g}   (B = {args.batch_size})")
+    print(f"  buffer capacity N = x*·R         {x * k.fresh_per_step:.4g}   (distinct draws need N >= B: {k.capacity})")
+    print(f"  inference/trainer split W/T      {k.workers_per_trainer:.4g}   (≈ mu / y*)")
+    if y <= 1.0:
+        print("  y* <= 1: replay is not predicted to save compute here; stay on-policy")
+    else:
+        print(f"  as knobs: --set replay.ratio={y:.3g} --set replay.capacity={k.capacity}")
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     """MLflow UI (and optuna-dashboard when a storage is given) on the same stores, bound to 127.0.0.1."""
     import shutil
@@ -197,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", action="store_true", help="print the trial table (CSV)")
     status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
     status.set_defaults(func=cmd_study_status)
+
+    theory = sub.add_parser("theory", help="closed-form optimal staleness horizon and replay ratio (Arnal et al.)")
+    theory.add_argument("--mu", type=float, required=True, help="generation cost / training cost of a rollout")
+    theory.add_argument("--rho", type=float, required=True, help="sample-iterate coupling, >= 0")
+    theory.add_argument("--alpha", type=float, required=True, help="noise growth exponent, sigma(tau) ~ tau^alpha, < 1/2")
+    theory.add_argument("--batch-size", type=int, default=128)
+    theory.add_argument("--json", action="store_true")
+    theory.set_defaults(func=cmd_theory)
 
     ui = sub.add_parser("ui", help="MLflow UI and optuna-dashboard on the workbench's stores (127.0.0.1)")
     ui.add_argument("--tracking-uri")
