@@ -483,7 +483,7 @@ def run_study(
         f" MLflow {redact_url(ctx.tracking_uri)}")
     _requeue_interrupted(study)
 
-    def spawn(extra: list[str]) -> subprocess.Popen:
+    def spawn(extra: list[str], threads: int = threads) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
                "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads), *extra]
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
@@ -492,8 +492,9 @@ def run_study(
     procs: list[subprocess.Popen] = []
     try:
         if study.user_attrs.get(ATTR_MU) is None and _baseline_pending(study):
-            say("running the on-policy baseline first (it sets the study's reference mu)")
-            procs = [spawn(["--baseline-only"])]
+            # Alone on the machine, the baseline gets every core; its measured mu is the study's reference.
+            say(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
+            procs = [spawn(["--baseline-only"], threads=cores)]
             _watch(study, procs, say, poll)
         procs = [spawn([]) for _ in range(max(workers, 1))]
         _watch(study, procs, say, poll)

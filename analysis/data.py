@@ -1,0 +1,145 @@
+"""A study's trials from MLflow into tidy pandas frames (MLflow is the source of truth for curves, design §6).
+
+- `runs`: one row per seed run (a configuration trained once): knobs, x = N/R, y = B/R, seed, compute-to-target at
+  the study's reference mu, the censored flag, best and final accuracy, measured mu.
+- `curves`: one row per evaluation of every seed run: step, compute units at the reference mu, accuracy, pass@k,
+  cumulative generated/trained rollouts and seconds (so compute can be re-accounted at any mu).
+- `entropy`: policy entropy of fresh samples per step, with compute units.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from workbench.config import ConfigError
+
+
+@dataclass
+class StudyData:
+    name: str
+    reference_mu: float
+    target: float
+    runs: pd.DataFrame
+    curves: pd.DataFrame
+    entropy: pd.DataFrame
+    ages: dict[str, dict[int, int]]
+    """Per seed run id: trained-rollout counts by age (the staleness histogram)."""
+
+    def configs(self) -> pd.DataFrame:
+        """One row per configuration: medians over seeds, seeds and censored seeds counted."""
+        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline"]
+        g = self.runs.groupby(keys, dropna=False)
+        out = g.agg(
+            seeds=("seed", "count"),
+            censored_seeds=("censored", "sum"),
+            compute_to_target=("compute_to_target", "median"),
+            best_accuracy=("best_accuracy", "median"),
+            final_accuracy=("final_accuracy", "median"),
+            total_units=("total_units", "median"),
+            mu_measured=("mu_measured", "median"),
+        ).reset_index()
+        return out.sort_values("compute_to_target").reset_index(drop=True)
+
+
+def units_at(curves: pd.DataFrame, mu: float) -> pd.Series:
+    """Cumulative compute units re-accounted at `mu`: (K_train + mu K_gen) / (B (1 + mu))."""
+    return (curves["train_rollouts"] + mu * curves["gen_rollouts"]) / (curves["batch_size"] * (1.0 + mu))
+
+
+def compute_to_target(curves: pd.DataFrame, target: float, mu: float) -> pd.DataFrame:
+    """Per run: compute units at the first evaluation reaching `target`, at `mu`; censored runs get
+    U·(1 + (target - best)/target) with U their total compute (the study driver's rule) and `censored` = 1."""
+    c = curves.assign(units=units_at(curves, mu))
+    rows = []
+    for run_id, g in c.groupby("run_id", sort=False):
+        g = g.sort_values("step")
+        hit = g[g["accuracy"] >= target]
+        best, total = g["accuracy"].max(), g["units"].iloc[-1]
+        if len(hit):
+            rows.append((run_id, float(hit["units"].iloc[0]), 0, float(total)))
+        else:
+            rows.append((run_id, float(total * (1 + (target - best) / target)), 1, float(total)))
+    return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units"])
+
+
+def load_study(name: str, tracking_uri: str) -> StudyData:
+    """Read every finished seed run of study `name` (MLflow experiment of the same name)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        raise ConfigError(f"study: no MLflow experiment named {name!r} in {tracking_uri}")
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'study'")
+    trials = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'", max_results=5000)
+    seeds = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'", max_results=5000)
+    if not seeds:
+        raise ConfigError(f"study: no finished trial in MLflow experiment {name!r}")
+    baseline_trials = {t.info.run_id for t in trials if t.data.params.get("baseline") == "True"}
+    ref = None
+    for r in [*parent, *trials]:
+        if "workbench.reference_mu" in r.data.tags:
+            ref = float(r.data.tags["workbench.reference_mu"])
+            break
+
+    rows, curve_rows, entropy_rows, ages = [], [], [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in seeds:
+            if r.data.tags.get("workbench.status") != "finished":
+                continue
+            p, m = r.data.params, r.data.metrics
+            B = int(p["batch_size"])
+            ratio = float(p["replay.ratio"])
+            capacity = int(p["replay.capacity"])
+            rows.append({
+                "run_id": r.info.run_id,
+                "trial_number": int(r.data.tags.get("workbench.trial_number", -1)),
+                "seed": int(p["seed"]),
+                "batch_size": B,
+                "capacity": capacity,
+                "ratio": ratio,
+                "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
+                "strategy": p["replay.strategy"],
+                "objective": p["objective.name"],
+                "y": ratio,
+                "x": capacity * ratio / B,
+                "fresh_per_step": B / ratio,
+                "baseline": r.data.tags.get("mlflow.parentRunId") in baseline_trials,
+                "best_accuracy": m["final/best_accuracy"],
+                "final_accuracy": m["final/accuracy"],
+                "initial_accuracy": m.get("final/initial_accuracy", np.nan),
+                "mu_measured": m.get("final/mu_measured", np.nan),
+                "mu_used": m.get("final/mu", np.nan),
+                "target": float(p["eval.target_accuracy"]),
+                "wall_seconds": m.get("final/wall_seconds", np.nan),
+            })
+            with open(client.download_artifacts(r.info.run_id, "eval/curve.json", tmp)) as f:
+                for e in json.load(f):
+                    curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
+            with open(client.download_artifacts(r.info.run_id, "replay/age_histogram.json", tmp)) as f:
+                ages[r.info.run_id] = {int(k): v for k, v in json.load(f)["age_counts"].items()}
+            units = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, "compute/units")}
+            for mm in client.get_metric_history(r.info.run_id, "policy/entropy"):
+                entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": units.get(mm.step)})
+    runs = pd.DataFrame(rows)
+    curves = pd.DataFrame(curve_rows)
+    target = float(runs["target"].iloc[0])
+    if ref is None:  # no reference recorded: the baseline's measured mu, else the median measured mu
+        base = runs[runs["baseline"]]
+        ref = float((base if len(base) else runs)["mu_measured"].median())
+    ctt = compute_to_target(curves, target, ref)
+    runs = runs.merge(ctt, on="run_id")
+    curves["units"] = units_at(curves, ref)
+    return StudyData(name, ref, target, runs, curves, pd.DataFrame(entropy_rows), ages)
+
+
+def reaccount(data: StudyData, mu: float) -> StudyData:
+    """The same study with compute re-accounted at another mu (what-if hardware): curves and compute-to-target."""
+    curves = data.curves.assign(units=units_at(data.curves, mu))
+    runs = data.runs.drop(columns=["compute_to_target", "censored", "total_units"]).merge(compute_to_target(data.curves, data.target, mu), on="run_id")
+    return StudyData(data.name, mu, data.target, runs, curves, data.entropy, data.ages)
