@@ -107,7 +107,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "strategy": p["replay.strategy"],
                 "objective": p["objective.name"],
                 "y": ratio,
-                "x": capacity * ratio / B,
+                "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": B / ratio,
                 "baseline": r.data.tags.get("mlflow.parentRunId") in baseline_trials,
                 "best_accuracy": m["final/best_accuracy"],

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 from workbench.config import build_config
 
@@ -60,3 +62,24 @@ def toy_cfg():
 def tracking_uri(tmp_path):
     """A real MLflow SQLite store in the test's directory."""
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def toy_spec(tmp_path: Path, **fields) -> Path:
+    """A toy study spec file (random sampler, real local stores in tmp_path)."""
+    base = {k: v for k, v in TOY.items() if k != "threads"}
+    spec = {
+        "name": "toy",
+        "base": {**base, "budget": {"compute_units": None, "steps": 6}, "eval": {**TOY["eval"], "every": 3}},
+        "search_space": {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}},
+        "seeds": 1,
+        "n_trials": 3,
+        "sampler": "random",
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    spec.update(fields)
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+

@@ -20,27 +20,9 @@ from workbench.study import context, create_or_load, seed_values
 from workbench.study_spec import load_spec
 from servers import mlflow_server, postgres_server
 
-from conftest import TOY
+from conftest import TOY, toy_spec
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
-
-
-def toy_spec(tmp_path: Path, **fields) -> Path:
-    base = {k: v for k, v in TOY.items() if k != "threads"}
-    spec = {
-        "name": "toy",
-        "base": {**base, "budget": {"compute_units": None, "steps": 6}, "eval": {**TOY["eval"], "every": 3}},
-        "search_space": {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}},
-        "seeds": 1,
-        "n_trials": 3,
-        "sampler": "random",
-        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
-        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-    }
-    spec.update(fields)
-    path = tmp_path / "toy.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def cli(args, cwd, env=None, **kw):

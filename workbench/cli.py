@@ -108,6 +108,58 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analysis_inputs(args: argparse.Namespace) -> tuple[str, str]:
+    from workbench.tracking import resolve_tracking_uri
+
+    if args.spec:
+        from workbench.study_spec import load_spec
+
+        spec = load_spec(args.spec)
+        return spec.name, resolve_tracking_uri(args.tracking_uri or spec.tracking_uri)
+    if not args.study:
+        raise ConfigError("study: give --study NAME or a SPEC file")
+    return args.study, resolve_tracking_uri(args.tracking_uri)
+
+
+def _whatif(values: list[float] | None) -> list[float]:
+    mus = values if values is not None else [5.28]
+    for mu in mus:
+        if not (math.isfinite(mu) and mu > 0):
+            raise ConfigError(f"--whatif-mu: must be positive (got {mu})")
+    return mus
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
+    from pathlib import Path
+
+    from analysis.report import analyze
+
+    name, uri = _analysis_inputs(args)
+    result, _, _ = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap)
+    out = Path(args.out or Path("reports") / name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
+    f, p, e = result["fit"], result["predicted"], result["empirical"]
+    print(f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}")
+    print(f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
+          f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}")
+    print(f"wrote {out / 'analysis.json'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from analysis.report import analyze, write_report
+
+    name, uri = _analysis_inputs(args)
+    result, data, fit = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap)
+    paths = write_report(result, data, fit, Path(args.out or Path("reports") / name))
+    print(f"wrote {paths['markdown']} and {paths['html']}")
+    return 0
+
+
 def cmd_theory(args: argparse.Namespace) -> int:
     """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
     from analysis.theory import closed_form_optimum, to_knobs
@@ -234,6 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
     status.set_defaults(func=cmd_study_status)
 
+    for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (JSON)"),
+                            ("report", cmd_report, "write reports/NAME/report.md and a self-contained report.html")):
+        p = sub.add_parser(cmd, help=text)
+        p.add_argument("spec", nargs="?", help="the study spec (or give --study)")
+        p.add_argument("--study", help="study name (= its MLflow experiment)")
+        p.add_argument("--tracking-uri")
+        p.add_argument("--storage", help="accepted for symmetry with `study`; the analysis reads MLflow only")
+        p.add_argument("--out", help="output directory (default reports/NAME)")
+        p.add_argument("--whatif-mu", type=float, action="append", help="also re-account at this mu (default 5.28)")
+        p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals")
+        p.set_defaults(func=func)
+
     theory = sub.add_parser("theory", help="closed-form optimal staleness horizon and replay ratio (Arnal et al.)")
     theory.add_argument("--mu", type=float, required=True, help="generation cost / training cost of a rollout")
     theory.add_argument("--rho", type=float, required=True, help="sample-iterate coupling, >= 0")
@@ -260,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)

@@ -1,0 +1,111 @@
+"""End to end: a tiny study through the CLI into real stores, then `analyze` and `report`, then a real browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from analysis.report import html_page
+from conftest import toy_spec
+from servers import require
+
+
+def cli(args, cwd):
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    spec = toy_spec(tmp, n_trials=3, seeds=2, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}})
+    run = cli(["study", "run", str(spec)], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    analyze = cli(["analyze", str(spec), "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
+    assert analyze.returncode == 0, analyze.stderr[-3000:]
+    assert "predicted optimum: x" in analyze.stdout
+    report = cli(["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
+    assert report.returncode == 0, report.stderr[-3000:]
+    return tmp / "out", uri
+
+
+@pytest.mark.slow
+def test_analysis_json_matches_what_mlflow_holds(report_dir):
+    out, uri = report_dir
+    result = json.loads((out / "analysis.json").read_text())
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("toy")
+    seeds = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'")
+    trials = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'")
+    assert result["study"] == "toy" and result["n_runs"] == len(seeds) == 6
+    assert result["n_configurations"] == len(trials) == 3
+    assert result["baseline"]["trial_number"] == 0 and result["baseline"]["x"] == 1 and result["baseline"]["y"] == 1
+    assert result["reference_mu"] == pytest.approx(float(client.get_run(trials[-1].info.run_id).data.tags.get("workbench.reference_mu", result["reference_mu"])), rel=1e-3)
+    assert sum(c["seeds"] for c in result["configurations"]) == 6
+    assert result["n_censored_runs"] == sum(c["censored_seeds"] for c in result["configurations"])
+    assert {"alpha", "rho", "tau0", "intervals", "loco", "r2_log"} <= set(result["fit"])
+    assert result["predicted"]["knobs"]["capacity"] >= 16 and result["predicted"]["y"] >= 1
+    assert "5.28" in result["whatif"] and result["whatif"]["5.28"]["mu"] == 5.28
+    best = min(result["configurations"], key=lambda c: (c["censored_seeds"] / c["seeds"], c["compute_to_target"]))
+    assert result["empirical"]["trial_number"] == best["trial_number"]
+
+
+@pytest.mark.slow
+def test_report_markdown_and_html_hold_the_tables_and_every_figure(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    result = json.loads((out / "analysis.json").read_text())
+    assert md.startswith("# Study `toy`")
+    assert "| on-policy baseline (trial 0) | 1 | 1 | 16 |" in md
+    assert f"| alpha | {result['fit']['alpha']:.3g} |" in md
+    for c in result["pareto_front"]:
+        assert f"| {c['trial_number']} | " in md
+    figures = ["accuracy_vs_compute", "pareto_front", "heatmap", "predicted_vs_measured", "entropy_vs_compute", "staleness_histogram"]
+    for name in figures:
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert f"({name}.png)" in md
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == len(figures)
+    assert "<table>" in page and "on-policy baseline (trial 0)" in page
+
+
+def test_user_strings_are_escaped_in_the_html():
+    result = {"study": "<script>alert(1)</script>"}
+    page = html_page(result, "# Study `<img src=x onerror=alert(1)>`\n\n| a | b |\n|---|---|\n| <b>x</b> | 1 |\n", {})
+    assert "<script>alert" not in page and "<img src=x" not in page and "<b>x</b>" not in page
+    assert "&lt;script&gt;" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+def test_report_renders_every_figure_in_headless_chromium(report_dir, tmp_path):
+    browser = chromium()
+    require(browser is not None, "Chromium (Debian package chromium)")
+    out, _ = report_dir
+    page = (out / "report.html").read_text()
+    probe = ("<script>window.addEventListener('load',()=>{const i=[...document.images];"
+             "document.body.setAttribute('data-rendered',i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length);});</script>")
+    probed = tmp_path / "probe.html"
+    probed.write_text(page.replace("</body>", probe + "</body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
+    rendered = re.search(r'data-rendered="(\d+)/(\d+)"', dom.stdout)
+    assert rendered, dom.stderr[-2000:]
+    assert rendered.group(1) == rendered.group(2) == "6"
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, *flags, "--window-size=1100,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 20000
