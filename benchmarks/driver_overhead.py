@@ -27,9 +27,8 @@ from optuna.trial import TrialState
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def process_start_seconds(repeats: int = 3) -> float:
-    """Wall time of a fresh interpreter importing what a worker imports."""
-    code = "import workbench.study, workbench.trainer, mlflow, optuna, torch, transformers"
+def process_start_seconds(code: str, repeats: int = 3) -> float:
+    """Wall time of a fresh interpreter running `code` (the imports of a process)."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -54,7 +53,8 @@ def main() -> None:
         cwd=work, check=True, stdout=subprocess.DEVNULL,
     )
     study_wall = time.perf_counter() - t0
-    start = process_start_seconds()
+    worker_start = process_start_seconds("import workbench.cli, workbench.study, workbench.trainer, mlflow, optuna, torch, transformers")
+    driver_start = process_start_seconds("import workbench.cli, workbench.study")
 
     name = next(s.study_name for s in optuna.get_all_study_summaries(storage))
     study = optuna.load_study(study_name=name, storage=storage)
@@ -75,9 +75,10 @@ def main() -> None:
         print(f"| {n} | {trial_s:.2f} | {train_s:.2f} | {over:.3f} | {over / trial_s:.2%} |")
     mean_trial = statistics.mean(r[1] for r in rows)
     mean_over = statistics.mean(r[3] for r in rows)
-    # processes started: the driver, the baseline worker, then the K workers
-    per_trial_start = start * (args.workers + 2) / max(len(rows), 1)
-    print(f"process start (imports): {start:.2f} s per process, {args.workers + 2} processes, {per_trial_start:.2f} s per trial here")
+    # processes started: the driver (Optuna only) and K workers (torch, transformers, MLflow)
+    per_trial_start = (driver_start + worker_start * args.workers) / max(len(rows), 1)
+    print(f"process start (imports): driver {driver_start:.2f} s, worker {worker_start:.2f} s x {args.workers};"
+          f" {per_trial_start:.2f} s per trial here")
     total = mean_over + per_trial_start
     print(f"driver overhead per trial: {mean_over:.3f} s in-trial + {per_trial_start:.2f} s process start = {total:.2f} s"
           f" = {total / mean_trial:.2%} of a {mean_trial:.1f} s trial")

@@ -77,7 +77,7 @@ def cmd_study_worker(args: argparse.Namespace) -> int:
     from workbench.study import run_worker
 
     ctx = _study_context(args)
-    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_only=args.baseline_only)
+    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads)
     return 0
 
 
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--tracking-uri")
     worker.add_argument("--n-trials", type=int)
     worker.add_argument("--threads", type=int, help="torch threads for this worker's trials")
-    worker.add_argument("--baseline-only", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--baseline-threads", type=int, help="torch threads for the baseline trial (default: --threads)")
     worker.set_defaults(func=cmd_study_worker)
     status = ssub.add_parser("status", help="trials by state, the best configuration, the Pareto front")
     status.add_argument("spec", nargs="?")

@@ -205,8 +205,9 @@ def seed_values(result_evals: list[dict], final: dict, spec: StudySpec, target: 
 class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 
-    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, say: Callable[[str], None]):
+    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, say: Callable[[str], None], baseline_threads: int | None = None):
         self.ctx, self.study, self.threads, self.say = ctx, study, threads, say
+        self.baseline_threads = baseline_threads or threads
 
     def __call__(self, trial: optuna.Trial):
         from workbench.trainer import TrialStopped, run_trial
@@ -228,7 +229,8 @@ class StudyObjective:
             trial.set_user_attr("skipped", True)
             trial.set_user_attr("skip_reason", f"same configuration as trial {twin}")
             raise optuna.TrialPruned(f"duplicate of trial {twin}")
-        configs = [spec.trial_config(params, seed, mu=mu, threads=self.threads) for seed in spec.seed_list]
+        threads = self.baseline_threads if is_baseline else self.threads
+        configs = [spec.trial_config(params, seed, mu=mu, threads=threads) for seed in spec.seed_list]
 
         parent = self.study.user_attrs[ATTR_PARENT_RUN]
         tags = {"workbench.study": spec.name, "workbench.trial_number": str(trial.number), "optuna.trial_number": str(trial.number)}
@@ -326,7 +328,7 @@ def run_worker(
     ctx: StudyContext,
     n_trials: int,
     threads: int | None = None,
-    baseline_only: bool = False,
+    baseline_threads: int | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> None:
     """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant.
@@ -335,7 +337,7 @@ def run_worker(
     dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials.
     """
     study = load_existing(ctx)
-    objective = StudyObjective(ctx, study, threads, say)
+    objective = StudyObjective(ctx, study, threads, say, baseline_threads)
     waited = 0.0
     while True:
         optuna.storages.fail_stale_trials(study)
@@ -350,9 +352,7 @@ def run_worker(
             say("stopping: the search space has no untried feasible configuration left")
             return
         mu_known = study.user_attrs.get(ATTR_MU) is not None
-        if baseline_only and (mu_known or not _baseline_pending(study)):
-            return
-        if not baseline_only and not mu_known and _baseline_pending(study):
+        if not mu_known and _baseline_running(study):
             if waited >= MU_WAIT_SECONDS:
                 raise RuntimeError("gave up waiting for the baseline trial to set the study's reference mu")
             time.sleep(2.0)  # another worker runs the baseline, which sets the study's reference mu
@@ -382,6 +382,10 @@ def _space_exhausted(study: optuna.Study, spec: StudySpec) -> bool:
 
 def _baseline_pending(study: optuna.Study) -> bool:
     return any(t.user_attrs.get("baseline") and t.state in (TrialState.WAITING, TrialState.RUNNING) for t in study.get_trials(deepcopy=False))
+
+
+def _baseline_running(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get("baseline") and t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False))
 
 
 def _retried(study: optuna.Study) -> int:
@@ -483,20 +487,22 @@ def run_study(
         f" MLflow {redact_url(ctx.tracking_uri)}")
     _requeue_interrupted(study)
 
-    def spawn(extra: list[str], threads: int = threads) -> subprocess.Popen:
+    def spawn() -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
-               "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads), *extra]
+               "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads),
+               "--baseline-threads", str(cores)]
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
         return subprocess.Popen(cmd, start_new_session=True)
 
     procs: list[subprocess.Popen] = []
     try:
+        procs = [spawn()]
         if study.user_attrs.get(ATTR_MU) is None and _baseline_pending(study):
-            # Alone on the machine, the baseline gets every core; its measured mu is the study's reference.
+            # The first worker runs the baseline alone with every core (its measured mu is the study's
+            # reference); the others start once it is known, so no core is oversubscribed.
             say(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
-            procs = [spawn(["--baseline-only"], threads=cores)]
-            _watch(study, procs, say, poll)
-        procs = [spawn([]) for _ in range(max(workers, 1))]
+            _watch(study, procs, say, poll, until=lambda: study.user_attrs.get(ATTR_MU) is not None or not _baseline_pending(study))
+        procs += [spawn() for _ in range(max(workers, 1) - 1)]
         _watch(study, procs, say, poll)
     except KeyboardInterrupt:
         say("interrupted: stopping workers (run `workbench study run` again to resume)")
@@ -515,9 +521,12 @@ def run_study(
     return study
 
 
-def _watch(study: optuna.Study, procs, say, poll: float) -> None:
+def _watch(study: optuna.Study, procs, say, poll: float, until: Callable[[], bool] | None = None) -> None:
+    """Print the trial counts when they change, until every worker exited (or `until()` holds)."""
     last = None
     while True:
+        if until is not None and until():
+            return
         alive = [p for p in procs if p.poll() is None]
         c = counts(study)
         line = ", ".join(f"{n} {s}" for s, n in c.items() if n) or "no trials yet"

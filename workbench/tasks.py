@@ -6,6 +6,7 @@ A task is data plus a checker: deterministic train prompts, a fixed held-out set
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -154,6 +155,14 @@ def jsonl_task(cfg: TaskConfig) -> Task:
 
 
 def load_task(cfg: TaskConfig) -> Task:
+    """The task of a config; cached per process (a study worker runs many trials and seeds of one task)."""
+    stamp = Path(cfg.path).expanduser().stat().st_mtime_ns if cfg.name == "jsonl" and cfg.path and Path(cfg.path).expanduser().is_file() else 0
+    return _load_task(cfg.model_dump_json(), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_task(cfg_json: str, _stamp: int) -> Task:
+    cfg = TaskConfig.model_validate_json(cfg_json)
     return arithmetic_task(cfg) if cfg.name == "arithmetic" else jsonl_task(cfg)
 
 
