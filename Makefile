@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # pip's notes about the machine's local package mirrors are noise here
-QUIET_PIP := grep -v "^WARNING: Location" || true
+QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 
 .PHONY: setup quickstart train test test-fast clean
 

@@ -135,6 +135,9 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         "",
         "## Fit of the bias-variance-compute model",
         "",
+        *([f"With {result['n_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
+           " illustration of the pipeline, not as an estimate (run studies/replay_grid.yaml for a real fit).", ""]
+          if result["n_configurations"] < 6 else []),
         f"Model: log C = log s + log J(x, y), {result['variance_form']}, {result['noise_model']}; censored runs enter as lower bounds (Tobit).",
         "",
         "| parameter | estimate | 95% bootstrap interval |",
@@ -207,7 +210,7 @@ def html_page(result: dict, md: str, figures: dict[str, Path]) -> str:
         if line.startswith("![") or line.startswith("## Figures"):
             continue
         if line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+            body.append(f"<h1>{html.escape(line[2:].replace('`', ''))}</h1>")
         elif line.startswith("## "):
             body.append(f"<h2>{html.escape(line[3:])}</h2>")
         elif line.strip():
