@@ -248,3 +248,18 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
     assert interrupted[0].params in [t.params for t in done]  # the interrupted configuration was run again
     assert sum(1 for t in done if t.user_attrs.get("baseline")) == 1
     assert_accounted_once(study, client, "toy")
+
+
+@pytest.mark.slow
+def test_multi_objective_study_reports_a_pareto_front(tmp_path):
+    path = toy_spec(tmp_path, n_trials=2, objective=["best_accuracy", "compute_units"], sampler="nsga2")
+    proc = cli(["study", "run", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Pareto front (best_accuracy, compute_units):" in proc.stdout
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    done = complete_trials(study)
+    assert len(done) == 2 and all(len(t.values) == 2 and 0 <= t.values[0] <= 1 for t in done)
+    for t in done:
+        per_seed = t.user_attrs["per_seed"][0]
+        assert t.values == [per_seed["best_accuracy"], per_seed["compute_units"]]
