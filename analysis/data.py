@@ -1,7 +1,8 @@
 """A study's trials from MLflow into tidy pandas frames (MLflow is the source of truth for curves, design §6).
 
 - `runs`: one row per seed run (a configuration trained once): knobs, x = N/R, y = B/R, seed, compute-to-target at
-  the study's reference mu, the censored flag, best and final accuracy, measured mu.
+  the study's reference mu, the censored flag, best and final accuracy, measured mu, and the arm (`sampler`, or
+  `predicted` for a fitted optimum run by `workbench study verify`, with the compute it was predicted to need).
 - `curves`: one row per evaluation of every seed run: step, compute units at the reference mu, accuracy, pass@k,
   cumulative generated/trained rollouts and seconds (so compute can be re-accounted at any mu).
 - `entropy`: policy entropy of fresh samples per step, with compute units.
@@ -32,7 +33,7 @@ class StudyData:
 
     def configs(self) -> pd.DataFrame:
         """One row per configuration: medians over seeds, seeds and censored seeds counted."""
-        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline"]
+        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"]
         g = self.runs.groupby(keys, dropna=False)
         out = g.agg(
             seeds=("seed", "count"),
@@ -42,6 +43,7 @@ class StudyData:
             final_accuracy=("final_accuracy", "median"),
             total_units=("total_units", "median"),
             mu_measured=("mu_measured", "median"),
+            predicted_when_run=("predicted_when_run", "first"),
         ).reset_index()
         return out.sort_values("compute_to_target").reset_index(drop=True)
 
@@ -81,6 +83,8 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     if not seeds:
         raise ConfigError(f"study: no finished trial in MLflow experiment {name!r}")
     baseline_trials = {t.info.run_id for t in trials if t.data.params.get("baseline") == "True"}
+    arms = {t.info.run_id: t.data.tags["workbench.arm"] for t in trials if "workbench.arm" in t.data.tags}
+    predicted_at = {t.info.run_id: t.data.metrics.get("study/predicted_compute_to_target", np.nan) for t in trials}
     ref = None
     for r in [*parent, *trials]:
         if "workbench.reference_mu" in r.data.tags:
@@ -110,6 +114,8 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": B / ratio,
                 "baseline": r.data.tags.get("mlflow.parentRunId") in baseline_trials,
+                "arm": arms.get(r.data.tags.get("mlflow.parentRunId"), "sampler"),
+                "predicted_when_run": predicted_at.get(r.data.tags.get("mlflow.parentRunId"), np.nan),
                 "best_accuracy": m["final/best_accuracy"],
                 "final_accuracy": m["final/accuracy"],
                 "initial_accuracy": m.get("final/initial_accuracy", np.nan),

@@ -28,6 +28,7 @@ def _config_record(row) -> dict:
         "trial_number": int(row["trial_number"]), "x": float(row["x"]), "y": float(row["y"]), "capacity": int(row["capacity"]),
         "ratio": float(row["ratio"]), "baseline": bool(row["baseline"]), "compute_to_target": float(row["compute_to_target"]),
         "best_accuracy": float(row["best_accuracy"]), "seeds": int(row["seeds"]), "censored_seeds": int(row["censored_seeds"]),
+        "arm": str(row.get("arm", "sampler")),
     }
 
 
@@ -68,6 +69,10 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
         "empirical": {**_config_record(best), "predicted_compute_to_target": float(fit.predict(best["x"], best["y"]))},
         "measured_ratio_nearest_predicted_to_empirical": float(nearest["compute_to_target"] / best["compute_to_target"]),
         "pareto_front": _pareto(configs),
+        "verified": [
+            {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]), "predicted_now": float(fit.predict(r["x"], r["y"]))}
+            for _, r in configs[configs["arm"] == "predicted"].iterrows()
+        ],
     }
     if len(base):
         b = base.iloc[0]
@@ -171,6 +176,15 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         lines.append(f"Savings against on-policy: measured {s['measured']:.1%}, predicted {s['predicted']:.1%}.")
     if p["on_policy_optimal"]:
         lines.append("The fitted model predicts that on-policy training is optimal on this task at this mu.")
+    if result.get("verified"):
+        lines += ["", "## The fitted optimum, run as trials of the study (`workbench study verify`)", "",
+                  "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | predicted by this fit | measured / predicted when run |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for v in result["verified"]:
+            lines.append(f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
+                         f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['predicted_now'])} "
+                         f"| {_fmt(v['compute_to_target'] / v['predicted_when_run'])} |")
+        lines += ["", "These runs are part of the data this fit was made from (the fit when they were run did not include them)."]
     lines += ["", "## What if generation cost more (re-accounted curves)", "", "| mu | predicted x* | predicted y* | empirical best (x, y) | savings vs on-policy, measured | predicted |", "|---|---|---|---|---|---|"]
     for mu, w in result["whatif"].items():
         s = w.get("savings_vs_on_policy", {})

@@ -75,3 +75,38 @@ def test_objectives_are_a_registry_users_can_extend():
         assert torch.isfinite(out.loss)
     finally:
         OBJECTIVES.pop("test_only_reinforce")
+
+
+def test_tis_truncates_the_detached_weight_and_keeps_every_token_learning():
+    inp = two_rollouts()
+    out = OBJECTIVES["tis"](inp, ObjectiveConfig(tis_cap=1.5))
+    # weights min(w, 1.5) with w = 2, 1, 0.5: loss = -(1.5 log .5 + 1 log .25 - 0.5 log .1) / 3
+    expected = -(1.5 * math.log(0.5) + math.log(0.25) - 0.5 * math.log(0.1)) / 3
+    assert out.loss.item() == pytest.approx(expected, rel=1e-6)
+    assert out.clip_frac == pytest.approx(1 / 3) and out.ratio_mean == pytest.approx(3.5 / 3, rel=1e-6)
+    out.loss.backward()
+    # unlike PPO's clip, the truncated token still gets a gradient, bounded by the cap
+    assert torch.allclose(inp.logprobs.grad, torch.tensor([[-0.5, -1 / 3], [0.5 / 3, 0.0]]), atol=1e-7)
+
+
+def test_decoupled_ppo_anchors_the_trust_region_on_the_proximal_policy():
+    inp = two_rollouts()
+    out = OBJECTIVES["decoupled_ppo"](inp, ObjectiveConfig(decoupled_weight_cap=None))
+    # pi_prox = the current policy (detached): u = 1, so the surrogate is A, weighted by pi_prox / pi_behav = 2, 1, 0.5
+    assert out.loss.item() == pytest.approx(-(2 + 1 - 0.5) / 3, rel=1e-6)
+    out.loss.backward()
+    assert torch.allclose(inp.logprobs.grad, torch.tensor([[-2 / 3, -1 / 3], [0.5 / 3, 0.0]]), atol=1e-7)
+    capped = OBJECTIVES["decoupled_ppo"](two_rollouts(), ObjectiveConfig(decoupled_weight_cap=1.5))
+    assert capped.loss.item() == pytest.approx(-(1.5 + 1 - 0.5) / 3, rel=1e-6) and capped.clip_frac == pytest.approx(1 / 3)
+
+
+def test_ratio_stats_report_extremes_second_moment_and_effective_sample_size():
+    from workbench.objectives import ratio_stats
+
+    s = ratio_stats(two_rollouts())
+    assert s["ratio_max"] == pytest.approx(2) and s["ratio_min"] == pytest.approx(0.5)
+    assert s["log_ratio_m2"] == pytest.approx(2 * math.log(2) ** 2 / 3, rel=1e-6)
+    assert s["ess"] == pytest.approx(3.5**2 / (3 * 5.25), rel=1e-6)
+    on_policy = two_rollouts()
+    on_policy.behaviour_logprobs = on_policy.logprobs.detach() * on_policy.mask
+    assert ratio_stats(on_policy)["ess"] == pytest.approx(1.0) and ratio_stats(on_policy)["log_ratio_m2"] == 0

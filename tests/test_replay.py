@@ -3,8 +3,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.config import ReplayConfig
-from workbench.replay import FreshCredit, ReplayBuffer, Rollout, batch_stats, group_advantages, make_strategy
+from workbench.replay import FreshCredit, ReplayBuffer, Rollout, batch_stats, group_advantages
+from workbench.strategies import uniform_draw
 
 
 def rollout(uid: int, birth: int) -> Rollout:
@@ -14,7 +14,7 @@ def rollout(uid: int, birth: int) -> Rollout:
 def test_fifo_eviction_by_capacity_keeps_the_newest():
     buf = ReplayBuffer(capacity=5)
     buf.add([rollout(i, 0) for i in range(8)])
-    assert buf.evict(step=0) == 3
+    assert [r.uid for r in buf.evict(step=0)] == [0, 1, 2]
     assert [r.uid for r in buf.items] == [3, 4, 5, 6, 7]
 
 
@@ -80,11 +80,10 @@ def test_borrowed_groups_are_repaid_so_the_long_run_rate_holds(batch, group, rat
 def test_uniform_draws_distinct_rollouts_and_keeps_them():
     buf = ReplayBuffer(capacity=64)
     buf.add([rollout(i, 0) for i in range(64)])
-    draw = make_strategy(ReplayConfig(strategy="uniform"))
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(50):
-        batch = draw(buf, [], 16, rng)
+        batch = uniform_draw(buf.items, 16, rng)
         uids = [r.uid for r in batch]
         assert len(set(uids)) == 16 and uids == sorted(uids)
         seen.update(uids)
@@ -99,18 +98,17 @@ def test_uniform_with_capacity_equal_to_batch_returns_exactly_the_fresh_rollouts
     buf.add(old)
     buf.add(fresh)
     buf.evict(1)
-    batch = make_strategy(ReplayConfig())(buf, fresh, 8, np.random.default_rng(3))
+    batch = uniform_draw(buf.items, 8, np.random.default_rng(3))
     assert batch == fresh
 
 
 def test_uniform_draw_is_uniform_over_the_buffer():
     buf = ReplayBuffer(capacity=20)
     buf.add([rollout(i, 0) for i in range(20)])
-    draw = make_strategy(ReplayConfig())
     rng = np.random.default_rng(1)
     counts = np.zeros(20)
     for _ in range(4000):
-        for r in draw(buf, [], 5, rng):
+        for r in uniform_draw(buf.items, 5, rng):
             counts[r.uid] += 1
     expected = 4000 * 5 / 20
     assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected))
@@ -119,8 +117,7 @@ def test_uniform_draw_is_uniform_over_the_buffer():
 def test_with_replacement_can_repeat_within_a_batch():
     buf = ReplayBuffer(capacity=4)
     buf.add([rollout(i, 0) for i in range(4)])
-    draw = make_strategy(ReplayConfig(with_replacement=True))
-    batch = draw(buf, [], 16, np.random.default_rng(0))
+    batch = uniform_draw(buf.items, 16, np.random.default_rng(0), with_replacement=True)
     assert len(batch) == 16 and len({r.uid for r in batch}) <= 4
 
 

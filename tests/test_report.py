@@ -109,3 +109,64 @@ def test_report_renders_every_figure_in_headless_chromium(report_dir, tmp_path):
     subprocess.run([browser, *flags, "--window-size=1100,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 20000
+
+
+@pytest.fixture(scope="module")
+def verified(report_dir):
+    """The same study after `workbench study verify --force`: its fitted optimum run as a new trial."""
+    out, uri = report_dir
+    tmp = out.parent
+    spec = tmp / "toy.yaml"
+    run = cli(["study", "verify", str(spec), "--force", "--json"], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    again = cli(["analyze", str(spec), "--bootstrap", "0", "--out", str(tmp / "out_verified")], tmp)
+    assert again.returncode == 0, again.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1]), json.loads((tmp / "out_verified" / "analysis.json").read_text()), tmp, uri
+
+
+@pytest.mark.slow
+def test_study_verify_runs_the_fitted_optimum_as_a_new_trial_of_the_study(verified):
+    import optuna
+
+    v, result, tmp, uri = verified
+    first = json.loads((tmp / "out" / "analysis.json").read_text())
+    # The knobs run are the fitted optimum of the study as it stood, rounded to whole rollouts.
+    assert v["knobs"]["replay.ratio"] == pytest.approx(max(1.0, first["predicted"]["y"]), rel=5e-3)
+    assert v["knobs"]["replay.capacity"] == max(16, round(first["predicted"]["x"] * 16 / v["knobs"]["replay.ratio"]))
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}")
+    trial = study.trials[v["trial_number"]]
+    assert trial.state.name == "COMPLETE" and trial.params == {} and trial.user_attrs["arm"] == "predicted"
+    assert trial.value == pytest.approx(v["measured"]) and trial.user_attrs["knobs"] == v["knobs"]
+    assert trial.user_attrs["predicted_compute_to_target"] == pytest.approx(v["predicted"])
+    # MLflow: a trial run tagged as the predicted arm, under the study's parent, with one finished run per seed.
+    client = MlflowClient(uri)
+    run = client.get_run(trial.user_attrs["mlflow_run_id"])
+    assert run.data.tags["workbench.arm"] == "predicted" and run.data.tags["mlflow.parentRunId"] == study.user_attrs["mlflow_parent_run_id"]
+    assert run.data.metrics["study/predicted_compute_to_target"] == pytest.approx(v["predicted"])
+    seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert sorted(int(r.data.params["seed"]) for r in seeds) == [0, 1]
+    assert {int(r.data.params["replay.capacity"]) for r in seeds} == {v["knobs"]["replay.capacity"]}
+    # The next analysis holds it, measured against predicted; it does not count as a sampler trial.
+    assert result["n_configurations"] == 4
+    [row] = result["verified"]
+    assert row["trial_number"] == v["trial_number"] and row["arm"] == "predicted"
+    assert row["compute_to_target"] == pytest.approx(v["measured"], rel=1e-6)
+    assert row["predicted_when_run"] == pytest.approx(v["predicted"], rel=1e-6)
+    status = cli(["study", "status", str(tmp / "toy.yaml"), "--table"], tmp)
+    assert "3 complete" in status.stdout and "1 predicted" in status.stdout
+    assert f"fitted optimum run as trial {v['trial_number']}" in status.stdout
+    assert f"\n{v['trial_number']},COMPLETE,predicted," in status.stdout
+
+
+def test_verify_maps_the_prediction_to_knobs_and_finds_a_measured_twin():
+    from workbench.study_verify import _measured_twin, predicted_knobs
+
+    result = {"predicted": {"x": 7.9, "y": 1.3712}, "configurations": [
+        {"trial_number": 0, "y": 1.0, "capacity": 128}, {"trial_number": 5, "y": 1.37, "capacity": 738}]}
+    knobs, x, y = predicted_knobs(result, 128)
+    assert knobs == {"replay.ratio": 1.37, "replay.capacity": 738, "replay.horizon": None}
+    assert y == 1.37 and x == pytest.approx(738 * 1.37 / 128)
+    assert _measured_twin(result, knobs) == 5
+    on_policy = {"predicted": {"x": 1.0, "y": 0.6}, "configurations": result["configurations"]}
+    knobs, x, y = predicted_knobs(on_policy, 128)
+    assert knobs["replay.ratio"] == 1.0 and knobs["replay.capacity"] == 128 and _measured_twin(on_policy, knobs) == 0

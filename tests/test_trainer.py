@@ -33,7 +33,7 @@ def test_ratio_one_with_capacity_b_is_on_policy_grpo(tracking_uri):
     groups = cfg.batch_size // cfg.group_size
     for step, record in enumerate(records):
         fresh, _ = generate_groups(policy, task, prompts.take(groups), cfg.group_size, step, sampler, step * cfg.batch_size)
-        out, _ = train_step(policy, optimizer, fresh, cfg, step)
+        out, _, _ = train_step(policy, optimizer, fresh, cfg, step)
         assert [r.uid for r in record.batch] == [r.uid for r in fresh]
         assert [r.completion_ids for r in record.batch] == [r.completion_ids for r in fresh]
         assert all(r.uses == 1 and r.age(step) == 0 for r in record.batch)

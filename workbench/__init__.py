@@ -5,7 +5,8 @@ The public surface: configs, the trial runner and the registries users extend.
 
 from workbench.config import ConfigError, TrialConfig, build_config, flatten, load_config
 from workbench.objectives import OBJECTIVES, register_objective
-from workbench.replay import STRATEGIES, ReplayBuffer, Rollout, register_strategy
+from workbench.replay import ReplayBuffer, Rollout
+from workbench.strategies import STRATEGIES, Strategy, register_strategy
 
 __all__ = [
     "ConfigError",
@@ -13,6 +14,7 @@ __all__ = [
     "ReplayBuffer",
     "Rollout",
     "STRATEGIES",
+    "Strategy",
     "TrialConfig",
     "build_config",
     "flatten",

@@ -108,6 +108,19 @@ def cmd_study_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study_verify(args: argparse.Namespace) -> int:
+    """Fit the study, run its predicted optimum as new trials of the study, print measured against predicted."""
+    from workbench.study_verify import verify_prediction
+
+    if args.bootstrap < 0:
+        raise ConfigError(f"--bootstrap: must be >= 0 (got {args.bootstrap})")
+    ctx = _study_context(args)
+    v = verify_prediction(ctx, threads=args.threads, bootstrap=args.bootstrap, force=args.force)
+    if args.json:
+        print(json.dumps(v.__dict__, default=float))
+    return 0
+
+
 def _analysis_inputs(args: argparse.Namespace) -> tuple[str, str]:
     from workbench.tracking import resolve_tracking_uri
 
@@ -260,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress lines")
     train.set_defaults(func=cmd_train)
 
-    study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status)")
+    study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status, verify)")
     ssub = study.add_subparsers(dest="study_command", required=True, parser_class=_Parser)
     run = ssub.add_parser("run", help="create or resume a study and run it with local worker processes")
     run.add_argument("spec", help="study spec YAML (studies/*.yaml)")
@@ -285,6 +298,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", action="store_true", help="print the trial table (CSV)")
     status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
     status.set_defaults(func=cmd_study_status)
+    verify = ssub.add_parser("verify", help="run the fitted optimum as new trials of the study: measured against predicted")
+    verify.add_argument("spec", help="the study spec YAML")
+    verify.add_argument("--storage")
+    verify.add_argument("--tracking-uri")
+    verify.add_argument("--threads", type=int, help="torch threads for its trials")
+    verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
+    verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
+    verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    verify.set_defaults(func=cmd_study_verify)
 
     for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (JSON)"),
                             ("report", cmd_report, "write reports/NAME/report.md and a self-contained report.html")):

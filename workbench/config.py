@@ -90,6 +90,64 @@ class GenerationConfig(_Section):
     """`null`: the task's own limit."""
 
 
+class PrioritizedConfig(_Section):
+    """`prioritized` (Yoo et al.; defaults are the reimplementation's "paper defaults", replay-papers §2.4)."""
+
+    replay_fraction: float = Field(0.5, ge=0)
+    """r: replayed rollouts per step = round(r · surviving fresh rollouts); uses per rollout y ≈ 1 + r."""
+    alpha: float = Field(0.5, ge=0)
+    """Priority exponent: P(i) ∝ (|A_i| + eps)^alpha (0 = uniform)."""
+    eps: float = Field(1e-6, gt=0)
+    tau_max: int = Field(10, ge=0)
+    """Rollouts older than tau_max optimizer steps are evicted (min with replay.horizon when that is set)."""
+    warmup_steps: int = Field(20, ge=0)
+    """No replay draw during the first steps, while the buffer fills."""
+    drop_zero_variance: bool = True
+    """Drop groups whose rewards are all equal before training and storing."""
+
+
+class PositiveBiasConfig(_Section):
+    """`positive_bias` (Arnal et al. §5.5)."""
+
+    delta: float = Field(0.2, ge=0, lt=1)
+    """Share of the buffer (and of each batch) reserved for the freshest correct rollouts."""
+    stratified: bool = True
+    """Draw round(delta · B) of each batch from the correct rollouts (false: one plain uniform draw)."""
+
+
+class RlepConfig(_Section):
+    """`rlep` (Zhang et al.; replay-papers §3.2)."""
+
+    m: int = Field(2, ge=1)
+    """M: pooled successes mixed into each prompt's group (G' = G + M)."""
+    pool: str | None = None
+    """JSONL pool (`{"prompt": ..., "completions": [...]}` per line); `null`: built once from the warm start."""
+    n_prompts: int = Field(2048, ge=1)
+    """The pool is collected on, and rlep trains on, the first n_prompts train prompts."""
+    seed_rl_steps: int = Field(60, ge=0)
+    """Phase 0: on-policy RL steps from the warm start that make the seed policy of the built pool."""
+    samples: int = Field(8, ge=1)
+    """Samples per prompt when collecting (RLEP: 64)."""
+    temperature: float = Field(0.7, gt=0)
+    """Sampling temperature when collecting (RLEP: 0.7)."""
+    min_correct: int = Field(2, ge=1)
+    """A prompt enters the pool with at least this many distinct correct completions (RLEP: 2)."""
+    max_per_prompt: int = Field(8, ge=1)
+
+
+class DggConfig(_Section):
+    """`dgg` (Miao et al.; replay-papers §4.3)."""
+
+    max_reuse: int = Field(4, ge=1)
+    """K: optimizer passes per fresh batch at most."""
+    tau: float = Field(0.5, gt=0)
+    """Gate when the z-score exceeds tau (the paper's range 0.1-1.0, recommended 0.1-0.5)."""
+    window: int = Field(20, ge=2)
+    """Running window of ungated passes for the mean and standard deviation."""
+    signal: Literal["energy", "increment", "either"] = "either"
+    """Z-score of the lm_head gradient energy, of its step-wise increment, or the larger of the two."""
+
+
 class ReplayConfig(_Section):
     capacity: int | None = Field(None, ge=1)
     """N: buffer capacity in rollouts, FIFO. `null` = batch_size (with ratio 1 that is on-policy GRPO)."""
@@ -98,19 +156,27 @@ class ReplayConfig(_Section):
     ratio: float = Field(1.0, ge=1)
     """y: mean number of optimizer steps a rollout is used in; fresh rollouts per step R = batch_size / ratio."""
     strategy: str = "uniform"
-    """How a batch is drawn from the buffer (a registered strategy name)."""
+    """What is generated and trained each step: `uniform`, `positive_bias`, `prioritized`, `rlep`, `dgg`."""
     with_replacement: bool = False
     """Draw the batch with replacement (the setting of Theorem 4.4). Never the baseline: see design §1."""
+    prioritized: PrioritizedConfig = PrioritizedConfig()
+    positive_bias: PositiveBiasConfig = PositiveBiasConfig()
+    rlep: RlepConfig = RlepConfig()
+    dgg: DggConfig = DggConfig()
 
 
 class ObjectiveConfig(_Section):
     name: str = "ppo_clip"
-    """A registered objective: `ppo_clip`, `asymre`."""
+    """A registered objective: `ppo_clip`, `asymre`, `decoupled_ppo` (AReaL), `tis` (truncated importance sampling)."""
     eps_low: float = Field(0.2, ge=0, lt=1)
     eps_high: float = Field(0.2, ge=0)
     """Upper clip; 0.28 is DAPO's clip-higher."""
     asymre_delta_v: float = -0.1
     """AsymRE baseline shift dV (Arnal et al.: V = group mean + dV, dV = -0.1)."""
+    tis_cap: float = Field(2.0, gt=0)
+    """`tis`: importance weights pi_theta / pi_behaviour are truncated at this cap C."""
+    decoupled_weight_cap: float | None = Field(5.0, gt=0)
+    """`decoupled_ppo`: cap of the behaviour weight pi_prox / pi_behav (`null`: uncapped)."""
 
 
 class BudgetConfig(_Section):
@@ -161,7 +227,7 @@ class TrialConfig(_Section):
     @model_validator(mode="after")
     def _cross_field(self) -> "TrialConfig":
         from workbench.objectives import OBJECTIVES
-        from workbench.replay import STRATEGIES
+        from workbench.strategies import STRATEGIES
 
         if self.replay.capacity is not None and self.replay.capacity < self.batch_size:
             raise ValueError(
@@ -170,6 +236,7 @@ class TrialConfig(_Section):
             )
         if self.replay.strategy not in STRATEGIES:
             raise ValueError(f"replay.strategy: unknown {self.replay.strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+        STRATEGIES[self.replay.strategy].validate(self)
         if self.objective.name not in OBJECTIVES:
             raise ValueError(f"objective.name: unknown {self.objective.name!r}; known: {', '.join(sorted(OBJECTIVES))}")
         if self.budget.compute_units is None and self.budget.steps is None:
@@ -180,8 +247,13 @@ class TrialConfig(_Section):
 
     @property
     def capacity(self) -> int:
-        """The buffer capacity in effect (N); `replay.capacity: null` means the batch size."""
-        return self.replay.capacity if self.replay.capacity is not None else self.batch_size
+        """The buffer capacity in effect (N); `replay.capacity: null` means the strategy's default (the batch size,
+        except for `prioritized`, whose FIFO backstop holds every rollout younger than tau_max)."""
+        from workbench.strategies import STRATEGIES
+
+        if self.replay.capacity is not None:
+            return self.replay.capacity
+        return STRATEGIES[self.replay.strategy].default_capacity(self)
 
     @property
     def fresh_per_step(self) -> float:

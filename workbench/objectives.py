@@ -35,7 +35,30 @@ class ObjectiveOutput:
     ratio_mean: float
     """Mean importance ratio pi_theta / pi_behaviour over tokens."""
     clip_frac: float
-    """Share of tokens whose clipped term was active."""
+    """Share of tokens whose clipped or truncated term was active."""
+    stats: dict[str, float] | None = None
+    """Importance-ratio statistics of the batch (`ratio_stats`), filled in by the trainer."""
+
+
+def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
+    """Off-policy diagnostics of a batch: token importance ratios w = pi_theta / pi_behaviour.
+
+    - `ratio_max`, `ratio_min`: extremes over completion tokens;
+    - `log_ratio_m2`: mean (log w)² over tokens, M2PO's second moment (replay-papers §5);
+    - `ess`: normalised effective sample size of the token weights, (Σw)² / (n Σw²), in (0, 1]; 1 when on-policy.
+    """
+    with torch.no_grad():
+        mask = inp.mask.bool()
+        log_w = (inp.logprobs.detach() - inp.behaviour_logprobs)[mask].double()
+        if log_w.numel() == 0:
+            return {"ratio_max": 1.0, "ratio_min": 1.0, "log_ratio_m2": 0.0, "ess": 1.0}
+        w = torch.exp(log_w)
+        return {
+            "ratio_max": float(w.max()),
+            "ratio_min": float(w.min()),
+            "log_ratio_m2": float((log_w**2).mean()),
+            "ess": float(w.sum() ** 2 / (w.numel() * (w**2).sum())),
+        }
 
 
 OBJECTIVES: dict[str, Callable[[ObjectiveInput, object], ObjectiveOutput]] = {}
@@ -87,3 +110,47 @@ def asymre(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     with torch.no_grad():
         ratio_mean = float(_token_mean(torch.exp((inp.logprobs - inp.behaviour_logprobs) * mask), mask))
     return ObjectiveOutput(loss, ratio_mean, 0.0)
+
+
+@register_objective("decoupled_ppo")
+def decoupled_ppo(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """AReaL's decoupled PPO (arXiv 2505.24298; replay-papers §5): the trust region is anchored on the proximal
+    policy, the behaviour gap corrected by a detached weight.
+
+    per token: -(pi_prox / pi_behav) * min(u * A, clip(u, 1 - eps_low, 1 + eps_high) * A), u = pi_theta / pi_prox.
+    pi_prox is the policy before this optimizer step (the trainer takes one step per batch, so it is the current
+    parameters, detached): u = 1 in value and the clip bounds how far this step moves, while the stored
+    behaviour log-probs only enter the weight, capped at `decoupled_weight_cap` (AReaL's behav_imp_weight_cap).
+    """
+    mask = inp.mask.float()
+    prox = inp.logprobs.detach()
+    weight = torch.exp((prox - inp.behaviour_logprobs) * mask)
+    if cfg.decoupled_weight_cap is not None:
+        weight = torch.clamp(weight, max=cfg.decoupled_weight_cap)
+    u = torch.exp((inp.logprobs - prox) * mask)
+    adv = inp.advantages[:, None].to(u.dtype)
+    surrogate = torch.minimum(u * adv, torch.clamp(u, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
+    loss = -_token_mean(weight * surrogate, mask)
+    with torch.no_grad():
+        capped = float(_token_mean((weight >= cfg.decoupled_weight_cap).float(), mask)) if cfg.decoupled_weight_cap is not None else 0.0
+        ratio_mean = float(_token_mean(torch.exp((prox - inp.behaviour_logprobs) * mask), mask))
+    return ObjectiveOutput(loss, ratio_mean, capped)
+
+
+@register_objective("tis")
+def truncated_is(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """Truncated importance sampling policy gradient (as TRL's and verl's rollout corrections truncate the ratio).
+
+    per token: -min(w, C) * A * logp, w = pi_theta / pi_behaviour detached, C = `tis_cap`. Unlike PPO's clip,
+    the truncation bounds the weight without zeroing the gradient of tokens beyond it, so stale tokens still learn
+    with a bounded weight; the bias of the truncation is the price of its bounded variance.
+    """
+    mask = inp.mask.float()
+    w = torch.exp((inp.logprobs.detach() - inp.behaviour_logprobs) * mask)
+    weight = torch.clamp(w, max=cfg.tis_cap)
+    adv = inp.advantages[:, None].to(inp.logprobs.dtype)
+    loss = -_token_mean(weight * adv * inp.logprobs, mask)
+    with torch.no_grad():
+        truncated = float(_token_mean((w > cfg.tis_cap).float(), mask))
+        ratio_mean = float(_token_mean(w, mask))
+    return ObjectiveOutput(loss, ratio_mean, truncated)

@@ -107,7 +107,7 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     if spec.sampler == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed)
     # TPE: multivariate and group handle the conditional knobs of strategies; a few random trials first.
-    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(5, spec.n_trials))
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=min(5, spec.n_trials))
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
@@ -138,6 +138,8 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
             study.set_user_attr(ATTR_MU, spec.compute_mu)
         if spec.baseline:
             study.enqueue_trial(spec.baseline_params(), user_attrs={"baseline": True})
+        for point in spec.points:
+            study.enqueue_trial(point, user_attrs={"point": True})
     if ATTR_PARENT_RUN not in attrs:
         parent = TrialLogger(
             ctx.tracking_uri,
@@ -172,8 +174,10 @@ def load_existing(ctx: StudyContext, name: str | None = None) -> optuna.Study:
 
 
 def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
-    params = {}
+    params: dict[str, Any] = {}
     for key, dim in spec.search_space.items():
+        if not dim.active(params):
+            continue  # a conditional knob whose condition does not hold (e.g. another strategy's parameter)
         if dim.choices is not None:
             params[key] = trial.suggest_categorical(key, dim.choices)
         elif dim.is_int:
@@ -210,9 +214,7 @@ class StudyObjective:
         self.baseline_threads = baseline_threads or threads
 
     def __call__(self, trial: optuna.Trial):
-        from workbench.trainer import TrialStopped, run_trial
-
-        spec, ctx = self.ctx.spec, self.ctx
+        spec = self.ctx.spec
         params = suggest(trial, spec)
         is_baseline = bool(trial.user_attrs.get("baseline"))
         # Without a reference mu yet (the baseline, or the first trial of a study without one), this trial
@@ -230,17 +232,34 @@ class StudyObjective:
             trial.set_user_attr("skip_reason", f"same configuration as trial {twin}")
             raise optuna.TrialPruned(f"duplicate of trial {twin}")
         threads = self.baseline_threads if is_baseline else self.threads
-        configs = [spec.trial_config(params, seed, mu=mu, threads=threads) for seed in spec.seed_list]
+        return self.evaluate(trial, params, is_baseline=is_baseline, mu=mu, threads=threads)
 
+    def evaluate(
+        self, trial: optuna.Trial, params: dict[str, Any], *, is_baseline: bool, mu: float | None, threads: int | None,
+        arm: str | None = None, extra_metrics: dict[str, float] | None = None,
+    ):
+        """Train `params` once per seed of the spec under an MLflow trial run; return the objective value(s).
+
+        `arm` tags a run that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`).
+        """
+        from workbench.trainer import TrialStopped, run_trial
+
+        spec, ctx = self.ctx.spec, self.ctx
+        configs = [spec.trial_config(params, seed, mu=mu, threads=threads) for seed in spec.seed_list]
         parent = self.study.user_attrs[ATTR_PARENT_RUN]
         tags = {"workbench.study": spec.name, "workbench.trial_number": str(trial.number), "optuna.trial_number": str(trial.number)}
-        logger = TrialLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}", parent_run_id=parent, tags={**tags, "workbench.kind": "trial"})
+        if arm:
+            tags["workbench.arm"] = arm
+        logger = TrialLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
+                             parent_run_id=parent, tags={**tags, "workbench.kind": "trial"})
         trial.set_user_attr("mlflow_run_id", logger.run_id)
         logger.log_params({**{f"knob.{k}": v for k, v in params.items()}, "seeds": ",".join(map(str, spec.seed_list)), "baseline": is_baseline})
+        if extra_metrics:
+            logger.log_metrics(extra_metrics, step=0)
         try:
             results = []
             for i, cfg in enumerate(configs):
-                on_eval = self._pruning_hook(trial) if (i == 0 and spec.pruner) else None
+                on_eval = self._pruning_hook(trial) if (i == 0 and spec.pruner and not arm) else None
                 results.append(
                     run_trial(
                         cfg,
@@ -256,7 +275,7 @@ class StudyObjective:
             if mu is None:
                 mu = statistics.median(r.metrics["final/mu"] for r in results)
                 self.study.set_user_attr(ATTR_MU, mu)
-                logger.set_tags({"workbench.reference_mu": f"{mu:.4f}"})
+                logger.set_tags({"workbench.reference_mu": repr(float(mu))})
             target = configs[0].eval.target_accuracy
             per_seed = [
                 {**seed_values(r.evals, r.metrics, spec, target, mu, cfg.batch_size), "seed": cfg.seed}
@@ -272,6 +291,7 @@ class StudyObjective:
             logger.set_tags({"workbench.status": "finished"})
             logger.end("FINISHED")
             values = [summary[name] for name in spec.objectives]
+            trial.set_user_attr("summary", summary)
             self.say(f"trial {trial.number} done: {fmt_params(params)} -> " + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values)))
             return values[0] if len(values) == 1 else values
         except TrialStopped as err:
@@ -313,12 +333,15 @@ def fmt_params(params: dict[str, Any]) -> str:
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
-    """Trials by state; skipped proposals (x < y, or a configuration already run) counted apart."""
+    """Trials by state; skipped proposals (x < y, or a configuration already run) and the runs of a fitted
+    optimum (`study verify`, which are not sampler proposals and do not count towards n_trials) counted apart."""
     out = {s.name.lower(): 0 for s in TrialState}
-    out["skipped"] = 0
+    out["skipped"] = out["predicted"] = 0
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get("skipped"):
             out["skipped"] += 1
+        elif t.user_attrs.get("arm"):
+            out["predicted"] += 1
         else:
             out[t.state.name.lower()] += 1
     return out
@@ -366,7 +389,7 @@ def run_worker(
 
 def _same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
-        if t.number != number and not t.user_attrs.get("skipped") and t.params == params:
+        if t.number != number and not t.user_attrs.get("skipped") and not t.user_attrs.get("arm") and t.params == params:
             return t.number
     return None
 
@@ -376,7 +399,8 @@ def _space_exhausted(study: optuna.Study, spec: StudySpec) -> bool:
     size = feasible_space_size(spec)
     if size is None:
         return False
-    ran = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)) if not t.user_attrs.get("skipped")}
+    ran = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+           if not t.user_attrs.get("skipped") and not t.user_attrs.get("arm")}
     return len(ran) >= size
 
 
@@ -410,7 +434,7 @@ def finalize(ctx: StudyContext, study: optuna.Study) -> str | None:
         client.log_metric(parent, f"study/trials_{state}", n)
     mu = study.user_attrs.get(ATTR_MU)
     if mu is not None:
-        client.set_tag(parent, "workbench.reference_mu", f"{mu:.4f}")
+        client.set_tag(parent, "workbench.reference_mu", repr(float(mu)))
     return table
 
 
@@ -420,16 +444,19 @@ def trial_table(study: optuna.Study) -> str:
     import io
 
     trials = study.get_trials(deepcopy=False)
-    knobs = sorted({k for t in trials for k in t.params})
+    params = {t.number: t.params or t.user_attrs.get("knobs", {}) for t in trials}  # a verify arm keeps its knobs apart
+    knobs = sorted({k for t in trials for k in params[t.number]})
     names = objective_names(study)
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["number", "state", *knobs, *names, "censored_seeds", "mlflow_run_id", "fail_reason"])
+    writer.writerow(["number", "state", "arm", *knobs, *names, "predicted", "censored_seeds", "mlflow_run_id", "fail_reason"])
     for t in trials:
         values = t.values or [None] * len(names)
         writer.writerow(
-            [t.number, t.state.name, *[t.params.get(k) for k in knobs], *values, t.user_attrs.get("censored_seeds"),
-             t.user_attrs.get("mlflow_run_id"), t.user_attrs.get("fail_reason") or t.user_attrs.get("skip_reason")]
+            [t.number, t.state.name, t.user_attrs.get("arm", "baseline" if t.user_attrs.get("baseline") else "sampler"),
+             *[params[t.number].get(k) for k in knobs], *values, t.user_attrs.get("predicted_compute_to_target"),
+             t.user_attrs.get("censored_seeds"), t.user_attrs.get("mlflow_run_id"),
+             t.user_attrs.get("fail_reason") or t.user_attrs.get("skip_reason")]
         )
     return buf.getvalue()
 
@@ -454,10 +481,14 @@ def summary_lines(study: optuna.Study) -> list[str]:
     if len(names) == 1:
         best = study.best_trial
         base = next((t for t in complete if t.user_attrs.get("baseline")), None)
-        lines.append(f"best: trial {best.number} {fmt_params(best.params)} -> {names[0]} {best.value:.4g}"
+        lines.append(f"best: trial {best.number} {fmt_params(best.params or best.user_attrs.get('knobs', {}))} -> {names[0]} {best.value:.4g}"
                      f" (censored seeds: {best.user_attrs.get('censored_seeds', 0)})")
         if base is not None and base.number != best.number and names[0].endswith("_to_target"):
             lines.append(f"on-policy baseline: trial {base.number} -> {base.value:.4g}; best/baseline = {best.value / base.value:.3f}")
+        for t in complete:
+            if t.user_attrs.get("arm") == "predicted":
+                lines.append(f"fitted optimum run as trial {t.number} {fmt_params(t.user_attrs.get('knobs', {}))}: measured {t.value:.4g},"
+                             f" predicted {t.user_attrs.get('predicted_compute_to_target', float('nan')):.4g}")
     else:
         lines.append("Pareto front (" + ", ".join(names) + "):")
         for t in sorted(study.best_trials, key=lambda t: t.values[0]):

@@ -43,6 +43,18 @@ class Dimension(BaseModel):
     type: Literal["int", "float"] | None = None
     """Defaults to int when low and high are integers (and no float step is given)."""
     choices: list[Any] | None = None
+    when: dict[str, Any] | None = None
+    """Conditional knob: sampled only when each named knob (earlier in the space) has the given value, or one of
+    the given values for a list (`when: {replay.strategy: [uniform, positive_bias]}`)."""
+
+    def active(self, params: dict[str, Any]) -> bool:
+        """Whether this knob is sampled given the knobs sampled before it."""
+        for key, want in (self.when or {}).items():
+            if key not in params:
+                return False
+            if params[key] not in (want if isinstance(want, list) else [want]):
+                return False
+        return True
 
     @model_validator(mode="after")
     def _shape(self) -> "Dimension":
@@ -115,6 +127,9 @@ class StudySpec(BaseModel):
     """The study's reference mu. `null`: measured on the baseline trial (median over its seeds)."""
     max_failures: int = Field(20, ge=0)
     """Stop the study after this many failed trials (a configuration that always crashes must not loop forever)."""
+    points: list[dict[str, Any]] = []
+    """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
+    strategy with its paper's settings); the sampler proposes the trials after them."""
 
     @field_validator("seeds")
     @classmethod
@@ -187,7 +202,7 @@ class StudySpec(BaseModel):
                 params[key] = "uniform"
             else:
                 params[key] = _get_dotted(self.base_config_dict(), key)
-        return params
+        return {k: v for k, v in params.items() if self.search_space[k].active(params)}
 
     def base_config_dict(self) -> dict[str, Any]:
         return build_config(self.base).model_dump()
@@ -230,11 +245,46 @@ def _check(spec: StudySpec) -> None:
                 if knob == "x" and "replay.capacity" in msg:
                     continue  # infeasible (x, y) pairs are skipped at run time
                 raise ConfigError(f"search_space.{knob}: value {value!r} gives an invalid trial ({msg})") from None
+    keys = list(spec.search_space)
+    for knob, dim in spec.search_space.items():
+        for key, want in (dim.when or {}).items():
+            if key not in keys or keys.index(key) >= keys.index(knob):
+                raise ConfigError(f"search_space.{knob}.when: {key!r} must be a knob listed before {knob!r}")
+            for value in want if isinstance(want, list) else [want]:
+                other = spec.search_space[key]
+                if other.choices is not None and value not in other.choices:
+                    raise ConfigError(f"search_space.{knob}.when: {key} never takes the value {value!r}")
     if spec.sampler == "grid":
+        if any(d.when for d in spec.search_space.values()):
+            raise ConfigError("sampler: grid cannot sample conditional knobs (`when`); list the configurations under points")
         try:
             spec.grid()
         except ValueError as err:
             raise ConfigError(f"search_space: {err}") from None
+    for i, point in enumerate(spec.points):
+        check_point(spec, point, f"points[{i}]")
+
+
+def check_point(spec: "StudySpec", point: dict[str, Any], where: str) -> None:
+    """A configuration given as knob values: every knob known, every value allowed, conditions respected."""
+    for key, value in point.items():
+        if key not in spec.search_space:
+            raise ConfigError(f"{where}.{key}: not a knob of search_space")
+        dim = spec.search_space[key]
+        if dim.choices is not None and value not in dim.choices:
+            raise ConfigError(f"{where}.{key}: {value!r} is not among the choices {dim.choices}")
+        if dim.choices is None and not (dim.low <= value <= dim.high):
+            raise ConfigError(f"{where}.{key}: {value!r} is outside [{dim.low:g}, {dim.high:g}]")
+    for key, dim in spec.search_space.items():
+        active = dim.active(point)
+        if active and key not in point:
+            raise ConfigError(f"{where}: missing knob {key}")
+        if not active and key in point:
+            raise ConfigError(f"{where}.{key}: inactive here (its condition {dim.when} does not hold)")
+    try:
+        spec.trial_config(point, seed=0)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: gives an invalid trial ({err})") from None
 
 
 def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> StudySpec:
@@ -267,10 +317,13 @@ def feasible_space_size(spec: StudySpec) -> int | None:
         return None
     keys = list(grid)
     default_ratio = build_config(spec.base).replay.ratio
-    n = 0
+    seen = set()
     for values in itertools.product(*grid.values()):
-        point = dict(zip(keys, values))
+        point: dict[str, Any] = {}
+        for key, value in zip(keys, values):
+            if spec.search_space[key].active(point):
+                point[key] = value
         if "x" in point and point["x"] < point.get("replay.ratio", default_ratio):
             continue
-        n += 1
-    return n
+        seen.add(tuple(sorted(point.items(), key=lambda kv: kv[0])))
+    return len(seen)

@@ -1,11 +1,11 @@
 """One trial: GRPO with a replay buffer, from a config to MLflow (design §2).
 
     loop until the budget is spent:
-        fresh = generate whole groups for the fresh credit        # generate_groups
-        buffer.add(fresh); buffer.evict(step)                     # replay.ReplayBuffer
-        batch = draw(buffer, fresh, B)                            # a registered strategy
+        fresh = generate strategy.groups(step) whole groups       # generate_groups
+        batch = strategy.batch(fresh, step)                       # a registered strategy (owns the buffer)
         loss  = objective(policy, batch)                          # a registered objective
-        optimizer step; account compute; log metrics              # train_step, ComputeMeter, TrialLogger
+        optimizer step unless strategy.gate(...)                  # train_step (dgg may drop the update)
+        account compute; log metrics                              # ComputeMeter, TrialLogger
         every eval.every steps: evaluate on the held-out set      # Evaluator
 """
 
@@ -25,9 +25,10 @@ from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
 from workbench.evaluation import Evaluator
 from workbench.generation import encode_prompts, sample, score
-from workbench.objectives import OBJECTIVES, ObjectiveInput, ObjectiveOutput
+from workbench.objectives import OBJECTIVES, ObjectiveInput, ObjectiveOutput, ratio_stats
 from workbench.policy import count_parameters, ensure_embedded_checkpoint, load_policy, resolve_device, resolve_dtype
-from workbench.replay import FreshCredit, ReplayBuffer, Rollout, batch_stats, group_advantages, make_strategy
+from workbench.replay import Rollout, batch_stats, group_advantages
+from workbench.strategies import StrategyContext, make_strategy
 from workbench.tasks import Task, load_task
 from workbench.tracking import TrialLogger, resolve_tracking_uri
 
@@ -62,10 +63,13 @@ class TrialResult:
 
 
 class PromptStream:
-    """Train prompts in a seeded order, reshuffled every epoch: deterministic for the trial seed."""
+    """Train prompts in a seeded order, reshuffled every epoch: deterministic for the trial seed.
 
-    def __init__(self, n: int, seed: int):
-        self.n, self.rng, self.order, self.pos = n, np.random.default_rng([seed, 0]), np.arange(0), 0
+    `subset` restricts the stream to those train indices (a strategy's own prompt set, e.g. rlep's pool)."""
+
+    def __init__(self, n: int, seed: int, subset: list[int] | None = None):
+        self.subset = np.asarray(subset if subset is not None else range(n))
+        self.n, self.rng, self.order, self.pos = len(self.subset), np.random.default_rng([seed, 0]), np.arange(0), 0
 
     def take(self, k: int) -> list[int]:
         out = []
@@ -73,7 +77,7 @@ class PromptStream:
             if self.pos >= len(self.order):
                 self.order, self.pos = self.rng.permutation(self.n), 0
             take = min(k - len(out), len(self.order) - self.pos)
-            out.extend(int(i) for i in self.order[self.pos : self.pos + take])
+            out.extend(int(self.subset[i]) for i in self.order[self.pos : self.pos + take])
             self.pos += take
         return out
 
@@ -153,19 +157,40 @@ def objective_input(policy: Policy, batch: list[Rollout]) -> ObjectiveInput:
     )
 
 
-def train_step(policy: Policy, optimizer, batch: list[Rollout], cfg: TrialConfig, step: int) -> tuple[ObjectiveOutput, float]:
-    """One optimizer step of the configured objective on `batch`; returns its output and the gradient norm."""
+def rescore(policy: Policy, rollouts: list[Rollout]) -> None:
+    """Replace the rollouts' behaviour log-probs by the current policy's (no grad): RLEP's recomputed old log-probs."""
+    if not rollouts:
+        return
+    policy.model.eval()
+    with torch.no_grad():
+        logprobs, _ = score(policy.model, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
+                            temperature=policy.temperature, pad_id=policy.pad_id)
+    for i, r in enumerate(rollouts):
+        r.behaviour_logprobs = logprobs[i, : len(r.completion_ids)].detach().cpu()
+
+
+def train_step(
+    policy: Policy, optimizer, batch: list[Rollout], cfg: TrialConfig, step: int, gate: Callable[[object, int], bool] | None = None
+) -> tuple[ObjectiveOutput, float, bool]:
+    """One optimizer step of the configured objective on `batch`; returns its output, the gradient norm and
+    whether the step was applied (`gate`, called after backward, may drop it: its gradients are set to None,
+    so the optimizer skips every parameter and its state is untouched)."""
     policy.model.train()
-    out = OBJECTIVES[cfg.objective.name](objective_input(policy, batch), cfg.objective)
+    inp = objective_input(policy, batch)
+    out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
+    out.stats = ratio_stats(inp)
     if not torch.isfinite(out.loss):
         raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
+    if gate is not None and gate(policy.model, step):
+        optimizer.zero_grad(set_to_none=True)
+        return out, 0.0, False
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip))
     if not math.isfinite(grad_norm):
         raise TrialDiverged(f"gradient norm is {grad_norm} at step {step}")
     optimizer.step()
-    return out, grad_norm
+    return out, grad_norm, True
 
 
 def _budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter) -> bool:
@@ -225,11 +250,9 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
     logger.set_tags({"workbench.model_path": policy.path, "workbench.device": str(policy.device)})
     B, G = cfg.batch_size, cfg.group_size
     optimizer = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
-    buffer = ReplayBuffer(cfg.capacity, cfg.replay.horizon)
-    credit = FreshCredit(cfg.fresh_per_step, G)
-    draw = make_strategy(cfg.replay)
+    strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), progress, policy.max_new_tokens))
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
-    prompts = PromptStream(len(task.train), cfg.seed)
+    prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
     sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed)
     replay_rng = np.random.default_rng([cfg.seed, 1])
     evaluate = Evaluator(
@@ -245,6 +268,7 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
     evals: list[dict[str, float]] = []
     ages_seen: Counter[int] = Counter()
     next_uid = 0
+    updates = 0
 
     def run_eval(step: int) -> None:
         res = evaluate(policy.model)
@@ -269,13 +293,7 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
     run_eval(0)
     step = 0
     while _budget_left(cfg, step, meter):
-        groups = credit.accrue()
-        short = B - len(buffer) - groups * G  # the first batches need B distinct rollouts in the buffer
-        if short > 0 and not cfg.replay.with_replacement:
-            extra = math.ceil(short / G)
-            credit.borrow(extra)
-            groups += extra
-
+        groups = strategy.groups(step)
         fresh: list[Rollout] = []
         out = None
         if groups:
@@ -285,22 +303,32 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
             meter.gen_tokens += out.generated_tokens
             meter.prefill_tokens += out.prefill_tokens
 
-        buffer.add(fresh)
-        buffer.evict(step)
-        batch = draw(buffer, fresh, B, replay_rng)
-
-        with meter.timed("train"):
-            obj, grad_norm = train_step(policy, optimizer, batch, cfg, step)
-        meter.train_tokens += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
-        for r in batch:
-            r.uses += 1
+        with meter.timed("train"):  # a strategy may score rollouts (rlep): training-side compute
+            batch = strategy.batch(fresh, step, replay_rng)
+        metrics: dict[str, float] = {}
+        if batch:
+            with meter.timed("train"):
+                obj, grad_norm, applied = train_step(policy, optimizer, batch, cfg, step, strategy.gate)
+            meter.train_tokens += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
+            for r in batch:
+                r.uses += 1
+            stats = batch_stats(batch, step)
+            ages_seen.update(stats.ages)
+            updates += int(applied)
+            metrics.update({
+                "train/loss": float(obj.loss.detach()),
+                "train/grad_norm": grad_norm,
+                "train/batch_size": len(batch),
+                "replay/age_mean": stats.age_mean,
+                "replay/age_max": stats.age_max,
+                "replay/uses_mean": stats.uses_mean,
+                "offpolicy/ratio_mean": obj.ratio_mean,
+                "offpolicy/clip_frac": obj.clip_frac,
+                **{f"offpolicy/{k}": v for k, v in (obj.stats or {}).items()},
+            })
         meter.step(len(fresh), len(batch))
-
-        stats = batch_stats(batch, step)
-        ages_seen.update(stats.ages)
-        metrics = {
-            "train/loss": float(obj.loss.detach()),
-            "train/grad_norm": grad_norm,
+        metrics.update({
+            "train/updates": updates,
             "compute/units": meter.units,
             "compute/gen_tokens": meter.gen_tokens,
             "compute/train_tokens": meter.train_tokens,
@@ -310,33 +338,29 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
             "compute/train_seconds": meter.seconds["train"],
             "compute/flops": meter.flops["total"],
             "compute/mu": meter.mu,
-            "replay/buffer_size": len(buffer),
+            "replay/buffer_size": strategy.size(),
             "replay/fresh": len(fresh),
-            "replay/age_mean": stats.age_mean,
-            "replay/age_max": stats.age_max,
-            "replay/uses_mean": stats.uses_mean,
-            "offpolicy/ratio_mean": obj.ratio_mean,
-            "offpolicy/clip_frac": obj.clip_frac,
-        }
+            **strategy.metrics(),
+        })
         if fresh:
             metrics["train/reward_mean"] = float(np.mean([r.reward for r in fresh]))
             metrics["policy/entropy"] = out.entropy_mean
             metrics["train/completion_length"] = out.generated_tokens / len(fresh)
         logger.log_metrics(metrics, step)
         if observer:
-            observer(StepRecord(step, fresh, batch, float(obj.loss.detach()), metrics))
+            observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
         step += 1
         if step % cfg.eval.every == 0 or not _budget_left(cfg, step, meter):
             run_eval(step)
 
-    final = _final_metrics(cfg, evals, meter, step, time.perf_counter() - t_start)
+    final = _final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     logger.log_metrics(final, step)
     logger.log_text(json.dumps({"age_counts": {str(k): v for k, v in sorted(ages_seen.items())}}), "replay/age_histogram.json")
     logger.log_text(json.dumps(evals), "eval/curve.json")
     return TrialResult(logger.run_id, final, evals)
 
 
-def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, wall: float) -> dict[str, float]:
+def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float) -> dict[str, float]:
     reached = [e for e in evals if e["accuracy"] >= cfg.eval.target_accuracy]
     final = {
         "final/accuracy": evals[-1]["accuracy"],
@@ -346,6 +370,7 @@ def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, wal
         "final/compute_units": meter.units,
         "final/censored": 0.0 if reached else 1.0,
         "final/steps": steps,
+        "final/updates": updates,
         "final/mu": meter.mu,
         "final/gen_seconds": meter.seconds["gen"],
         "final/train_seconds": meter.seconds["train"],
