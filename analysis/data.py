@@ -91,10 +91,13 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             ref = float(r.data.tags["workbench.reference_mu"])
             break
 
+    # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
+    # attempt finished would otherwise count its configuration twice.
+    complete = {t.info.run_id for t in trials if t.info.status == "FINISHED" and t.data.tags.get("workbench.status") == "finished"}
     rows, curve_rows, entropy_rows, ages = [], [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in seeds:
-            if r.data.tags.get("workbench.status") != "finished":
+            if r.data.tags.get("workbench.status") != "finished" or r.data.tags.get("mlflow.parentRunId") not in complete:
                 continue
             p, m = r.data.params, r.data.metrics
             B = int(p["batch_size"])
@@ -132,6 +135,8 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             units = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, "compute/units")}
             for mm in client.get_metric_history(r.info.run_id, "policy/entropy"):
                 entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": units.get(mm.step)})
+    if not rows:
+        raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
     runs = pd.DataFrame(rows)
     curves = pd.DataFrame(curve_rows)
     target = float(runs["target"].iloc[0])

@@ -79,7 +79,7 @@ def toy_spec(tmp_path: Path, **fields) -> Path:
     }
     spec.update(fields)
     path = tmp_path / "toy.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
 

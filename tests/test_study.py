@@ -75,6 +75,24 @@ def assert_accounted_once(study, client: MlflowClient, name: str) -> None:
         ({"target_accuracy": 1.5}, "target_accuracy"),
         ({"base": {"replay": {"capacity": 0}}}, "base.replay.capacity"),
         ({"sampler": "grid", "search_space": {"replay.ratio": {"low": 1, "high": 2}}}, "search_space: step"),
+        ({"search_space": {"replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}}},
+         "search_space.replay.dgg.tau.when: 'replay.strategy' must be a knob listed before"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "rlep"}}}},
+         "search_space.replay.dgg.tau.when: replay.strategy never takes the value 'rlep'"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]}}, "points": [{"replay.strategy": "per"}]},
+         "points[0].replay.strategy: 'per' is not among the choices"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
+          "points": [{"replay.strategy": "uniform", "replay.dgg.tau": 0.5}]},
+         "points[0].replay.dgg.tau: inactive here"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
+          "points": [{"replay.strategy": "dgg"}]},
+         "points[0]: missing knob replay.dgg.tau"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "prioritized"]}}, "points": [{"replay.strategy": "prioritized"}],
+          "base": {**{k: v for k, v in TOY.items() if k != "threads"}, "replay": {"ratio": 2}}},
+         "search_space.replay.strategy: value 'prioritized' gives an invalid trial (replay.ratio: must be 1"),
     ],
 )
 def test_bad_specs_name_their_field(tmp_path, change, field):
@@ -94,7 +112,7 @@ def test_bad_spec_through_the_cli_exits_2_with_one_line_and_creates_nothing(tmp_
 
 def test_shipped_specs_are_valid():
     names = sorted(p.stem for p in STUDIES.glob("*.yaml"))
-    assert {"quickstart", "replay_grid", "paper_repro"} <= set(names)
+    assert {"quickstart", "replay_grid", "paper_repro", "strategies"} <= set(names)
     for path in STUDIES.glob("*.yaml"):
         spec = load_spec(path)
         assert spec.name == path.stem
@@ -263,3 +281,40 @@ def test_multi_objective_study_reports_a_pareto_front(tmp_path):
     for t in done:
         per_seed = t.user_attrs["per_seed"][0]
         assert t.values == [per_seed["best_accuracy"], per_seed["compute_units"]]
+
+
+def test_strategy_as_a_categorical_knob_with_conditional_parameters_and_points(tmp_path):
+    space = {
+        "replay.strategy": {"choices": ["uniform", "dgg", "prioritized"]},
+        "replay.ratio": {"choices": [2], "when": {"replay.strategy": "uniform"}},
+        "x": {"choices": [4], "when": {"replay.strategy": "uniform"}},
+        "replay.dgg.max_reuse": {"choices": [2, 3], "when": {"replay.strategy": "dgg"}},
+        "objective.name": {"choices": ["ppo_clip", "tis"]},
+    }
+    points = [{"replay.strategy": "dgg", "replay.dgg.max_reuse": 2, "objective.name": "tis"},
+              {"replay.strategy": "uniform", "replay.ratio": 2, "x": 4, "objective.name": "ppo_clip"}]
+    path = toy_spec(tmp_path, search_space=space, points=points, n_trials=3, sampler="tpe")
+    spec = load_spec(path)
+    from workbench.study_spec import feasible_space_size
+
+    # uniform: (1,1), (2,4) [(1,4) too: x >= y], dgg: 2 values, prioritized: 1; each x 2 objectives
+    assert feasible_space_size(spec) == (3 + 2 + 1) * 2
+    assert spec.baseline_params() == {"replay.strategy": "uniform", "replay.ratio": 1, "x": 1, "objective.name": "ppo_clip"}
+    proc = cli(["study", "run", str(path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    done = sorted(complete_trials(study), key=lambda t: t.number)
+    # the baseline, then the points in order, each a trial of the space with only its active knobs
+    assert [t.params for t in done[:3]] == [spec.baseline_params(), *points]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for t in done[:3]:
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        seed = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")[0]
+        assert seed.data.params["replay.strategy"] == t.params["replay.strategy"]
+        assert seed.data.params["objective.name"] == t.params["objective.name"]
+        assert all(k.startswith("knob.") for k in run.data.params if k not in ("seeds", "baseline"))
+        assert {k[5:] for k in run.data.params if k.startswith("knob.")} == set(t.params)
+    dgg_seed = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
+                                  filter_string="params.`replay.strategy` = 'dgg'")[0]
+    assert dgg_seed.data.params["replay.dgg.max_reuse"] == "2" and "dgg/gated" in dgg_seed.data.metrics
+    assert "offpolicy/ess" in dgg_seed.data.metrics

@@ -241,6 +241,28 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rlep_pool(args: argparse.Namespace) -> int:
+    """RLEP phases 0-1: a short RL run from the model, then its verified successes written as a pool file."""
+    from pathlib import Path
+
+    from workbench.config import load_config
+
+    cfg = load_config(args.config, args.set or [])
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise ConfigError(f"--out: {out} exists (use --force to overwrite)")
+    from workbench.rlep_pool import build_pool
+    from workbench.tasks import load_task
+
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
+    summary = build_pool(cfg, load_task(cfg.task), out, log=_progress(args.quiet))
+    print(json.dumps({"pool": str(out), **summary}))
+    return 0
+
+
 def cmd_sample_data(args: argparse.Namespace) -> int:
     from workbench.tasks import write_sample_jsonl
 
@@ -334,6 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(func=cmd_ui)
 
+    pool = sub.add_parser("rlep-pool", help="collect RLEP's pool of verified successes from a seed policy (JSONL)")
+    pool.add_argument("--config", help="YAML trial config (the model, task and replay.rlep.* collection settings)")
+    pool.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    pool.add_argument("--out", required=True, help="pool file to write (use it with --set replay.rlep.pool=FILE)")
+    pool.add_argument("--force", action="store_true", help="overwrite an existing file")
+    pool.add_argument("--quiet", action="store_true")
+    pool.set_defaults(func=cmd_rlep_pool)
     data = sub.add_parser("sample-data", help="write a small GSM8K-style JSONL sample task file")
     data.add_argument("path")
     data.add_argument("--n", type=int, default=200)

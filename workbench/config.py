@@ -131,8 +131,11 @@ class RlepConfig(_Section):
     temperature: float = Field(0.7, gt=0)
     """Sampling temperature when collecting (RLEP: 0.7)."""
     min_correct: int = Field(2, ge=1)
-    """A prompt enters the pool with at least this many distinct correct completions (RLEP: 2)."""
+    """A prompt enters the pool with at least this many correct samples (RLEP: 2 correct paths)."""
     max_per_prompt: int = Field(8, ge=1)
+    """Successes kept per prompt."""
+    distinct: bool = False
+    """Keep only distinct completion strings (on the arithmetic task every correct completion is the same string)."""
 
 
 class DggConfig(_Section):

@@ -2,8 +2,10 @@
 
 Phase 0 trains a seed policy: on the embedded default, `seed_rl_steps` on-policy GRPO steps from the warm start
 (RLEP trained 400 DAPO steps). Phase 1 samples `samples` completions per prompt at `temperature` for the first
-`n_prompts` train prompts, keeps the distinct verified-correct ones, and writes the prompts with at least
-`min_correct` of them (RLEP: 64 samples, temperature 0.7, >= 2 correct). Phase 2 is the `rlep` strategy.
+`n_prompts` train prompts, keeps the verified-correct ones, and writes the prompts with at least `min_correct` of
+them (RLEP: 64 samples, temperature 0.7, >= 2 correct paths). Duplicates are kept unless `distinct`: on the
+built-in arithmetic task the worked scratchpad makes every correct completion of a prompt the same string, so a
+pool of distinct successes would hold one per prompt at most. Phase 2 is the `rlep` strategy.
 
 The pool is a JSONL file, one prompt per line: `{"prompt": "...", "completions": ["...", ...]}`. Completions are
 stored as text and re-tokenised on load with EOS appended, as RLEP stores response strings. A built pool is cached
@@ -31,7 +33,7 @@ def pool_key(cfg, checkpoint: str) -> str:
         "format": 1,
         "checkpoint": checkpoint,
         "task": cfg.task.model_dump(),
-        "collect": r.model_dump(include={"n_prompts", "seed_rl_steps", "samples", "temperature", "min_correct", "max_per_prompt"}),
+        "collect": r.model_dump(include={"n_prompts", "seed_rl_steps", "samples", "temperature", "min_correct", "max_per_prompt", "distinct"}),
         "seed_run": {"batch_size": cfg.batch_size, "group_size": cfg.group_size, "lr": cfg.lr, "objective": cfg.objective.model_dump(),
                      "temperature": cfg.generation.temperature, "max_new_tokens": cfg.generation.max_new_tokens},
     }
@@ -89,7 +91,7 @@ def build_pool(cfg, task, out: Path, log=lambda msg: None) -> dict[str, float]:
             found: list[str] = []
             for i in range(j * r.samples, (j + 1) * r.samples):
                 text = out_s.texts[i]
-                if task.reward(text, ex, out_s.finished[i]) >= 1.0 and text not in found:
+                if task.reward(text, ex, out_s.finished[i]) >= 1.0 and not (r.distinct and text in found):
                     found.append(text)
             correct_total += len(found)
             if len(found) >= r.min_correct:
@@ -100,8 +102,8 @@ def build_pool(cfg, task, out: Path, log=lambda msg: None) -> dict[str, float]:
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines) + ("\n" if lines else ""))
     os.replace(tmp, out)
-    summary = {"prompts": n, "pooled_prompts": kept, "distinct_successes": correct_total}
-    log(f"rlep pool: {kept}/{n} prompts with >= {r.min_correct} distinct successes written to {out}")
+    summary = {"prompts": n, "pooled_prompts": kept, "successes": correct_total}
+    log(f"rlep pool: {kept}/{n} prompts with >= {r.min_correct} successes ({correct_total} in all) written to {out}")
     return summary
 
 

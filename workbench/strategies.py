@@ -283,6 +283,11 @@ class Rlep(Strategy):
         ctx.log(f"rlep: pool {path}: {sum(len(v) for v in self.pool.values())} successes for {len(self.pool)} prompts")
         self.credit = FreshCredit(cfg.batch_size, self.G)
         self.next_uid = -1
+        # What phases 0-1 cost when the pool is built here (RLEP's step counts leave it out): the seed run's
+        # on-policy steps plus the sampled rollouts, in compute units at this trial's mu (1 when measured).
+        mu = cfg.compute.mu or 1.0
+        n = min(self.r.n_prompts, len(ctx.task.train))
+        self.pool_units = 0.0 if self.r.pool else self.r.seed_rl_steps + n * self.r.samples * mu / (cfg.batch_size * (1 + mu))
 
     def prompts(self, n_train: int) -> list[int]:
         return list(range(min(self.r.n_prompts, n_train)))
@@ -318,7 +323,7 @@ class Rlep(Strategy):
                 r.advantage, r.group_mean_reward = a, mean
             out.extend(members)
         self.ctx.rescore(out)  # RLEP recomputes old_log_prob for the whole mixed group with the current actor
-        self._metrics = {"rlep/replayed": replayed, "rlep/group_size_mean": len(out) / max(len(groups), 1)}
+        self._metrics = {"rlep/replayed": replayed, "rlep/group_size_mean": len(out) / max(len(groups), 1), "rlep/pool_units": self.pool_units}
         return out
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import optuna
-from optuna.storages import RetryFailedTrialCallback
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from workbench.config import ConfigError
@@ -58,7 +58,7 @@ class StudyContext:
 
     def _on_stale_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """A worker died mid-trial (no heartbeat): retry the configuration, end its MLflow runs as KILLED."""
-        RetryFailedTrialCallback(max_retry=2)(study, trial)
+        RetryHeartbeatStaleTrialCallback(max_retry=2)(study, trial)
         run_id = trial.user_attrs.get("mlflow_run_id")
         if run_id:
             kill_runs(self.tracking_uri, run_id, "worker lost (no heartbeat): trial retried")

@@ -172,8 +172,8 @@ class StudySpec(BaseModel):
         for key, value in params.items():
             if key not in PSEUDO_KNOBS:
                 set_dotted(data, key, value)
-        if "x" in params:
-            probe = build_config(data)
+        if "x" in params:  # batch size and ratio only: the strategy's own checks need the capacity set below
+            probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
             set_dotted(data, "replay.capacity", max(1, round(params["x"] * probe.batch_size / probe.replay.ratio)))
         set_dotted(data, "seed", seed)
         if self.target_accuracy is not None:
@@ -215,6 +215,21 @@ def _get_dotted(data: dict[str, Any], key: str) -> Any:
     return node
 
 
+def _probe_point(spec: StudySpec, knob: str, value: Any) -> dict[str, Any]:
+    """A configuration that sets `knob` to `value`: earlier knobs chosen so that its condition holds, the other
+    active knobs at their first probe value (so a strategy is probed together with its own parameters)."""
+    want = spec.search_space[knob].when or {}
+    point: dict[str, Any] = {}
+    for key, dim in spec.search_space.items():
+        if key == knob:
+            point[key] = value
+        elif key in want:
+            point[key] = want[key][0] if isinstance(want[key], list) else want[key]
+        elif dim.active(point):
+            point[key] = dim.probe_values()[0]
+    return {k: v for k, v in point.items() if spec.search_space[k].active(point)}
+
+
 def _check(spec: StudySpec) -> None:
     """Cross-field checks that need the trial config: every knob is a real key and every probe value is valid."""
     try:
@@ -233,8 +248,8 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
-            params = {knob: value}
-            if knob == "x":
+            params = _probe_point(spec, knob, value)
+            if knob == "x" and "replay.ratio" not in params:
                 params["replay.ratio"] = 1  # x alone: probe against on-policy
             try:
                 spec.trial_config(params, seed=0)
@@ -242,7 +257,7 @@ def _check(spec: StudySpec) -> None:
                 msg = str(err)
                 if msg.startswith(f"{knob}:") or msg.startswith(f"{knob}."):
                     raise ConfigError(f"search_space.{msg}") from None
-                if knob == "x" and "replay.capacity" in msg:
+                if "x" in params and "replay.capacity: must be >=" in msg:
                     continue  # infeasible (x, y) pairs are skipped at run time
                 raise ConfigError(f"search_space.{knob}: value {value!r} gives an invalid trial ({msg})") from None
     keys = list(spec.search_space)
