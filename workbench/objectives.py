@@ -27,6 +27,8 @@ class ObjectiveInput:
     """[n] rewards."""
     group_mean_rewards: torch.Tensor
     """[n] mean reward of each rollout's group (V-hat of AsymRE)."""
+    token_weights: torch.Tensor | None = None
+    """[n, T] detached per-token loss weights (the truncated train/inference mismatch correction), or None."""
 
 
 @dataclass
@@ -78,6 +80,13 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
+def _loss_mean(values: torch.Tensor, inp: ObjectiveInput) -> torch.Tensor:
+    """Token mean of per-token loss terms, each weighted by the mismatch correction when there is one."""
+    if inp.token_weights is not None:
+        values = values * inp.token_weights
+    return _token_mean(values, inp.mask.float())
+
+
 @register_objective("ppo_clip")
 def ppo_clip(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     """PPO-clip against the stored behaviour log-probs (Arnal App. D.2; DAPO's eps_low/eps_high).
@@ -90,7 +99,7 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     adv = inp.advantages[:, None].to(ratio.dtype)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv
-    loss = -_token_mean(torch.minimum(unclipped, clipped), mask)
+    loss = -_loss_mean(torch.minimum(unclipped, clipped), inp)
     with torch.no_grad():
         active = ((ratio < 1 - cfg.eps_low) & (adv < 0)) | ((ratio > 1 + cfg.eps_high) & (adv > 0))
         clip_frac = float(_token_mean(active.float(), mask))
@@ -106,7 +115,7 @@ def asymre(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     """
     mask = inp.mask.float()
     weight = (inp.rewards - (inp.group_mean_rewards + cfg.asymre_delta_v))[:, None].to(inp.logprobs.dtype)
-    loss = -_token_mean(weight * inp.logprobs, mask)
+    loss = -_loss_mean(weight * inp.logprobs, inp)
     with torch.no_grad():
         ratio_mean = float(_token_mean(torch.exp((inp.logprobs - inp.behaviour_logprobs) * mask), mask))
     return ObjectiveOutput(loss, ratio_mean, 0.0)
@@ -130,7 +139,7 @@ def decoupled_ppo(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     u = torch.exp((inp.logprobs - prox) * mask)
     adv = inp.advantages[:, None].to(u.dtype)
     surrogate = torch.minimum(u * adv, torch.clamp(u, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
-    loss = -_token_mean(weight * surrogate, mask)
+    loss = -_loss_mean(weight * surrogate, inp)
     with torch.no_grad():
         capped = float(_token_mean((weight >= cfg.decoupled_weight_cap).float(), mask)) if cfg.decoupled_weight_cap is not None else 0.0
         ratio_mean = float(_token_mean(torch.exp((prox - inp.behaviour_logprobs) * mask), mask))
@@ -149,7 +158,7 @@ def truncated_is(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
     w = torch.exp((inp.logprobs.detach() - inp.behaviour_logprobs) * mask)
     weight = torch.clamp(w, max=cfg.tis_cap)
     adv = inp.advantages[:, None].to(inp.logprobs.dtype)
-    loss = -_token_mean(weight * adv * inp.logprobs, mask)
+    loss = -_loss_mean(weight * adv * inp.logprobs, inp)
     with torch.no_grad():
         truncated = float(_token_mean((w > cfg.tis_cap).float(), mask))
         ratio_mean = float(_token_mean(w, mask))

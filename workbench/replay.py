@@ -35,6 +35,8 @@ class Rollout:
     """Optimizer steps this rollout has been trained in so far."""
     source: str = "fresh"
     """`fresh` (sampled by the policy in this trial) or `pool` (an RLEP replayed success)."""
+    trainer_logprobs: torch.Tensor | None = None
+    """vllm backend: the trainer's log-probs of the same tokens at generation (behaviour_logprobs are the engine's)."""
 
     def age(self, step: int) -> int:
         return step - self.birth_step

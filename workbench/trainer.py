@@ -93,6 +93,15 @@ class Policy:
         self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id
+        self.engine = None
+        """The vLLM engine when `generation.backend` is `vllm` (the hf backend samples with `self.model`)."""
+        if cfg.generation.backend == "vllm":
+            from workbench.vllm_engine import VllmSampler
+
+            prompts = [e.prompt for e in task.train[:2000] + task.eval]
+            longest = max(len(p) for p in encode_prompts(self.tokenizer, prompts))
+            dtype = next(self.model.parameters()).dtype
+            self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device)
 
 
 def generate_groups(
@@ -102,14 +111,26 @@ def generate_groups(
     examples = [task.train[i] for i in prompt_indices]
     prompt_ids = [p for p in encode_prompts(policy.tokenizer, [e.prompt for e in examples]) for _ in range(group_size)]
     policy.model.eval()
-    out = sample(
-        policy.model,
-        policy.tokenizer,
-        prompt_ids,
-        max_new_tokens=policy.max_new_tokens,
-        temperature=policy.temperature,
-        generator=generator,
-    )
+    trainer_logprobs = None
+    if policy.engine is not None:
+        # Rollouts of a lagging engine are as old as its weights: age them from the engine's weight version.
+        step = policy.engine.version
+        out = policy.engine.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens,
+                                   temperature=policy.temperature, generator=generator)
+        with torch.no_grad():  # the trainer's view of the same tokens: mismatch metrics, entropy, TIS correction
+            lp, _, entropy = score(policy.model, out.prompt_ids, out.completion_ids, temperature=policy.temperature,
+                                   pad_id=policy.pad_id, with_entropy=True)
+        trainer_logprobs = [lp[i, : len(c)].cpu() for i, c in enumerate(out.completion_ids)]
+        out.entropy_sum = entropy
+    else:
+        out = sample(
+            policy.model,
+            policy.tokenizer,
+            prompt_ids,
+            max_new_tokens=policy.max_new_tokens,
+            temperature=policy.temperature,
+            generator=generator,
+        )
     rollouts = []
     for g, (idx, ex) in enumerate(zip(prompt_indices, examples)):
         rows = range(g * group_size, (g + 1) * group_size)
@@ -129,12 +150,13 @@ def generate_groups(
                     advantage=advantages[j],
                     group_mean_reward=mean_reward,
                     birth_step=step,
+                    trainer_logprobs=None if trainer_logprobs is None else trainer_logprobs[i],
                 )
             )
     return rollouts, out
 
 
-def objective_input(policy: Policy, batch: list[Rollout]) -> ObjectiveInput:
+def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float | None = None) -> ObjectiveInput:
     """Score the batch under the current policy (with grad) and line up its frozen generation-time data."""
     logprobs, mask = score(
         policy.model,
@@ -146,8 +168,19 @@ def objective_input(policy: Policy, batch: list[Rollout]) -> ObjectiveInput:
     behaviour = torch.zeros_like(logprobs)
     for i, r in enumerate(batch):
         behaviour[i, : len(r.behaviour_logprobs)] = r.behaviour_logprobs.to(behaviour.device)
+    weights = None
+    if correction_cap is not None and any(r.trainer_logprobs is not None for r in batch):
+        # Truncated IS for the train/inference mismatch (TRL, verl): the trainer's log-probs at generation are the
+        # PPO ratio's old policy, and each token's loss is weighted by min(pi_trainer / pi_engine, cap).
+        trainer = behaviour.clone()
+        for i, r in enumerate(batch):
+            if r.trainer_logprobs is not None:
+                trainer[i, : len(r.trainer_logprobs)] = r.trainer_logprobs.to(trainer.device)
+        weights = torch.clamp(torch.exp((trainer - behaviour) * mask), max=correction_cap).detach()
+        behaviour = trainer
     as_tensor = lambda xs: torch.tensor(xs, dtype=torch.float32, device=logprobs.device)  # noqa: E731
     return ObjectiveInput(
+        token_weights=weights,
         logprobs=logprobs,
         mask=mask,
         behaviour_logprobs=behaviour,
@@ -167,6 +200,7 @@ def rescore(policy: Policy, rollouts: list[Rollout]) -> None:
                             temperature=policy.temperature, pad_id=policy.pad_id)
     for i, r in enumerate(rollouts):
         r.behaviour_logprobs = logprobs[i, : len(r.completion_ids)].detach().cpu()
+        r.trainer_logprobs = None  # the old policy is now the trainer's own: no engine mismatch to correct
 
 
 def train_step(
@@ -176,7 +210,8 @@ def train_step(
     whether the step was applied (`gate`, called after backward, may drop it: its gradients are set to None,
     so the optimizer skips every parameter and its state is untouched)."""
     policy.model.train()
-    inp = objective_input(policy, batch)
+    cap = cfg.generation.mismatch_cap if cfg.generation.mismatch_correction == "tis" else None
+    inp = objective_input(policy, batch, cap)
     out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
     out.stats = ratio_stats(inp)
     if not torch.isfinite(out.loss):
@@ -298,6 +333,8 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
         out = None
         if groups:
             with meter.timed("gen"):
+                if policy.engine is not None and step - policy.engine.version >= cfg.generation.sync_every:
+                    policy.engine.sync(policy.model, step)  # weight transfer: generation-side cost
                 fresh, out = generate_groups(policy, task, prompts.take(groups), G, step, sampler, next_uid)
             next_uid += len(fresh)
             meter.gen_tokens += out.generated_tokens
@@ -342,6 +379,14 @@ def _train(cfg: TrialConfig, task: Task, logger: TrialLogger, observer, progress
             "replay/fresh": len(fresh),
             **strategy.metrics(),
         })
+        if fresh and policy.engine is not None:
+            diff = torch.cat([(r.behaviour_logprobs - r.trainer_logprobs).abs() for r in fresh])
+            metrics.update({
+                "mismatch/logprob_abs_mean": float(diff.mean()),
+                "mismatch/logprob_abs_max": float(diff.max()),
+                "mismatch/engine_lag": step - policy.engine.version,
+                "mismatch/syncs": policy.engine.syncs,
+            })
         if fresh:
             metrics["train/reward_mean"] = float(np.mean([r.reward for r in fresh]))
             metrics["policy/entropy"] = out.entropy_mean
