@@ -21,7 +21,8 @@ import optuna
 from optuna.trial import TrialState
 
 from workbench.config import ConfigError
-from workbench.study import ATTR_MU, StudyContext, StudyObjective, fmt_params, load_existing
+from workbench.study import ATTR_MU, StudyContext, StudyObjective, fmt_params
+from workbench.tracking import redact_url
 
 
 @dataclass
@@ -63,7 +64,12 @@ def verify_prediction(
 ) -> Verification:
     from analysis.report import analyze
 
-    study = load_existing(ctx)
+    # The study's own sampler is not consulted (the knobs come from the fit), and a grid sampler would call
+    # study.stop() from `tell` once its grid is done: load the study with a plain sampler.
+    try:
+        study = optuna.load_study(study_name=ctx.spec.name, storage=ctx.storage(), sampler=optuna.samplers.RandomSampler())
+    except KeyError:
+        raise ConfigError(f"study: no study named {ctx.spec.name!r} in {redact_url(ctx.storage_url)}") from None
     mu = study.user_attrs.get(ATTR_MU)
     if mu is None:
         raise ConfigError(f"study: {ctx.spec.name!r} has no reference mu yet (run its baseline first)")
