@@ -97,3 +97,30 @@ def test_prompt_stream_is_a_seeded_sequence_of_epochs():
     first = a.take(10)
     assert sorted(first) == list(range(10)) and first == b.take(10)
     assert sorted(a.take(10)) == list(range(10))
+
+
+def test_mismatch_correction_weights_tokens_by_the_truncated_trainer_engine_ratio():
+    """The vllm backend's TIS correction, on rollouts whose engine and trainer log-probs differ (no engine needed)."""
+    from workbench.trainer import objective_input
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task, log=lambda m: None)
+    fresh, _ = generate_groups(policy, task, [0, 1], 4, 0, torch.Generator().manual_seed(0), 0)
+    for i, r in enumerate(fresh):  # the trainer saw token 0 as more likely than the engine did (by 0.5 or 0.05 nats)
+        r.trainer_logprobs = r.behaviour_logprobs.clone()
+        r.trainer_logprobs[0] += 0.5 if i % 2 else 0.05
+        r.advantage = 1.0 if i % 2 else -1.0  # non-zero, so the weights show in the loss
+    plain = objective_input(policy, fresh)
+    corrected = objective_input(policy, fresh, correction_cap=1.2)
+    assert plain.token_weights is None
+    w = corrected.token_weights
+    for i, r in enumerate(fresh):
+        n = len(r.completion_ids)
+        expected = min(math.exp(0.5 if i % 2 else 0.05), 1.2)
+        assert w[i, 0].item() == pytest.approx(expected, rel=1e-5)
+        assert torch.allclose(w[i, 1:n], torch.ones(n - 1), atol=1e-6)
+        assert torch.allclose(corrected.behaviour_logprobs[i, :n], r.trainer_logprobs)  # the PPO ratio's old policy
+    loss_plain = OBJECTIVES["ppo_clip"](plain, cfg.objective).loss
+    loss_corr = OBJECTIVES["ppo_clip"](corrected, cfg.objective).loss
+    assert torch.isfinite(loss_corr) and not torch.isclose(loss_plain, loss_corr)
