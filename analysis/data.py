@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from workbench import tracking
+from workbench.compute import to_target, units
 from workbench.config import ConfigError
 
 
@@ -49,55 +51,52 @@ class StudyData:
 
 
 def units_at(curves: pd.DataFrame, mu: float) -> pd.Series:
-    """Cumulative compute units re-accounted at `mu`: (K_train + mu K_gen) / (B (1 + mu))."""
-    return (curves["train_rollouts"] + mu * curves["gen_rollouts"]) / (curves["batch_size"] * (1.0 + mu))
+    """Cumulative compute units of every evaluation, re-accounted at `mu` (`workbench.compute.units`)."""
+    return units(curves["train_rollouts"], curves["gen_rollouts"], curves["batch_size"], mu)
 
 
 def compute_to_target(curves: pd.DataFrame, target: float, mu: float) -> pd.DataFrame:
-    """Per run: compute units at the first evaluation reaching `target`, at `mu`; censored runs get
-    U·(1 + (target - best)/target) with U their total compute (the study driver's rule) and `censored` = 1."""
+    """Per run: compute to `target` at `mu` by the study's rule (`workbench.compute.to_target`): units at the first
+    evaluation reaching it; a censored run (`censored` = 1) scores its penalised total."""
     c = curves.assign(units=units_at(curves, mu))
     rows = []
     for run_id, g in c.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        hit = g[g["accuracy"] >= target]
-        best, total = g["accuracy"].max(), g["units"].iloc[-1]
-        if len(hit):
-            rows.append((run_id, float(hit["units"].iloc[0]), 0, float(total)))
-        else:
-            rows.append((run_id, float(total * (1 + (target - best) / target)), 1, float(total)))
+        r = to_target(g["units"].tolist(), g["accuracy"].tolist(), target)
+        rows.append((run_id, r.value, int(r.censored), r.total))
     return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units"])
 
 
 def load_study(name: str, tracking_uri: str) -> StudyData:
     """Read every finished seed run of study `name` (MLflow experiment of the same name)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri)
+    client = tracking.client(tracking_uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:
         raise ConfigError(f"study: no MLflow experiment named {name!r} in {tracking_uri}")
-    parent = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'study'")
-    trials = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'", max_results=5000)
-    seeds = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'", max_results=5000)
+    kind = f"tags.`{tracking.KIND}`"
+    parent = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_STUDY}'")
+    trials = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_TRIAL}'", max_results=5000)
+    seeds = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_SEED}' and attributes.status = 'FINISHED'",
+                               max_results=5000)
     if not seeds:
         raise ConfigError(f"study: no finished trial in MLflow experiment {name!r}")
-    baseline_trials = {t.info.run_id for t in trials if t.data.params.get("baseline") == "True"}
-    arms = {t.info.run_id: t.data.tags["workbench.arm"] for t in trials if "workbench.arm" in t.data.tags}
-    predicted_at = {t.info.run_id: t.data.metrics.get("study/predicted_compute_to_target", np.nan) for t in trials}
+    baseline_trials = {t.info.run_id for t in trials if t.data.params.get(tracking.PARAM_BASELINE) == "True"}
+    arms = {t.info.run_id: t.data.tags[tracking.ARM] for t in trials if tracking.ARM in t.data.tags}
+    predicted_at = {t.info.run_id: t.data.metrics.get(tracking.PREDICTED_COMPUTE_TO_TARGET, np.nan) for t in trials}
     ref = None
     for r in [*parent, *trials]:
-        if "workbench.reference_mu" in r.data.tags:
-            ref = float(r.data.tags["workbench.reference_mu"])
+        if tracking.REFERENCE_MU in r.data.tags:
+            ref = float(r.data.tags[tracking.REFERENCE_MU])
             break
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
-    complete = {t.info.run_id for t in trials if t.info.status == "FINISHED" and t.data.tags.get("workbench.status") == "finished"}
+    complete = {t.info.run_id for t in trials if t.info.status == "FINISHED" and t.data.tags.get(tracking.STATUS) == tracking.STATUS_FINISHED}
     rows, curve_rows, entropy_rows, ages = [], [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in seeds:
-            if r.data.tags.get("workbench.status") != "finished" or r.data.tags.get("mlflow.parentRunId") not in complete:
+            trial_run = r.data.tags.get(tracking.PARENT_RUN)
+            if r.data.tags.get(tracking.STATUS) != tracking.STATUS_FINISHED or trial_run not in complete:
                 continue
             p, m = r.data.params, r.data.metrics
             B = int(p["batch_size"])
@@ -105,7 +104,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             capacity = int(p["replay.capacity"])
             rows.append({
                 "run_id": r.info.run_id,
-                "trial_number": int(r.data.tags.get("workbench.trial_number", -1)),
+                "trial_number": int(r.data.tags.get(tracking.TRIAL_NUMBER, -1)),
                 "seed": int(p["seed"]),
                 "batch_size": B,
                 "capacity": capacity,
@@ -116,25 +115,25 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "y": ratio,
                 "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": B / ratio,
-                "baseline": r.data.tags.get("mlflow.parentRunId") in baseline_trials,
-                "arm": arms.get(r.data.tags.get("mlflow.parentRunId"), "sampler"),
-                "predicted_when_run": predicted_at.get(r.data.tags.get("mlflow.parentRunId"), np.nan),
-                "best_accuracy": m["final/best_accuracy"],
-                "final_accuracy": m["final/accuracy"],
-                "initial_accuracy": m.get("final/initial_accuracy", np.nan),
-                "mu_measured": m.get("final/mu_measured", np.nan),
-                "mu_used": m.get("final/mu", np.nan),
+                "baseline": trial_run in baseline_trials,
+                "arm": arms.get(trial_run, "sampler"),
+                "predicted_when_run": predicted_at.get(trial_run, np.nan),
+                "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
+                "final_accuracy": m[tracking.FINAL_ACCURACY],
+                "initial_accuracy": m.get(tracking.FINAL_INITIAL_ACCURACY, np.nan),
+                "mu_measured": m.get(tracking.FINAL_MU_MEASURED, np.nan),
+                "mu_used": m.get(tracking.FINAL_MU, np.nan),
                 "target": float(p["eval.target_accuracy"]),
-                "wall_seconds": m.get("final/wall_seconds", np.nan),
+                "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
             })
-            with open(client.download_artifacts(r.info.run_id, "eval/curve.json", tmp)) as f:
+            with open(client.download_artifacts(r.info.run_id, tracking.CURVE_ARTIFACT, tmp)) as f:
                 for e in json.load(f):
                     curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
-            with open(client.download_artifacts(r.info.run_id, "replay/age_histogram.json", tmp)) as f:
+            with open(client.download_artifacts(r.info.run_id, tracking.AGES_ARTIFACT, tmp)) as f:
                 ages[r.info.run_id] = {int(k): v for k, v in json.load(f)["age_counts"].items()}
-            units = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, "compute/units")}
-            for mm in client.get_metric_history(r.info.run_id, "policy/entropy"):
-                entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": units.get(mm.step)})
+            logged = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, tracking.COMPUTE_UNITS)}
+            for mm in client.get_metric_history(r.info.run_id, tracking.POLICY_ENTROPY):
+                entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)})
     if not rows:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
     runs = pd.DataFrame(rows)

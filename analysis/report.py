@@ -14,14 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from markdown_it import MarkdownIt
 
 from analysis import plots
 from analysis.data import StudyData, load_study, reaccount
 from analysis.fit import fit_runs, predicted_optimum
 from analysis.theory import to_knobs
-
-FIGURES = ["accuracy_vs_compute", "pareto_front", "heatmap", "predicted_vs_measured", "entropy_vs_compute", "staleness_histogram"]
-
 
 def _config_record(row) -> dict:
     return {
@@ -199,45 +197,27 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+STYLE = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}"
+         "td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}img{max-width:100%}figure{margin:1.5em 0}")
+
+
 def html_page(result: dict, md: str, figures: dict[str, Path]) -> str:
-    """A self-contained page: the Markdown's tables and text (escaped), figures as data URIs."""
-    body = []
-    table: list[list[str]] = []
+    """The report's Markdown rendered as one self-contained page: figures inlined as data URIs, and every user
+    string escaped (raw HTML in the Markdown is not rendered, only shown)."""
+    inline = {path.name: base64.b64encode(path.read_bytes()).decode() for path in figures.values()}
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    default_image = renderer.renderer.rules["image"]
 
-    def flush_table():
-        if not table:
-            return
-        head, *rows = table
-        body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr></thead><tbody>")
-        for r in rows:
-            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
-        body.append("</tbody></table>")
-        table.clear()
+    def image(self, tokens, idx, options, env):
+        src = tokens[idx].attrGet("src")
+        if src in inline:
+            tokens[idx].attrSet("src", f"data:image/png;base64,{inline[src]}")
+        return default_image(tokens, idx, options, env)
 
-    for line in md.splitlines():
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if not all(set(c) <= {"-"} for c in cells):
-                table.append(cells)
-            continue
-        flush_table()
-        if line.startswith("![") or line.startswith("## Figures"):
-            continue
-        if line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:].replace('`', ''))}</h1>")
-        elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
-    flush_table()
-    body.append("<h2>Figures</h2>")
-    for name, path in figures.items():
-        data = base64.b64encode(path.read_bytes()).decode()
-        body.append(f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(name.replace("_", " "))}</figcaption></figure>')
-    style = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}img{max-width:100%}figure{margin:1.5em 0}")
+    renderer.add_render_rule("image", image)
+    body = renderer.render(md)
     title = html.escape(f"replay-workbench: {result['study']}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{body}</body></html>\n"
 
 
 def write_report(result: dict, data: StudyData, fit, out: Path) -> dict[str, Path]:

@@ -164,13 +164,3 @@ def to_knobs(x: float, y: float, batch_size: int, mu: float, distinct: bool = Tr
     if distinct:
         capacity = max(capacity, batch_size)
     return BufferSettings(x, y, R, capacity, y, mu / y, max(0, math.ceil(x)))
-
-
-def savings_vs_on_policy(x: float, y: float, mu: float, rho: float, sigma_bar_sq: NoiseFn, sigma0_sq: float, with_replacement: bool = True) -> float:
-    """Predicted compute ratio J(x, y) / J_on-policy (replay-papers §6.2).
-
-    On-policy: every rollout used once at age 0 with no duplicate draws, so V_on = sigma²(0)/B and the
-    compute per update is B(1 + mu): J_on ∝ sigma²(0)(1 + 1/mu)·1 in the units of `objective_J`.
-    """
-    j = float(objective_J(x, y, mu, rho, sigma_bar_sq, with_replacement))
-    return j / (sigma0_sq * (1 + 1 / mu))

@@ -20,14 +20,14 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 
 from workbench.config import build_config  # noqa: E402
-from workbench.tasks import load_task  # noqa: E402
+from workbench.trial.tasks import load_task  # noqa: E402
 from workbench.trainer import Policy, PromptStream, generate_groups, train_step  # noqa: E402
 
 
 def profile(digits: int, batch: int, steps: int) -> dict:
     cfg = build_config({"batch_size": batch, "task": {"digits": digits}})
     task = load_task(cfg.task)
-    policy = Policy(cfg, task, log=lambda m: None)
+    policy = Policy(cfg, task)
     opt = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
     prompts, gen = PromptStream(len(task.train), 0), torch.Generator().manual_seed(0)
     t_gen = t_train = 0.0

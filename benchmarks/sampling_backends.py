@@ -24,8 +24,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 
 from workbench.config import build_config  # noqa: E402
-from workbench.generation import encode_prompts, sample  # noqa: E402
-from workbench.tasks import load_task  # noqa: E402
+from workbench.backends.hf import encode_prompts, sample  # noqa: E402
+from workbench.trial.tasks import load_task  # noqa: E402
 from workbench.trainer import Policy  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def main() -> None:
     cfg = build_config({"generation": {"backend": "vllm"}, "threads": args.threads})
     task = load_task(cfg.task)
     t0 = time.perf_counter()
-    policy = Policy(cfg, task, log=lambda m: None)
+    policy = Policy(cfg, task)
     start_s = time.perf_counter() - t0
     syncs = []
     for _ in range(5):

@@ -1,45 +1,16 @@
-"""Shared fixtures: a toy-size trial config and a per-session cache for the embedded checkpoint."""
+"""Shared fixtures: a per-session cache for the embedded checkpoint, a toy-size trial config, a real MLflow store.
+
+Helpers (toy configs and specs, the CLI runner, real servers) live in `tests/support/`.
+"""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-import yaml
-
-from workbench.config import build_config
-
-TOY = {
-    "batch_size": 16,
-    "group_size": 4,
-    "threads": 1,
-    "task": {"digits": 2, "n_eval": 64},
-    "model": {"warm_start": {"target_accuracy": 0.2}},
-    "budget": {"compute_units": None, "steps": 4},
-    "eval": {"every": 2, "k": 2, "pass_k_prompts": 8, "target_accuracy": 0.3},
-}
-# The embedded architecture, warm-started on 2-digit addition to ~20% held-out accuracy (about 10 s, once per
-# session): rewards and advantages are non-zero from the first step, so the trainer tests are not degenerate.
-TINY_MODEL = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "num_heads": 2, "warm_start": {"steps": 20, "eval_every": 10}}
-"""A smaller, untrained-to-accuracy model for tests that only need a checkpoint (determinism, loading)."""
-
-
-def toy_dict(**sections) -> dict:
-    """TOY with sections deep-merged from keyword arguments (`replay={"ratio": 2}`)."""
-    import copy
-
-    data = copy.deepcopy(TOY)
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key].update(value)
-        else:
-            data[key] = value
-    return data
-
 
 # The vLLM backend's tests run in the vLLM environment only (`make test-vllm`): the main suite never imports vllm.
-collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["vllm"]
+collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["backends/vllm"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -58,32 +29,6 @@ def model_cache(tmp_path_factory):
 
 
 @pytest.fixture
-def toy_cfg():
-    return build_config(toy_dict())
-
-
-@pytest.fixture
 def tracking_uri(tmp_path):
     """A real MLflow SQLite store in the test's directory."""
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
-def toy_spec(tmp_path: Path, **fields) -> Path:
-    """A toy study spec file (random sampler, real local stores in tmp_path)."""
-    base = {k: v for k, v in TOY.items() if k != "threads"}
-    spec = {
-        "name": "toy",
-        "base": {**base, "budget": {"compute_units": None, "steps": 6}, "eval": {**TOY["eval"], "every": 3}},
-        "search_space": {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}},
-        "seeds": 1,
-        "n_trials": 3,
-        "sampler": "random",
-        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
-        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-    }
-    spec.update(fields)
-    path = tmp_path / "toy.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-

@@ -1,17 +1,20 @@
+"""The compute-unit formula and the censoring rule (workbench.compute): the functions the meter, the study and
+the analysis all call."""
+
 import pytest
 
-from workbench.compute import ComputeMeter, units_per_step
+from workbench.compute import ComputeMeter, to_target, units
 
 
 def test_an_on_policy_step_costs_one_unit_at_any_mu():
     for mu in (0.5, 1.0, 5.28):
-        assert units_per_step(128, 128, mu) == pytest.approx(1.0)
+        assert units(128, 128, 128, mu) == pytest.approx(1.0)
 
 
 def test_replay_step_costs_follow_the_paper():
     # ratio y = 2: R = B/2 fresh, so (B + mu B/2) / (B + mu B)
-    assert units_per_step(128, 64, 5.28) == pytest.approx((1 + 5.28 / 2) / (1 + 5.28))
-    assert units_per_step(128, 0, 2.0) == pytest.approx(1 / 3)
+    assert units(128, 64, 128, 5.28) == pytest.approx((1 + 5.28 / 2) / (1 + 5.28))
+    assert units(128, 0, 128, 2.0) == pytest.approx(1 / 3)
 
 
 def test_meter_accumulates_units_tokens_and_flops_at_fixed_mu():
@@ -20,8 +23,9 @@ def test_meter_accumulates_units_tokens_and_flops_at_fixed_mu():
     meter.step(fresh=8, trained=8)
     meter.step(fresh=4, trained=8)
     assert meter.units == pytest.approx(1 + (8 + 3 * 4) / (8 * 4))
-    assert meter.units_at(3.0) == pytest.approx(meter.units)
-    assert meter.units_at(0.0) == pytest.approx(2.0)  # generation free: units count training only
+    # re-accounting the meter's rollout counts at its own mu gives its running total; at mu 0 only training counts
+    assert units(meter.train_rollouts, meter.gen_rollouts, 8, 3.0) == pytest.approx(meter.units)
+    assert units(meter.train_rollouts, meter.gen_rollouts, 8, 0.0) == pytest.approx(2.0)
     assert meter.flops == {"gen": 2 * 1000 * 56, "train": 6 * 1000 * 120, "total": 2 * 1000 * 56 + 6 * 1000 * 120}
 
 
@@ -40,3 +44,13 @@ def test_timed_phases_add_up():
     with meter.timed("gen"):
         sum(range(10000))
     assert meter.seconds["gen"] > 0 and meter.seconds["train"] == 0
+
+
+def test_to_target_is_the_first_evaluation_reaching_it_else_a_penalised_total():
+    reached = to_target([0, 10, 20, 30], [0.1, 0.5, 0.8, 0.9], 0.8)
+    assert (reached.value, reached.censored, reached.total) == (20, False, 30)
+    missed = to_target([0, 10, 20, 30], [0.1, 0.5, 0.6, 0.4], 0.8)
+    assert missed.censored and missed.total == 30
+    assert missed.value == pytest.approx(30 * (1 + (0.8 - 0.6) / 0.8))
+    closer = to_target([0, 10, 20, 30], [0.1, 0.5, 0.7, 0.4], 0.8)
+    assert reached.value < 30 < closer.value < missed.value  # censored runs rank after reached ones, closer misses better

@@ -8,7 +8,7 @@ from workbench.config import ConfigError, build_config, flatten, load_config
 
 def test_default_config_is_on_policy_grpo():
     cfg = build_config()
-    assert cfg.replay.ratio == 1 and cfg.capacity == cfg.batch_size and cfg.replay.horizon is None
+    assert cfg.replay.ratio == 1 and cfg.replay.capacity == cfg.batch_size and cfg.replay.horizon is None
     assert cfg.fresh_per_step == cfg.batch_size
     flat = flatten(cfg)
     assert flat["replay.capacity"] == 128 and flat["objective.name"] == "ppo_clip" and flat["budget.compute_units"] == 300
@@ -16,7 +16,7 @@ def test_default_config_is_on_policy_grpo():
 
 def test_overrides_are_typed_and_dotted():
     cfg = load_config(None, ["replay.ratio=2", "replay.capacity=512", "replay.horizon=null", "lr=3e-4", "task.scratchpad=false"])
-    assert cfg.replay.ratio == 2.0 and cfg.capacity == 512 and cfg.replay.horizon is None
+    assert cfg.replay.ratio == 2.0 and cfg.replay.capacity == 512 and cfg.replay.horizon is None
     assert cfg.lr == pytest.approx(3e-4) and cfg.task.scratchpad is False
 
 
@@ -24,7 +24,7 @@ def test_yaml_file_then_overrides(tmp_path):
     path = tmp_path / "trial.yaml"
     path.write_text("batch_size: 64\nreplay:\n  ratio: 4\n  capacity: 256\n")
     cfg = load_config(path, ["replay.ratio=2"])
-    assert (cfg.batch_size, cfg.replay.ratio, cfg.capacity) == (64, 2.0, 256)
+    assert (cfg.batch_size, cfg.replay.ratio, cfg.replay.capacity) == (64, 2.0, 256)
 
 
 @pytest.mark.parametrize(

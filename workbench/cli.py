@@ -8,73 +8,68 @@ import logging
 import math
 import os
 import sys
+from pathlib import Path
 
-from workbench.config import ConfigError
+from workbench import progress, tracking
+from workbench.config import ConfigError, load_config, resolve_tracking_uri
 
+# Each command imports what it runs when it runs (the model stack, Optuna, the analysis): start-up stays short.
 EXIT_BAD_INPUT = 2
+log = logging.getLogger("workbench.cli")
 
 
 def _err(msg: str) -> None:
     print(f"workbench: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _progress(quiet: bool):
-    if quiet:
-        return lambda msg: None
-    return lambda msg: print(msg, file=sys.stderr, flush=True)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from workbench.config import load_config
-    from workbench.tracking import resolve_tracking_uri
-
     cfg = load_config(args.config, args.set or [])
-    from workbench.trainer import run_trial  # heavy imports (torch, transformers, mlflow) after validation
+    if args.tracking_uri:
+        cfg.tracking.uri = args.tracking_uri
+    from workbench.trial.loop import run_trial  # deferred: the model stack loads after the config is validated
 
-    uri = resolve_tracking_uri(args.tracking_uri)
-    say = _progress(args.quiet)
-    result = run_trial(cfg, tracking_uri=uri, run_name=args.run_name, progress=say)
+    result = run_trial(cfg, run_name=args.run_name, show_progress=progress.bars_wanted(args.json, args.quiet))
     m = result.metrics
-    ctt = m.get("final/compute_to_target")
-    say(
+    ctt = m.get(tracking.FINAL_COMPUTE_TO_TARGET)
+    uri = cfg.tracking.uri
+    log.info(
         f"done: accuracy {m['final/initial_accuracy']:.3f} -> {m['final/accuracy']:.3f} (best {m['final/best_accuracy']:.3f}),"
         f" compute-to-target {'%.1f units' % ctt if ctt is not None else 'not reached'},"
         f" {m['final/compute_units']:.1f} units, {m['final/steps']:.0f} steps, mu {m['final/mu']:.2f},"
-        f" {m['final/wall_seconds']:.0f}s; MLflow run {result.run_id} in {uri}"
+        f" {m['final/wall_seconds']:.0f}s; MLflow run {result.run_id} in {tracking.redact_url(uri)}"
     )
     if args.json:
         clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in m.items()}
-        print(json.dumps({"run_id": result.run_id, "tracking_uri": uri, "metrics": clean}))
+        print(json.dumps({"run_id": result.run_id, "tracking_uri": tracking.redact_url(uri), "metrics": clean}))
     return 0
 
 
 def _study_context(args: argparse.Namespace):
-    from workbench.study import context
-    from workbench.study_spec import load_spec
+    from workbench.study.context import context
+    from workbench.study.spec import load_spec
 
-    spec = load_spec(args.spec)
-    return context(spec, storage=args.storage, tracking_uri=args.tracking_uri, spec_path=args.spec)
+    return context(load_spec(args.spec), storage=args.storage, tracking_uri=args.tracking_uri, spec_path=args.spec)
 
 
 def cmd_study_run(args: argparse.Namespace) -> int:
-    from workbench.study import run_study, summary_lines
-    from workbench.tracking import redact_url
+    from workbench.study.driver import run_study
+    from workbench.study.summary import summary_lines
 
     ctx = _study_context(args)
     n_trials = args.n_trials or ctx.spec.n_trials
-    study = run_study(ctx, n_trials, args.workers)
+    study = run_study(ctx, n_trials, args.workers, show_progress=progress.bars_wanted())
     for line in summary_lines(study):
         print(line)
-    storage, tracking = redact_url(ctx.storage_url), redact_url(ctx.tracking_uri)
+    storage, uri = tracking.redact_url(ctx.storage_url), tracking.redact_url(ctx.tracking_uri)
     print(f"Optuna storage: {storage}")
-    print(f"MLflow: {tracking}")
-    print(f"Open both: workbench ui --tracking-uri {tracking} --storage {storage}")
-    print(f"  (or: mlflow ui --backend-store-uri {tracking} --host 127.0.0.1; optuna-dashboard {storage} --host 127.0.0.1)")
+    print(f"MLflow: {uri}")
+    print(f"Open both: workbench ui --tracking-uri {uri} --storage {storage}")
+    print(f"  (or: mlflow ui --backend-store-uri {uri} --host 127.0.0.1; optuna-dashboard {storage} --host 127.0.0.1)")
     return 0
 
 
 def cmd_study_worker(args: argparse.Namespace) -> int:
-    from workbench.study import run_worker
+    from workbench.study.worker import run_worker
 
     ctx = _study_context(args)
     run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads)
@@ -84,9 +79,9 @@ def cmd_study_worker(args: argparse.Namespace) -> int:
 def cmd_study_status(args: argparse.Namespace) -> int:
     import optuna
 
-    from workbench.storage import default_storage_url, open_storage
-    from workbench.study import summary_lines, trial_table
-    from workbench.tracking import redact_url
+    from workbench.study.context import load_study
+    from workbench.study.storage import default_storage_url
+    from workbench.study.summary import summary_lines, trial_table
 
     if args.spec:
         ctx = _study_context(args)
@@ -95,10 +90,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
         name, url = args.study, args.storage or default_storage_url()
     else:
         raise ConfigError("study status: give a SPEC file or --study NAME")
-    try:
-        study = optuna.load_study(study_name=name, storage=open_storage(url))
-    except KeyError:
-        raise ConfigError(f"study: no study named {name!r} in {redact_url(url)}") from None
+    study = load_study(name, url)
     if args.fail_stale:
         optuna.storages.fail_stale_trials(study)
     for line in summary_lines(study):
@@ -110,22 +102,23 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
 def cmd_study_verify(args: argparse.Namespace) -> int:
     """Fit the study, run its predicted optimum as new trials of the study, print measured against predicted."""
-    from workbench.study_verify import verify_prediction
+    from analysis.report import analyze
+    from workbench.study.verify import open_for_verify, run_prediction
 
     if args.bootstrap < 0:
         raise ConfigError(f"--bootstrap: must be >= 0 (got {args.bootstrap})")
     ctx = _study_context(args)
-    v = verify_prediction(ctx, threads=args.threads, bootstrap=args.bootstrap, force=args.force)
+    study = open_for_verify(ctx)
+    result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
+    v = run_prediction(ctx, study, result, fit.predict, threads=args.threads, force=args.force)
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
 
 
 def _analysis_inputs(args: argparse.Namespace) -> tuple[str, str]:
-    from workbench.tracking import resolve_tracking_uri
-
     if args.spec:
-        from workbench.study_spec import load_spec
+        from workbench.study.spec import load_spec
 
         spec = load_spec(args.spec)
         return spec.name, resolve_tracking_uri(args.tracking_uri or spec.tracking_uri)
@@ -144,8 +137,6 @@ def _whatif(values: list[float] | None) -> list[float]:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
-    from pathlib import Path
-
     from analysis.report import analyze
 
     name, uri = _analysis_inputs(args)
@@ -162,8 +153,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from analysis.report import analyze, write_report
 
     name, uri = _analysis_inputs(args)
@@ -214,8 +203,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    from workbench.tracking import redact_url, resolve_tracking_uri
-
     bindir = os.path.dirname(sys.executable)
     uri = resolve_tracking_uri(args.tracking_uri)
     procs = []
@@ -225,13 +212,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
         mlflow_bin = os.path.join(bindir, "mlflow")
         procs.append(subprocess.Popen([mlflow_bin, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port)],
                                       env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
-        print(f"MLflow UI: http://127.0.0.1:{args.port}  ({redact_url(uri)})")
+        print(f"MLflow UI: http://127.0.0.1:{args.port}  ({tracking.redact_url(uri)})")
     if args.storage:
         dash = shutil.which("optuna-dashboard", path=bindir) or shutil.which("optuna-dashboard")
         if dash is None:
             raise ConfigError("storage: optuna-dashboard is not installed (pip install optuna-dashboard)")
         procs.append(subprocess.Popen([dash, args.storage, "--host", "127.0.0.1", "--port", str(args.port + 1)]))
-        print(f"optuna-dashboard: http://127.0.0.1:{args.port + 1}  ({redact_url(args.storage)})")
+        print(f"optuna-dashboard: http://127.0.0.1:{args.port + 1}  ({tracking.redact_url(args.storage)})")
     try:
         for p in procs:
             p.wait()
@@ -243,28 +230,24 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_rlep_pool(args: argparse.Namespace) -> int:
     """RLEP phases 0-1: a short RL run from the model, then its verified successes written as a pool file."""
-    from pathlib import Path
-
-    from workbench.config import load_config
-
     cfg = load_config(args.config, args.set or [])
     out = Path(args.out)
     if out.exists() and not args.force:
         raise ConfigError(f"--out: {out} exists (use --force to overwrite)")
-    from workbench.rlep_pool import build_pool
-    from workbench.tasks import load_task
+    import torch
+
+    from workbench.trial.strategies.rlep_pool import build_pool
+    from workbench.trial.tasks import load_task
 
     if cfg.threads:
-        import torch
-
         torch.set_num_threads(cfg.threads)
-    summary = build_pool(cfg, load_task(cfg.task), out, log=_progress(args.quiet))
+    summary = build_pool(cfg, load_task(cfg.task), out)
     print(json.dumps({"pool": str(out), **summary}))
     return 0
 
 
 def cmd_sample_data(args: argparse.Namespace) -> int:
-    from workbench.tasks import write_sample_jsonl
+    from workbench.trial.tasks import write_sample_jsonl
 
     path = write_sample_jsonl(args.path, n=args.n, seed=args.seed)
     print(path)
@@ -336,7 +319,6 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("spec", nargs="?", help="the study spec (or give --study)")
         p.add_argument("--study", help="study name (= its MLflow experiment)")
         p.add_argument("--tracking-uri")
-        p.add_argument("--storage", help="accepted for symmetry with `study`; the analysis reads MLflow only")
         p.add_argument("--out", help="output directory (default reports/NAME)")
         p.add_argument("--whatif-mu", type=float, action="append", help="also re-account at this mu (default 5.28)")
         p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals")
@@ -381,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
+    progress.setup_logging(quiet=getattr(args, "quiet", False))
     try:
         return args.func(args)
     except ConfigError as err:

@@ -1,9 +1,11 @@
-"""Compute accounting (design §4).
+"""Compute accounting (design §4): the one home of the compute-unit formula and of compute-to-target.
 
 One compute unit is the cost of one on-policy update at the trial's batch size B: B forward-backward passes plus
-B generations, i.e. B·(1 + mu) in units of one rollout's forward-backward. A step that trains on B rollouts and
-generates R_step fresh ones therefore costs (B + mu·R_step) / (B + mu·B) units. mu is the cost of generating a
-rollout over the cost of training on it: fixed by `compute.mu`, or measured from this trial's own phase timings.
+B generations, i.e. B·(1 + mu) in units of one rollout's forward-backward. Training on K_train rollouts and
+generating K_gen costs (K_train + mu·K_gen) / (B·(1 + mu)) units (`units`). mu is the cost of generating a rollout
+over the cost of training on it: fixed by `compute.mu`, or measured from the trial's own phase timings.
+
+Torch-free on purpose: the trial's meter, the study driver and `analysis/` all account with these functions.
 """
 
 from __future__ import annotations
@@ -11,15 +13,47 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Sequence
 
 
-def units_per_step(batch_size: int, fresh: int, mu: float) -> float:
-    """Compute units of one synchronous step: (B + mu·R) / (B + mu·B)."""
-    return (batch_size + mu * fresh) / (batch_size * (1.0 + mu))
+def units(train_rollouts: float, gen_rollouts: float, batch_size: float, mu: float):
+    """Compute units of training on `train_rollouts` and generating `gen_rollouts`: (K_train + mu·K_gen) / (B(1 + mu)).
+
+    Works on numbers and on array-likes (pandas columns) alike."""
+    return (train_rollouts + mu * gen_rollouts) / (batch_size * (1.0 + mu))
+
+
+@dataclass(frozen=True)
+class ToTarget:
+    """How much of a resource (compute units, seconds) a run spent to reach a target accuracy."""
+
+    value: float
+    """Spent at the first evaluation reaching the target; for a censored run the penalised total (see `to_target`)."""
+    censored: bool
+    """The target was never reached."""
+    total: float
+    """Spent by the whole run."""
+
+
+def to_target(spent: Sequence[float], accuracy: Sequence[float], target: float) -> ToTarget:
+    """The censoring rule, once: `spent` and `accuracy` are one run's evaluations in order.
+
+    A run that reaches the target scores what it had spent at its first evaluation at or above it. A run that
+    never does scores U·(1 + (target - best)/target), U its total: it ranks after every run that reached the target
+    within the same budget, and closer misses rank better, so a sampler learns from it instead of ignoring it.
+    """
+    total = float(spent[-1])
+    for s, acc in zip(spent, accuracy):
+        if acc >= target:
+            return ToTarget(float(s), False, total)
+    best = max(accuracy)
+    return ToTarget(total * (1.0 + (target - best) / target), True, total)
 
 
 @dataclass
 class ComputeMeter:
+    """A trial's running account: rollouts, tokens, phase seconds and compute units."""
+
     batch_size: int
     n_params: int
     fixed_mu: float | None = None
@@ -32,7 +66,7 @@ class ComputeMeter:
     """Prompt tokens processed while sampling."""
     train_tokens: int = 0
     """Tokens (prompt + completion) in forward-backward passes."""
-    seconds: dict[str, float] = field(default_factory=lambda: {"gen": 0.0, "score": 0.0, "train": 0.0})
+    seconds: dict[str, float] = field(default_factory=lambda: {"gen": 0.0, "train": 0.0})
 
     @contextmanager
     def timed(self, phase: str):
@@ -44,11 +78,10 @@ class ComputeMeter:
 
     @property
     def measured_mu(self) -> float | None:
-        """(generation + scoring seconds per generated rollout) / (training seconds per trained rollout)."""
+        """(generation seconds per generated rollout) / (training seconds per trained rollout)."""
         if not self.gen_rollouts or not self.train_rollouts or self.seconds["train"] <= 0:
             return None
-        gen = (self.seconds["gen"] + self.seconds["score"]) / self.gen_rollouts
-        return gen / (self.seconds["train"] / self.train_rollouts)
+        return (self.seconds["gen"] / self.gen_rollouts) / (self.seconds["train"] / self.train_rollouts)
 
     @property
     def mu(self) -> float:
@@ -58,15 +91,11 @@ class ComputeMeter:
         return self.measured_mu or 1.0
 
     def step(self, fresh: int, trained: int) -> float:
-        """Account one optimizer step (after its phases were timed); returns the cumulative units."""
+        """Account one optimizer step (after its phases were timed) at the current mu; returns the cumulative units."""
         self.gen_rollouts += fresh
         self.train_rollouts += trained
-        self.units += (trained + self.mu * fresh) / (self.batch_size * (1.0 + self.mu))
+        self.units += units(trained, fresh, self.batch_size, self.mu)
         return self.units
-
-    def units_at(self, mu: float) -> float:
-        """Cumulative units re-accounted at another mu (from the rollout counts)."""
-        return (self.train_rollouts + mu * self.gen_rollouts) / (self.batch_size * (1.0 + mu))
 
     @property
     def flops(self) -> dict[str, float]:

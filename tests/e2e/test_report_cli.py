@@ -1,0 +1,144 @@
+"""End to end: a tiny study through the CLI into real stores, then `analyze` and `report`, then a real browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from mlflow import MlflowClient
+
+from support.toy import toy_spec
+from support.cli import run_cli
+from support.servers import require
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    spec = toy_spec(tmp, n_trials=3, seeds=2, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}})
+    run = run_cli(["study", "run", str(spec)], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    analyze = run_cli(["analyze", str(spec), "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
+    assert analyze.returncode == 0, analyze.stderr[-3000:]
+    assert "predicted optimum: x" in analyze.stdout
+    report = run_cli(["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
+    assert report.returncode == 0, report.stderr[-3000:]
+    return tmp / "out", uri
+
+
+@pytest.mark.slow
+def test_analysis_json_matches_what_mlflow_holds(report_dir):
+    out, uri = report_dir
+    result = json.loads((out / "analysis.json").read_text())
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("toy")
+    seeds = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'")
+    trials = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'")
+    assert result["study"] == "toy" and result["n_runs"] == len(seeds) == 6
+    assert result["n_configurations"] == len(trials) == 3
+    assert result["baseline"]["trial_number"] == 0 and result["baseline"]["x"] == 1 and result["baseline"]["y"] == 1
+    assert result["reference_mu"] == pytest.approx(float(client.get_run(trials[-1].info.run_id).data.tags.get("workbench.reference_mu", result["reference_mu"])), rel=1e-3)
+    assert sum(c["seeds"] for c in result["configurations"]) == 6
+    assert result["n_censored_runs"] == sum(c["censored_seeds"] for c in result["configurations"])
+    assert {"alpha", "rho", "tau0", "intervals", "loco", "r2_log"} <= set(result["fit"])
+    assert result["predicted"]["knobs"]["capacity"] >= 16 and result["predicted"]["y"] >= 1
+    assert "5.28" in result["whatif"] and result["whatif"]["5.28"]["mu"] == 5.28
+    best = min(result["configurations"], key=lambda c: (c["censored_seeds"] / c["seeds"], c["compute_to_target"]))
+    assert result["empirical"]["trial_number"] == best["trial_number"]
+
+
+@pytest.mark.slow
+def test_report_markdown_and_html_hold_the_tables_and_every_figure(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    result = json.loads((out / "analysis.json").read_text())
+    assert md.startswith("# Study `toy`")
+    assert "| on-policy baseline (trial 0) | 1 | 1 | 16 |" in md
+    assert f"| alpha | {result['fit']['alpha']:.3g} |" in md
+    for c in result["pareto_front"]:
+        assert f"| {c['trial_number']} | " in md
+    figures = ["accuracy_vs_compute", "pareto_front", "heatmap", "predicted_vs_measured", "entropy_vs_compute", "staleness_histogram"]
+    for name in figures:
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert f"({name}.png)" in md
+    page = (out / "report.html").read_text()
+    assert page.count('src="data:image/png;base64,') == len(figures)
+    assert "<table>" in page and "on-policy baseline (trial 0)" in page
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.slow
+def test_report_renders_every_figure_in_headless_chromium(report_dir, tmp_path):
+    browser = chromium()
+    require(browser is not None, "Chromium (Debian package chromium)")
+    out, _ = report_dir
+    page = (out / "report.html").read_text()
+    probe = ("<script>window.addEventListener('load',()=>{const i=[...document.images];"
+             "document.body.setAttribute('data-rendered',i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length);});</script>")
+    probed = tmp_path / "probe.html"
+    probed.write_text(page.replace("</body>", probe + "</body>"))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
+    rendered = re.search(r'data-rendered="(\d+)/(\d+)"', dom.stdout)
+    assert rendered, dom.stderr[-2000:]
+    assert rendered.group(1) == rendered.group(2) == "6"
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, *flags, "--window-size=1100,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 20000
+
+
+@pytest.fixture(scope="module")
+def verified(report_dir):
+    """The same study after `workbench study verify --force`: its fitted optimum run as a new trial."""
+    out, uri = report_dir
+    tmp = out.parent
+    spec = tmp / "toy.yaml"
+    run = run_cli(["study", "verify", str(spec), "--force", "--json"], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    again = run_cli(["analyze", str(spec), "--bootstrap", "0", "--out", str(tmp / "out_verified")], tmp)
+    assert again.returncode == 0, again.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1]), json.loads((tmp / "out_verified" / "analysis.json").read_text()), tmp, uri
+
+
+@pytest.mark.slow
+def test_study_verify_runs_the_fitted_optimum_as_a_new_trial_of_the_study(verified):
+    import optuna
+
+    v, result, tmp, uri = verified
+    first = json.loads((tmp / "out" / "analysis.json").read_text())
+    # The knobs run are the fitted optimum of the study as it stood, rounded to whole rollouts.
+    assert v["knobs"]["replay.ratio"] == pytest.approx(max(1.0, first["predicted"]["y"]), rel=5e-3)
+    assert v["knobs"]["replay.capacity"] == max(16, round(first["predicted"]["x"] * 16 / v["knobs"]["replay.ratio"]))
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}")
+    trial = study.trials[v["trial_number"]]
+    assert trial.state.name == "COMPLETE" and trial.params == {} and trial.user_attrs["arm"] == "predicted"
+    assert trial.value == pytest.approx(v["measured"]) and trial.user_attrs["knobs"] == v["knobs"]
+    assert trial.user_attrs["predicted_compute_to_target"] == pytest.approx(v["predicted"])
+    # MLflow: a trial run tagged as the predicted arm, under the study's parent, with one finished run per seed.
+    client = MlflowClient(uri)
+    run = client.get_run(trial.user_attrs["mlflow_run_id"])
+    assert run.data.tags["workbench.arm"] == "predicted" and run.data.tags["mlflow.parentRunId"] == study.user_attrs["mlflow_parent_run_id"]
+    assert run.data.metrics["study/predicted_compute_to_target"] == pytest.approx(v["predicted"])
+    seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert sorted(int(r.data.params["seed"]) for r in seeds) == [0, 1]
+    assert {int(r.data.params["replay.capacity"]) for r in seeds} == {v["knobs"]["replay.capacity"]}
+    # The next analysis holds it, measured against predicted; it does not count as a sampler trial.
+    assert result["n_configurations"] == 4
+    [row] = result["verified"]
+    assert row["trial_number"] == v["trial_number"] and row["arm"] == "predicted"
+    assert row["compute_to_target"] == pytest.approx(v["measured"], rel=1e-6)
+    assert row["predicted_when_run"] == pytest.approx(v["predicted"], rel=1e-6)
+    status = run_cli(["study", "status", str(tmp / "toy.yaml"), "--table"], tmp)
+    assert "3 complete" in status.stdout and "1 predicted" in status.stdout
+    assert f"fitted optimum run as trial {v['trial_number']}" in status.stdout
+    assert f"\n{v['trial_number']},COMPLETE,predicted," in status.stdout

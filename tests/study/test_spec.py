@@ -1,0 +1,64 @@
+"""Study specs: every bad spec stops with one line naming its field; the shipped specs are valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.toy import TOY, toy_spec
+
+from workbench.config import ConfigError
+from workbench.study.spec import load_spec
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"bogus": 1}, "bogus: unknown key"),
+        ({"search_space": {}}, "search_space:"),
+        ({"search_space": {"replay.ratio": {"low": 4, "high": 2}}}, "search_space.replay.ratio.low: must be <= high"),
+        ({"search_space": {"replay.ratio": {"choices": []}}}, "search_space.replay.ratio.choices"),
+        ({"search_space": {"replay.nope": {"choices": [1]}}}, "search_space.replay.nope"),
+        ({"search_space": {"replay.ratio": {"low": 0.5, "high": 2}}}, "search_space.replay.ratio"),
+        ({"sampler": "annealing"}, "sampler: unknown 'annealing'"),
+        ({"objective": "fastest"}, "objective: unknown 'fastest'"),
+        ({"objective": ["best_accuracy", "loss"]}, "objective: unknown 'loss'"),
+        ({"seeds": 0}, "seeds"),
+        ({"target_accuracy": 1.5}, "target_accuracy"),
+        ({"base": {"replay": {"capacity": 0}}}, "base.replay.capacity"),
+        ({"sampler": "grid", "search_space": {"replay.ratio": {"low": 1, "high": 2}}}, "search_space: step"),
+        ({"search_space": {"replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}}},
+         "search_space.replay.dgg.tau.when: 'replay.strategy' must be a knob listed before"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "rlep"}}}},
+         "search_space.replay.dgg.tau.when: replay.strategy never takes the value 'rlep'"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]}}, "points": [{"replay.strategy": "per"}]},
+         "points[0].replay.strategy: 'per' is not among the choices"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
+          "points": [{"replay.strategy": "uniform", "replay.dgg.tau": 0.5}]},
+         "points[0].replay.dgg.tau: inactive here"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
+                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
+          "points": [{"replay.strategy": "dgg"}]},
+         "points[0]: missing knob replay.dgg.tau"),
+        ({"search_space": {"replay.strategy": {"choices": ["uniform", "prioritized"]}}, "points": [{"replay.strategy": "prioritized"}],
+          "base": {**{k: v for k, v in TOY.items() if k != "threads"}, "replay": {"ratio": 2}}},
+         "search_space.replay.strategy: value 'prioritized' gives an invalid trial (replay.ratio: must be 1"),
+    ],
+)
+def test_bad_specs_name_their_field(tmp_path, change, field):
+    path = toy_spec(tmp_path, **change)
+    with pytest.raises(ConfigError) as err:
+        load_spec(path)
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_shipped_specs_are_valid():
+    names = sorted(p.stem for p in STUDIES.glob("*.yaml"))
+    assert {"quickstart", "replay_grid", "paper_repro", "strategies"} <= set(names)
+    for path in STUDIES.glob("*.yaml"):
+        spec = load_spec(path)
+        assert spec.name == path.stem

@@ -1,0 +1,58 @@
+"""Toy-size trial configs and study specs: real components, seconds per trial."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+TOY = {
+    "batch_size": 16,
+    "group_size": 4,
+    "threads": 1,
+    "task": {"digits": 2, "n_eval": 64},
+    "model": {"warm_start": {"target_accuracy": 0.2}},
+    "budget": {"compute_units": None, "steps": 4},
+    "eval": {"every": 2, "k": 2, "pass_k_prompts": 8, "target_accuracy": 0.3},
+}
+# The embedded architecture, warm-started on 2-digit addition to ~20% held-out accuracy (about 10 s, once per
+# session): rewards and advantages are non-zero from the first step, so the trainer tests are not degenerate.
+TINY_MODEL = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "num_heads": 2, "warm_start": {"steps": 20, "eval_every": 10}}
+"""A smaller, untrained-to-accuracy model for tests that only need a checkpoint (determinism, loading)."""
+
+
+def toy_dict(**sections) -> dict:
+    """TOY with sections deep-merged from keyword arguments (`replay={"ratio": 2}`)."""
+    data = copy.deepcopy(TOY)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key].update(value)
+        else:
+            data[key] = value
+    return data
+
+
+def toy_spec(tmp_path: Path, **fields) -> Path:
+    """A toy study spec file (random sampler, real local stores in tmp_path)."""
+    base = {k: v for k, v in TOY.items() if k != "threads"}
+    spec = {
+        "name": "toy",
+        "base": {**base, "budget": {"compute_units": None, "steps": 6}, "eval": {**TOY["eval"], "every": 3}},
+        "search_space": {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}},
+        "seeds": 1,
+        "n_trials": 3,
+        "sampler": "random",
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    spec.update(fields)
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def tracked(cfg, tracking_uri: str):
+    """`cfg` logging to the MLflow store `tracking_uri` (returned, for `run_trial(tracked(cfg, uri))`)."""
+    cfg.tracking.uri = tracking_uri
+    return cfg

@@ -1,0 +1,178 @@
+"""Every replay strategy through the real trainer path (toy size), with an invariant checked on what was trained."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.config import ConfigError, build_config
+from workbench.trial.replay import ReplayBuffer, Rollout
+from workbench.trial.strategies import STRATEGIES, Prioritized, is_correct
+from workbench.trial.tasks import load_task
+from workbench.trial.loop import run_trial
+from workbench.trial.policy import Policy
+from workbench.trial.step import train_step
+
+from support.toy import toy_dict, tracked
+
+
+def groups_of(batch: list[Rollout]) -> dict[int, list[Rollout]]:
+    out: dict[int, list[Rollout]] = {}
+    for r in batch:
+        out.setdefault(r.group, []).append(r)
+    return out
+
+
+def test_every_strategy_of_the_design_is_registered():
+    assert {"uniform", "positive_bias", "prioritized", "rlep", "dgg"} <= set(STRATEGIES)
+
+
+def test_prioritized_trains_fresh_survivors_plus_young_prioritized_replay(tracking_uri):
+    cfg = build_config(toy_dict(replay={"strategy": "prioritized", "prioritized": {"tau_max": 2, "warmup_steps": 2, "replay_fraction": 1.0}},
+                                budget={"compute_units": None, "steps": 10}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    replayed_total = 0
+    for rec in records:
+        assert len(rec.fresh) == cfg.batch_size  # fresh-anchored: a whole fresh batch every step
+        by_group = groups_of(rec.fresh)
+        survivors = {r.uid for g in by_group.values() if len({r.reward for r in g}) > 1 for r in g}
+        uids = [r.uid for r in rec.batch]
+        assert len(uids) == len(set(uids))  # without replacement
+        fresh_in_batch = {r.uid for r in rec.batch if r.birth_step == rec.step}
+        assert fresh_in_batch == survivors  # always every surviving fresh rollout, never a zero-variance group
+        replay = [r for r in rec.batch if r.birth_step < rec.step]
+        assert all(r.age(rec.step) <= 2 for r in rec.batch)  # never older than tau_max
+        if rec.step < 2:
+            assert not replay  # warm-up
+        else:  # round(replay_fraction · survivors) from the buffer as it stood before the survivors joined it
+            assert len(replay) == min(len(survivors), int(rec.metrics["replay/buffer_size"]) - len(survivors))
+        assert rec.metrics["replay/replayed"] == len(replay)
+        replayed_total += len(replay)
+    assert replayed_total > 0
+
+
+def test_prioritized_draw_prefers_large_advantages():
+    cfg = build_config(toy_dict(replay={"strategy": "prioritized", "prioritized": {"warmup_steps": 0, "alpha": 1.0, "replay_fraction": 0.25}}))
+    strategy = Prioritized(cfg)
+    rng = np.random.default_rng(0)
+    old = [Rollout(i, 0, i // 4, [1], [2], torch.zeros(1), float(i % 2), 2.0 if i < 8 else 0.1, 0.5, 0) for i in range(32)]
+    strategy.buffer.add(old)
+    fresh = [Rollout(100 + i, 1, 100 + i // 4, [1], [2], torch.zeros(1), float(i % 2), 1.0, 0.5, 1) for i in range(16)]
+    counts = np.zeros(32)
+    for _ in range(300):
+        strategy.buffer = ReplayBuffer(1000, 10)
+        strategy.buffer.add(old)
+        batch = strategy.batch(list(fresh), step=1, rng=rng)
+        for r in batch[16:]:
+            counts[r.uid] += 1
+    # P(i) ∝ |A_i| + eps: the 8 rollouts with |A| = 2 hold 16/(16 + 2.4) of the mass
+    assert counts[:8].sum() / counts.sum() > 0.75
+
+
+def test_positive_bias_batches_hold_the_configured_share_of_successes(tracking_uri):
+    # temperature 0.3: the toy policy then samples enough successes to fill the share within a few steps
+    cfg = build_config(toy_dict(generation={"temperature": 0.3}, budget={"compute_units": None, "steps": 14},
+                                replay={"strategy": "positive_bias", "ratio": 2, "capacity": 64, "positive_bias": {"delta": 0.25}}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    need = round(0.25 * cfg.batch_size)
+    saw_positives = False
+    for rec in records:
+        correct = sum(is_correct(r) for r in rec.batch)
+        assert correct >= min(need, rec.metrics["replay/pool_correct"])
+        assert len({r.uid for r in rec.batch}) == cfg.batch_size
+        assert rec.metrics["replay/positives"] <= 0.25 * 64
+        saw_positives |= rec.metrics["replay/positives"] > 0
+    assert saw_positives  # successes pushed out of the fresh part were kept
+    assert any(rec.metrics["replay/pool_correct"] >= need for rec in records)
+
+
+def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri, tmp_path):
+    cfg = build_config(toy_dict(
+        replay={"strategy": "rlep", "rlep": {"m": 2, "n_prompts": 48, "seed_rl_steps": 2, "samples": 6, "min_correct": 1}},
+        budget={"compute_units": None, "steps": 6},
+    ))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    from workbench.trial.strategies.rlep_pool import ensure_pool
+
+    task = load_task(cfg.task)
+    pool_path = ensure_pool(cfg, task)  # the cached pool the trial used
+    pool = {json.loads(line)["prompt"]: json.loads(line)["completions"] for line in pool_path.read_text().splitlines()}
+    assert pool, "the toy seed policy found no success to pool"
+    full = 0
+    for rec in records:
+        assert rec.metrics["offpolicy/ratio_max"] == pytest.approx(1.0, abs=2e-3)  # old log-probs recomputed by the
+        assert rec.metrics["offpolicy/ratio_min"] == pytest.approx(1.0, abs=2e-3)  # current policy, pooled ones too
+        for members in groups_of(rec.batch).values():
+            fresh = [r for r in members if r.source == "fresh"]
+            pooled = [r for r in members if r.source == "pool"]
+            available = len(pool.get(task.train[members[0].prompt_index].prompt, []))
+            assert len(fresh) == cfg.group_size and len(pooled) == min(2, available)  # G + M (fewer only if the pool has fewer)
+            assert all(r.completion_ids and r.reward == 1.0 for r in pooled)  # verified successes, never empty padding
+            assert members[0].prompt_index < 48
+            rewards = [r.reward for r in members]
+            assert all(r.group_mean_reward == pytest.approx(np.mean(rewards)) for r in members)  # advantages over G + M
+            assert abs(sum(r.advantage for r in members)) < 1e-6
+            full += len(pooled) == 2
+    assert full > 0
+
+
+def test_dgg_never_gates_a_first_pass_and_never_exceeds_k(tracking_uri):
+    cfg = build_config(toy_dict(replay={"strategy": "dgg", "dgg": {"max_reuse": 3, "window": 2, "tau": 0.1}},
+                                budget={"compute_units": None, "steps": 24}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    passes, gated_any, updates = 0, False, 0
+    for i, rec in enumerate(records):
+        gated = rec.metrics["dgg/gated"] == 1.0
+        if rec.fresh:
+            passes = 1
+            assert not gated  # the first pass of a batch is never gated
+        else:
+            passes += 1
+            prev = records[i - 1]
+            assert prev.metrics["dgg/gated"] == 0.0 and prev.metrics["dgg/pass"] < 3  # reuse ends at a gate or at K
+            assert [r.uid for r in rec.batch] == [r.uid for r in prev.batch]  # the same batch reused
+        assert rec.metrics["dgg/pass"] == passes <= 3
+        updates += not gated
+        assert rec.metrics["train/updates"] == updates  # a gated pass takes no optimizer step
+        gated_any |= gated
+    assert gated_any and any(rec.metrics["dgg/pass"] == 3 for rec in records)
+
+
+def test_a_gated_step_leaves_weights_and_optimizer_untouched():
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    optimizer = torch.optim.Adam(policy.model.parameters(), lr=1e-2)
+    from workbench.trial.rollouts import generate_groups
+
+    policy.temperature = 0.3
+    fresh, _ = generate_groups(policy, task, list(range(16)), 4, 0, torch.Generator().manual_seed(0), 0)
+    assert any(r.advantage != 0 for r in fresh)  # a real gradient to gate
+    train_step(policy, optimizer, fresh, cfg, 0)  # a real step first: Adam has moments
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    moments = {id(p): s["exp_avg"].clone() for p, s in optimizer.state.items()}
+    _, _, applied = train_step(policy, optimizer, fresh, cfg, 1, gate=lambda model, step: True)
+    assert not applied
+    assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+    assert all(torch.equal(moments[id(p)], s["exp_avg"]) for p, s in optimizer.state.items())
+    _, _, applied = train_step(policy, optimizer, fresh, cfg, 2)
+    assert applied and not all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+
+
+def test_strategy_settings_are_validated_with_the_field_named():
+    with pytest.raises(ConfigError, match=r"^replay.ratio: must be 1 with replay.strategy prioritized"):
+        build_config(toy_dict(replay={"strategy": "prioritized", "ratio": 2}))
+    with pytest.raises(ConfigError, match=r"^replay.positive_bias.delta: "):
+        build_config(toy_dict(replay={"strategy": "positive_bias", "capacity": 16, "positive_bias": {"delta": 0.5}}))
+    with pytest.raises(ConfigError, match=r"^replay.dgg.signal"):
+        build_config(toy_dict(replay={"strategy": "dgg", "dgg": {"signal": "norm"}}))
+    with pytest.raises(ConfigError, match=r"^replay.strategy: unknown 'per'"):
+        build_config(toy_dict(replay={"strategy": "per"}))
+    assert build_config(toy_dict(replay={"strategy": "prioritized"})).replay.capacity == 16 * 12  # B (tau_max + 2)

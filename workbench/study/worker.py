@@ -1,0 +1,101 @@
+"""`workbench study worker`: join a study from any machine and run its trials until the study has enough.
+
+Trials come from Optuna's `study.optimize`; a callback in the manner of Optuna's `MaxTrialsCallback` (counting as
+this study counts: skipped proposals and `study verify` arms do not count) stops it when the study is done, too
+many trials failed, the space is exhausted, or the remaining work is in flight elsewhere. The worker then waits
+rather than exits while another worker's trial may still need a retry (its heartbeat stops if it dies) or while
+the baseline runs elsewhere (it sets the reference mu). A trial that raises fails with its reason; the worker goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+from workbench.study import attrs
+from workbench.study.context import StudyContext, load_existing
+from workbench.study.objective import StudyObjective
+from workbench.study.spec import StudySpec, feasible_space_size
+from workbench.study.summary import counts, done
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0
+MU_WAIT_SECONDS = 3600
+
+
+def space_exhausted(study: optuna.Study, spec: StudySpec) -> bool:
+    """A finite space (all knobs choices or stepped ranges) whose feasible configurations have all been run."""
+    size = feasible_space_size(spec)
+    if size is None:
+        return False
+    ran = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+           if not t.user_attrs.get(attrs.SKIPPED) and not t.user_attrs.get(attrs.ARM)}
+    return len(ran) >= size
+
+
+def baseline_running(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False))
+
+
+def _retried(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if "failed_trial" in t.system_attrs)
+
+
+class StudyBudget:
+    """When a worker stops asking for trials: an Optuna callback, and the checks the worker makes between runs."""
+
+    def __init__(self, spec: StudySpec, n_trials: int):
+        self.spec, self.n_trials = spec, n_trials
+
+    def finished(self, study: optuna.Study) -> str | None:
+        """Why the study needs no more trials from anyone (None while it does)."""
+        c = counts(study)
+        if c["complete"] + c["pruned"] >= self.n_trials:
+            return "done"
+        if c["fail"] - _retried(study) >= self.spec.max_failures > 0:
+            return f"{c['fail']} failed trials (max_failures = {self.spec.max_failures})"
+        if c["skipped"] >= 10 * self.n_trials or space_exhausted(study, self.spec):
+            return "the search space has no untried feasible configuration left"
+        return None
+
+    def waiting(self, study: optuna.Study) -> bool:
+        """Whether this worker should wait instead of starting a trial: the baseline is running elsewhere without
+        a reference mu yet, or the remaining trials are all in flight elsewhere (stay to retry them if their
+        worker dies)."""
+        if study.user_attrs.get(attrs.REFERENCE_MU) is None and baseline_running(study):
+            return True
+        return done(study) + counts(study)["running"] >= self.n_trials
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if self.finished(study) or self.waiting(study):
+            study.stop()
+
+
+def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None) -> None:
+    """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant.
+
+    A trial that raises (NaN, exception, out of memory) fails with its reason and the worker goes on; trials of
+    dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials.
+    """
+    study = load_existing(ctx)
+    objective = StudyObjective(ctx, study, threads, baseline_threads)
+    budget = StudyBudget(ctx.spec, n_trials)
+    waited = 0.0
+    while True:
+        optuna.storages.fail_stale_trials(study)
+        why = budget.finished(study)
+        if why:
+            if why != "done":
+                log.warning(f"stopping: {why}")
+            return
+        if budget.waiting(study):
+            if study.user_attrs.get(attrs.REFERENCE_MU) is None and waited >= MU_WAIT_SECONDS:
+                raise RuntimeError("gave up waiting for the baseline trial to set the study's reference mu")
+            time.sleep(POLL_SECONDS)
+            waited += POLL_SECONDS
+            continue
+        study.optimize(objective, callbacks=[budget], catch=(Exception,), gc_after_trial=True)

@@ -1,0 +1,149 @@
+"""The embedded default policy: a tiny Llama with a character tokenizer and a supervised warm start.
+
+The checkpoint is built once per (architecture, task, warm-start) setting, deterministically for its seed, saved
+with `save_pretrained` (safetensors) under the cache directory, and from then on loaded with `from_pretrained`
+exactly like a user's model (`workbench.trial.policy`). Every trial of a study starts from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import random
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from workbench.backends.hf import encode_prompts, sample, score
+from workbench.config import ModelConfig, TaskConfig
+from workbench.trial.cache import build_once, cache_root
+from workbench.trial.tasks import Task
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 3  # bump when the embedded model or warm start changes meaning
+SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII that frames text as `<bos> text`."""
+    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+# ---------------------------------------------------------------- the embedded checkpoint
+
+
+def embedded_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
+    """A hash of everything that determines the embedded checkpoint."""
+    spec = {
+        "format": CHECKPOINT_FORMAT,
+        "arch": model_cfg.model_dump(include={"hidden_size", "num_layers", "intermediate_size", "num_heads", "init_seed"}),
+        "warm_start": model_cfg.warm_start.model_dump(),
+        "task": task_cfg.model_dump(),
+    }
+    if task_cfg.name == "jsonl":  # the file's content, not only its name, shapes the warm start
+        spec["task_sha"] = hashlib.sha256(Path(task_cfg.path).expanduser().read_bytes()).hexdigest()
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def greedy_accuracy(model, tokenizer, task: Task, max_new_tokens: int, limit: int | None = None) -> float:
+    examples = task.eval[:limit] if limit else task.eval
+    out = sample(model, tokenizer, encode_prompts(tokenizer, [e.prompt for e in examples]), max_new_tokens=max_new_tokens, greedy=True)
+    rewards = [task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]
+    return sum(rewards) / len(rewards)
+
+
+def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, float]:
+    """Supervised phase on partly correct demonstrations, stopped near a target held-out accuracy.
+
+    A `noise` share of the demonstrations has its final answer replaced by random digits of the same length, so
+    the model learns the format and part of the skill, and RL has room to improve. Accuracy rises in a sharp
+    transition, so at the first evaluation reaching the target the model keeps whichever of that checkpoint and
+    the previous one is closer to the target. Returns (steps, accuracy) of the kept checkpoint.
+    """
+    ws = cfg.warm_start
+    rng = random.Random(cfg.init_seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=ws.lr)
+    model.eval()
+    previous = (0, greedy_accuracy(model, tokenizer, task, task.max_new_tokens), copy.deepcopy(model.state_dict()))
+    model.train()
+    for step in range(1, ws.steps + 1):
+        batch = rng.sample(task.train, min(ws.batch_size, len(task.train)))
+        completions = []
+        for ex in batch:
+            demo = ex.demonstration
+            if rng.random() < ws.noise and demo.endswith(ex.answer):
+                wrong = "".join(rng.choice("0123456789") for _ in ex.answer)
+                demo = demo[: len(demo) - len(ex.answer)] + wrong
+            completions.append(demo)
+        prompt_ids = encode_prompts(tokenizer, [e.prompt for e in batch])
+        completion_ids = [ids[1:] + [tokenizer.eos_token_id] for ids in encode_prompts(tokenizer, completions)]
+        logp, mask = score(model, prompt_ids, completion_ids, pad_id=tokenizer.pad_token_id)
+        loss = -(logp.sum() / mask.sum())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % ws.eval_every == 0 or step == ws.steps:
+            model.eval()
+            acc = greedy_accuracy(model, tokenizer, task, task.max_new_tokens)
+            model.train()
+            log.info(f"warm start: step {step} loss {loss.item():.3f} held-out accuracy {acc:.3f}")
+            if acc >= ws.target_accuracy:
+                if abs(previous[1] - ws.target_accuracy) < abs(acc - ws.target_accuracy):
+                    model.load_state_dict(previous[2])
+                    return previous[0], previous[1]
+                return step, acc
+            previous = (step, acc, copy.deepcopy(model.state_dict()))
+    return previous[0], previous[1]
+
+
+def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, task: Task) -> Path:
+    """The embedded warm-started checkpoint directory, built once (under a lock, atomically) if needed."""
+    final = cache_root(model_cfg) / "models" / f"tiny-llama-{embedded_key(model_cfg, task_cfg)}"
+
+    def build(tmp: Path) -> None:
+        log.info(f"building the embedded tiny Llama and its warm start in {final} (once)")
+        torch.manual_seed(model_cfg.init_seed)
+        tokenizer = build_char_tokenizer()
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=model_cfg.hidden_size,
+            intermediate_size=model_cfg.intermediate_size,
+            num_hidden_layers=model_cfg.num_layers,
+            num_attention_heads=model_cfg.num_heads,
+            num_key_value_heads=model_cfg.num_heads,
+            max_position_embeddings=512,
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = LlamaForCausalLM(config)
+        model.train()
+        steps, acc = warm_start(model, tokenizer, task, model_cfg)
+        model.eval()
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        n_params = sum(p.numel() for p in model.parameters())
+        (tmp / "warm_start.json").write_text(json.dumps({"steps": steps, "accuracy": acc, "params": n_params}))
+        log.info(f"warm start done: {steps} steps, greedy held-out accuracy {acc:.3f}")
+
+    return build_once(final, build, ready=lambda p: (p / "warm_start.json").is_file())

@@ -1,0 +1,54 @@
+"""Held-out evaluation: greedy pass@1 and sampled pass@k on the task's fixed evaluation set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workbench.backends.hf import encode_prompts, sample
+from workbench.trial.tasks import Task
+
+
+@dataclass
+class EvalResult:
+    accuracy: float
+    """Greedy pass@1 over the whole held-out set."""
+    pass_at_k: float
+    """Share of the first `pass_k_prompts` held-out prompts with at least one correct answer among k samples."""
+    k: int
+
+
+class Evaluator:
+    """Encodes the held-out prompts once; evaluates any policy on them."""
+
+    def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int, device="cpu"):
+        self.task, self.tokenizer, self.k = task, tokenizer, k
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.prompt_ids = encode_prompts(tokenizer, [e.prompt for e in task.eval])
+        self.k_examples = task.eval[:pass_k_prompts]
+        self.k_prompt_ids = [p for p in self.prompt_ids[:pass_k_prompts] for _ in range(k)]
+        # A separate generator: evaluating never shifts the training sampler's random stream.
+        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)
+
+    def _rewards(self, out, examples) -> list[float]:
+        return [self.task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]
+
+    @torch.no_grad()
+    def __call__(self, model) -> EvalResult:
+        was_training = model.training
+        model.eval()
+        greedy = sample(model, self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
+        accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
+        sampled = sample(
+            model,
+            self.tokenizer,
+            self.k_prompt_ids,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            generator=self.generator,
+        )
+        rewards = self._rewards(sampled, [e for e in self.k_examples for _ in range(self.k)])
+        hits = [max(rewards[i : i + self.k]) for i in range(0, len(rewards), self.k)]
+        model.train(was_training)
+        return EvalResult(accuracy, sum(hits) / len(hits), self.k)

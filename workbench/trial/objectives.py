@@ -1,0 +1,157 @@
+"""Policy-gradient objectives, registered by name (`objective.name`).
+
+Each objective takes the current per-token log-probs of a batch (with grad) and the batch's frozen data, and
+returns a scalar loss to minimise plus diagnostics. Token-mean aggregation throughout: every completion token
+of the batch weighs the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import torch
+
+from workbench.registry import OBJECTIVES
+
+
+@dataclass
+class ObjectiveInput:
+    logprobs: torch.Tensor
+    """[n, T] current log-probs of the completion tokens (with grad), zero where `mask` is 0."""
+    mask: torch.Tensor
+    """[n, T] 1 for completion tokens."""
+    behaviour_logprobs: torch.Tensor
+    """[n, T] log-probs stored at generation (the behaviour policy)."""
+    advantages: torch.Tensor
+    """[n] GRPO group advantages, frozen at generation."""
+    rewards: torch.Tensor
+    """[n] rewards."""
+    group_mean_rewards: torch.Tensor
+    """[n] mean reward of each rollout's group (V-hat of AsymRE)."""
+    token_weights: torch.Tensor | None = None
+    """[n, T] detached per-token loss weights (the truncated train/inference mismatch correction), or None."""
+
+
+@dataclass
+class ObjectiveOutput:
+    loss: torch.Tensor
+    ratio_mean: float
+    """Mean importance ratio pi_theta / pi_behaviour over tokens."""
+    clip_frac: float
+    """Share of tokens whose clipped or truncated term was active."""
+    stats: dict[str, float] | None = None
+    """Importance-ratio statistics of the batch (`ratio_stats`), filled in by the trainer."""
+
+
+def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
+    """Off-policy diagnostics of a batch: token importance ratios w = pi_theta / pi_behaviour.
+
+    - `ratio_max`, `ratio_min`: extremes over completion tokens;
+    - `log_ratio_m2`: mean (log w)² over tokens, M2PO's second moment (replay-papers §5);
+    - `ess`: normalised effective sample size of the token weights, (Σw)² / (n Σw²), in (0, 1]; 1 when on-policy.
+    """
+    with torch.no_grad():
+        mask = inp.mask.bool()
+        log_w = (inp.logprobs.detach() - inp.behaviour_logprobs)[mask].double()
+        if log_w.numel() == 0:
+            return {"ratio_max": 1.0, "ratio_min": 1.0, "log_ratio_m2": 0.0, "ess": 1.0}
+        w = torch.exp(log_w)
+        return {
+            "ratio_max": float(w.max()),
+            "ratio_min": float(w.min()),
+            "log_ratio_m2": float((log_w**2).mean()),
+            "ess": float(w.sum() ** 2 / (w.numel() * (w**2).sum())),
+        }
+
+
+def register_objective(name: str):
+    """Register `fn(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput` under `name` (`objective.name`)."""
+    return OBJECTIVES.register(name)
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _loss_mean(values: torch.Tensor, inp: ObjectiveInput) -> torch.Tensor:
+    """Token mean of per-token loss terms, each weighted by the mismatch correction when there is one."""
+    if inp.token_weights is not None:
+        values = values * inp.token_weights
+    return _token_mean(values, inp.mask.float())
+
+
+@register_objective("ppo_clip")
+def ppo_clip(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """PPO-clip against the stored behaviour log-probs (Arnal App. D.2; DAPO's eps_low/eps_high).
+
+    per token: -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - behaviour_logp).
+    """
+    mask = inp.mask.float()
+    log_ratio = (inp.logprobs - inp.behaviour_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    adv = inp.advantages[:, None].to(ratio.dtype)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv
+    loss = -_loss_mean(torch.minimum(unclipped, clipped), inp)
+    with torch.no_grad():
+        active = ((ratio < 1 - cfg.eps_low) & (adv < 0)) | ((ratio > 1 + cfg.eps_high) & (adv > 0))
+        clip_frac = float(_token_mean(active.float(), mask))
+        ratio_mean = float(_token_mean(ratio, mask))
+    return ObjectiveOutput(loss, ratio_mean, clip_frac)
+
+
+@register_objective("asymre")
+def asymre(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """AsymRE (Arnal et al. 2025; replay-papers §1.6 item 6): no importance ratio.
+
+    per token of rollout i: -(r_i - (V_i + dV)) * logp, V_i = group mean reward, dV = `asymre_delta_v` (-0.1).
+    """
+    mask = inp.mask.float()
+    weight = (inp.rewards - (inp.group_mean_rewards + cfg.asymre_delta_v))[:, None].to(inp.logprobs.dtype)
+    loss = -_loss_mean(weight * inp.logprobs, inp)
+    with torch.no_grad():
+        ratio_mean = float(_token_mean(torch.exp((inp.logprobs - inp.behaviour_logprobs) * mask), mask))
+    return ObjectiveOutput(loss, ratio_mean, 0.0)
+
+
+@register_objective("decoupled_ppo")
+def decoupled_ppo(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """AReaL's decoupled PPO (arXiv 2505.24298; replay-papers §5): the trust region is anchored on the proximal
+    policy, the behaviour gap corrected by a detached weight.
+
+    per token: -(pi_prox / pi_behav) * min(u * A, clip(u, 1 - eps_low, 1 + eps_high) * A), u = pi_theta / pi_prox.
+    pi_prox is the policy before this optimizer step (the trainer takes one step per batch, so it is the current
+    parameters, detached): u = 1 in value and the clip bounds how far this step moves, while the stored
+    behaviour log-probs only enter the weight, capped at `decoupled_weight_cap` (AReaL's behav_imp_weight_cap).
+    """
+    mask = inp.mask.float()
+    prox = inp.logprobs.detach()
+    weight = torch.exp((prox - inp.behaviour_logprobs) * mask)
+    if cfg.decoupled_weight_cap is not None:
+        weight = torch.clamp(weight, max=cfg.decoupled_weight_cap)
+    u = torch.exp((inp.logprobs - prox) * mask)
+    adv = inp.advantages[:, None].to(u.dtype)
+    surrogate = torch.minimum(u * adv, torch.clamp(u, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
+    loss = -_loss_mean(weight * surrogate, inp)
+    with torch.no_grad():
+        capped = float(_token_mean((weight >= cfg.decoupled_weight_cap).float(), mask)) if cfg.decoupled_weight_cap is not None else 0.0
+        ratio_mean = float(_token_mean(torch.exp((prox - inp.behaviour_logprobs) * mask), mask))
+    return ObjectiveOutput(loss, ratio_mean, capped)
+
+
+@register_objective("tis")
+def truncated_is(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+    """Truncated importance sampling policy gradient (as TRL's and verl's rollout corrections truncate the ratio).
+
+    per token: -min(w, C) * A * logp, w = pi_theta / pi_behaviour detached, C = `tis_cap`. Unlike PPO's clip,
+    the truncation bounds the weight without zeroing the gradient of tokens beyond it, so stale tokens still learn
+    with a bounded weight; the bias of the truncation is the price of its bounded variance.
+    """
+    mask = inp.mask.float()
+    w = torch.exp((inp.logprobs.detach() - inp.behaviour_logprobs) * mask)
+    weight = torch.clamp(w, max=cfg.tis_cap)
+    adv = inp.advantages[:, None].to(inp.logprobs.dtype)
+    loss = -_loss_mean(weight * adv * inp.logprobs, inp)
+    with torch.no_grad():
+        truncated = float(_token_mean((w > cfg.tis_cap).float(), mask))
+        ratio_mean = float(_token_mean(w, mask))
+    return ObjectiveOutput(loss, ratio_mean, truncated)

@@ -1,0 +1,68 @@
+"""The policy of a trial: a HF causal LM and its tokenizer, loaded with `from_pretrained`, and how it samples.
+
+`model.path` names any local HF directory; without one, the embedded tiny Llama is built once and loaded the same
+way (`workbench.trial.checkpoint`). With `generation.backend: vllm` a vLLM engine colocated with the trainer
+samples, while the trainer scores and trains the transformers model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from workbench.backends.hf import encode_prompts
+from workbench.config import TrialConfig
+from workbench.trial.checkpoint import ensure_embedded_checkpoint
+from workbench.trial.tasks import Task
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, name)
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_policy(path: str | Path, device: torch.device, dtype: torch.dtype):
+    """`from_pretrained` a causal LM and its tokenizer from a local directory, ready for sampling."""
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
+    return model, tokenizer
+
+
+class Policy:
+    """The model, its tokenizer and the sampling settings of a trial."""
+
+    def __init__(self, cfg: TrialConfig, task: Task):
+        device = resolve_device(cfg.model.device)
+        path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
+        self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype, device))
+        self.device, self.path = device, str(path)
+        self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
+        self.temperature = cfg.generation.temperature
+        self.pad_id = self.tokenizer.pad_token_id
+        self.engine = None
+        """The vLLM engine when `generation.backend` is `vllm` (the hf backend samples with `self.model`)."""
+        if cfg.generation.backend == "vllm":
+            from workbench.backends.vllm import VllmSampler  # an optional dependency, imported only when asked for
+
+            prompts = [e.prompt for e in task.train[:2000] + task.eval]
+            longest = max(len(p) for p in encode_prompts(self.tokenizer, prompts))
+            dtype = next(self.model.parameters()).dtype
+            self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device)

@@ -1,0 +1,40 @@
+"""`uniform`: Arnal et al.'s FIFO buffer with uniform draws (replay-papers §1.3, design §1)."""
+
+from __future__ import annotations
+
+import math
+
+from workbench.trial.replay import FreshCredit, ReplayBuffer
+from workbench.trial.strategies.base import Strategy, register_strategy, uniform_draw
+
+
+@register_strategy("uniform")
+class Uniform(Strategy):
+    """Arnal et al.: a FIFO buffer of capacity N; each step B rollouts drawn uniformly, kept for later batches.
+
+    Fresh rollouts arrive at R = B / y per step through the fresh credit; the first batches borrow credit so the
+    buffer holds B distinct rollouts. With ratio 1 and capacity B the batch is exactly the fresh rollouts:
+    on-policy GRPO.
+    """
+
+    def __init__(self, cfg, ctx=None):
+        super().__init__(cfg, ctx)
+        self.buffer = ReplayBuffer(cfg.replay.capacity, cfg.replay.horizon)
+        self.credit = FreshCredit(cfg.fresh_per_step, self.G)
+
+    def groups(self, step: int) -> int:
+        groups = self.credit.accrue()
+        short = self.B - self.size() - groups * self.G  # the first batches need B distinct rollouts in the buffer
+        if short > 0 and not self.cfg.replay.with_replacement:
+            extra = math.ceil(short / self.G)
+            self.credit.borrow(extra)
+            groups += extra
+        return groups
+
+    def batch(self, fresh, step, rng):
+        self.buffer.add(fresh)
+        self.buffer.evict(step)
+        return uniform_draw(self.buffer.items, self.B, rng, self.cfg.replay.with_replacement)
+
+    def size(self) -> int:
+        return len(self.buffer)
