@@ -53,8 +53,8 @@ def main() -> None:
         cwd=work, check=True, stdout=subprocess.DEVNULL,
     )
     study_wall = time.perf_counter() - t0
-    worker_start = process_start_seconds("import workbench.cli, workbench.study, workbench.trainer, mlflow, optuna, torch, transformers")
-    driver_start = process_start_seconds("import workbench.cli, workbench.study")
+    worker_start = process_start_seconds("import workbench.cli, workbench.study.worker, workbench.trial.loop, mlflow, optuna, torch, transformers")
+    driver_start = process_start_seconds("import workbench.cli, workbench.study.driver")
 
     name = next(s.study_name for s in optuna.get_all_study_summaries(storage))
     study = optuna.load_study(study_name=name, storage=storage)

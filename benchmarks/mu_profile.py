@@ -21,7 +21,9 @@ import torch  # noqa: E402
 
 from workbench.config import build_config  # noqa: E402
 from workbench.trial.tasks import load_task  # noqa: E402
-from workbench.trainer import Policy, PromptStream, generate_groups, train_step  # noqa: E402
+from workbench.trial.policy import Policy  # noqa: E402
+from workbench.trial.rollouts import PromptStream, generate_groups  # noqa: E402
+from workbench.trial.step import train_step  # noqa: E402
 
 
 def profile(digits: int, batch: int, steps: int) -> dict:

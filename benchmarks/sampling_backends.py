@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from workbench.config import build_config  # noqa: E402
 from workbench.backends.hf import encode_prompts, sample  # noqa: E402
 from workbench.trial.tasks import load_task  # noqa: E402
-from workbench.trainer import Policy  # noqa: E402
+from workbench.trial.policy import Policy  # noqa: E402
 
 
 def main() -> None:

@@ -41,7 +41,10 @@ def test_analysis_json_matches_what_mlflow_holds(report_dir):
     assert result["study"] == "toy" and result["n_runs"] == len(seeds) == 6
     assert result["n_configurations"] == len(trials) == 3
     assert result["baseline"]["trial_number"] == 0 and result["baseline"]["x"] == 1 and result["baseline"]["y"] == 1
-    assert result["reference_mu"] == pytest.approx(float(client.get_run(trials[-1].info.run_id).data.tags.get("workbench.reference_mu", result["reference_mu"])), rel=1e-3)
+    # the study's reference mu is tagged on its parent run (and on the baseline's trial run that measured it)
+    study_run = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'study'")[0]
+    baseline_run = next(t for t in trials if t.data.params["baseline"] == "True")
+    assert result["reference_mu"] == float(study_run.data.tags["workbench.reference_mu"]) == float(baseline_run.data.tags["workbench.reference_mu"])
     assert sum(c["seeds"] for c in result["configurations"]) == 6
     assert result["n_censored_runs"] == sum(c["censored_seeds"] for c in result["configurations"])
     assert {"alpha", "rho", "tau0", "intervals", "loco", "r2_log"} <= set(result["fit"])

@@ -5,7 +5,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import torch
 import yaml
+
+from workbench.trial.replay import Rollout
 
 TOY = {
     "batch_size": 16,
@@ -56,3 +59,8 @@ def tracked(cfg, tracking_uri: str):
     """`cfg` logging to the MLflow store `tracking_uri` (returned, for `run_trial(tracked(cfg, uri))`)."""
     cfg.tracking.uri = tracking_uri
     return cfg
+
+
+def rollout(uid: int, birth: int) -> Rollout:
+    """A one-token rollout born at optimizer step `birth` (groups of 4 by uid), for buffer and draw tests."""
+    return Rollout(uid, 0, uid // 4, [1], [2], torch.zeros(1), 0.0, 0.0, 0.0, birth)

@@ -1,14 +1,10 @@
 import numpy as np
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.trial.replay import FreshCredit, ReplayBuffer, Rollout, batch_stats, group_advantages
-from workbench.trial.strategies import uniform_draw
+from support.toy import rollout
 
-
-def rollout(uid: int, birth: int) -> Rollout:
-    return Rollout(uid, 0, uid // 4, [1], [2], torch.zeros(1), 0.0, 0.0, 0.0, birth)
+from workbench.trial.replay import FreshCredit, ReplayBuffer, batch_stats, group_advantages
 
 
 def test_fifo_eviction_by_capacity_keeps_the_newest():
@@ -75,50 +71,6 @@ def test_borrowed_groups_are_repaid_so_the_long_run_rate_holds(batch, group, rat
     assert total <= max(owed + 1e-6, borrow * group)
     if owed >= borrow * group:
         assert owed - group < total
-
-
-def test_uniform_draws_distinct_rollouts_and_keeps_them():
-    buf = ReplayBuffer(capacity=64)
-    buf.add([rollout(i, 0) for i in range(64)])
-    rng = np.random.default_rng(0)
-    seen = set()
-    for _ in range(50):
-        batch = uniform_draw(buf.items, 16, rng)
-        uids = [r.uid for r in batch]
-        assert len(set(uids)) == 16 and uids == sorted(uids)
-        seen.update(uids)
-    assert len(buf) == 64  # drawing never removes
-    assert len(seen) == 64  # every rollout is reachable
-
-
-def test_uniform_with_capacity_equal_to_batch_returns_exactly_the_fresh_rollouts():
-    buf = ReplayBuffer(capacity=8)
-    old = [rollout(i, 0) for i in range(8)]
-    fresh = [rollout(100 + i, 1) for i in range(8)]
-    buf.add(old)
-    buf.add(fresh)
-    buf.evict(1)
-    batch = uniform_draw(buf.items, 8, np.random.default_rng(3))
-    assert batch == fresh
-
-
-def test_uniform_draw_is_uniform_over_the_buffer():
-    buf = ReplayBuffer(capacity=20)
-    buf.add([rollout(i, 0) for i in range(20)])
-    rng = np.random.default_rng(1)
-    counts = np.zeros(20)
-    for _ in range(4000):
-        for r in uniform_draw(buf.items, 5, rng):
-            counts[r.uid] += 1
-    expected = 4000 * 5 / 20
-    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected))
-
-
-def test_with_replacement_can_repeat_within_a_batch():
-    buf = ReplayBuffer(capacity=4)
-    buf.add([rollout(i, 0) for i in range(4)])
-    batch = uniform_draw(buf.items, 16, np.random.default_rng(0), with_replacement=True)
-    assert len(batch) == 16 and len({r.uid for r in batch}) <= 4
 
 
 def test_group_advantages_are_standardised_and_zero_for_uniform_groups():

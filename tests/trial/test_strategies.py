@@ -10,13 +10,13 @@ import torch
 
 from workbench.config import ConfigError, build_config
 from workbench.trial.replay import ReplayBuffer, Rollout
-from workbench.trial.strategies import STRATEGIES, Prioritized, is_correct
+from workbench.trial.strategies import STRATEGIES, Prioritized, is_correct, uniform_draw
 from workbench.trial.tasks import load_task
 from workbench.trial.loop import run_trial
 from workbench.trial.policy import Policy
 from workbench.trial.step import train_step
 
-from support.toy import toy_dict, tracked
+from support.toy import rollout, toy_dict, tracked
 
 
 def groups_of(batch: list[Rollout]) -> dict[int, list[Rollout]]:
@@ -176,3 +176,58 @@ def test_strategy_settings_are_validated_with_the_field_named():
     with pytest.raises(ConfigError, match=r"^replay.strategy: unknown 'per'"):
         build_config(toy_dict(replay={"strategy": "per"}))
     assert build_config(toy_dict(replay={"strategy": "prioritized"})).replay.capacity == 16 * 12  # B (tau_max + 2)
+
+
+def test_every_registered_strategy_validates_on_the_default_trial_with_no_other_setting():
+    for name in STRATEGIES:
+        cfg = build_config({"replay": {"strategy": name}})
+        assert cfg.replay.capacity >= cfg.batch_size  # the strategy's default capacity suits the default batch
+    pb = build_config({"replay": {"strategy": "positive_bias"}})
+    assert pb.replay.capacity - round(0.2 * pb.replay.capacity) >= pb.batch_size  # the fresh part holds a whole batch
+
+
+# ---------------------------------------------------------------- uniform draws (Arnal et al.)
+
+
+def test_uniform_draws_distinct_rollouts_and_keeps_them():
+    buf = ReplayBuffer(capacity=64)
+    buf.add([rollout(i, 0) for i in range(64)])
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(50):
+        batch = uniform_draw(buf.items, 16, rng)
+        uids = [r.uid for r in batch]
+        assert len(set(uids)) == 16 and uids == sorted(uids)
+        seen.update(uids)
+    assert len(buf) == 64  # drawing never removes
+    assert len(seen) == 64  # every rollout is reachable
+
+
+def test_uniform_with_capacity_equal_to_batch_returns_exactly_the_fresh_rollouts():
+    buf = ReplayBuffer(capacity=8)
+    old = [rollout(i, 0) for i in range(8)]
+    fresh = [rollout(100 + i, 1) for i in range(8)]
+    buf.add(old)
+    buf.add(fresh)
+    buf.evict(1)
+    batch = uniform_draw(buf.items, 8, np.random.default_rng(3))
+    assert batch == fresh
+
+
+def test_uniform_draw_is_uniform_over_the_buffer():
+    buf = ReplayBuffer(capacity=20)
+    buf.add([rollout(i, 0) for i in range(20)])
+    rng = np.random.default_rng(1)
+    counts = np.zeros(20)
+    for _ in range(4000):
+        for r in uniform_draw(buf.items, 5, rng):
+            counts[r.uid] += 1
+    expected = 4000 * 5 / 20
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected))
+
+
+def test_with_replacement_can_repeat_within_a_batch():
+    buf = ReplayBuffer(capacity=4)
+    buf.add([rollout(i, 0) for i in range(4)])
+    batch = uniform_draw(buf.items, 16, np.random.default_rng(0), with_replacement=True)
+    assert len(batch) == 16 and len({r.uid for r in batch}) <= 4

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import torch
 
+from workbench.config import ObjectiveConfig
 from workbench.registry import OBJECTIVES
 
 
@@ -80,7 +81,7 @@ def _loss_mean(values: torch.Tensor, inp: ObjectiveInput) -> torch.Tensor:
 
 
 @register_objective("ppo_clip")
-def ppo_clip(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+def ppo_clip(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     """PPO-clip against the stored behaviour log-probs (Arnal App. D.2; DAPO's eps_low/eps_high).
 
     per token: -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - behaviour_logp).
@@ -100,7 +101,7 @@ def ppo_clip(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
 
 
 @register_objective("asymre")
-def asymre(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+def asymre(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     """AsymRE (Arnal et al. 2025; replay-papers §1.6 item 6): no importance ratio.
 
     per token of rollout i: -(r_i - (V_i + dV)) * logp, V_i = group mean reward, dV = `asymre_delta_v` (-0.1).
@@ -114,7 +115,7 @@ def asymre(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
 
 
 @register_objective("decoupled_ppo")
-def decoupled_ppo(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+def decoupled_ppo(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     """AReaL's decoupled PPO (arXiv 2505.24298; replay-papers §5): the trust region is anchored on the proximal
     policy, the behaviour gap corrected by a detached weight.
 
@@ -139,7 +140,7 @@ def decoupled_ppo(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
 
 
 @register_objective("tis")
-def truncated_is(inp: ObjectiveInput, cfg) -> ObjectiveOutput:
+def truncated_is(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     """Truncated importance sampling policy gradient (as TRL's and verl's rollout corrections truncate the ratio).
 
     per token: -min(w, C) * A * logp, w = pi_theta / pi_behaviour detached, C = `tis_cap`. Unlike PPO's clip,

@@ -120,7 +120,7 @@ def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_
         return run.data.metrics, set(run.data.metrics)
 
     hf, hf_keys = train("hf")
-    vl, vl_keys = train("vllm", "--set", "generation.mismatch_correction=tis")
+    vl, vl_keys = train("vllm", "--set", "generation.mismatch_correction=importance_sampling")
     assert hf_keys <= vl_keys
     assert vl_keys - hf_keys == {"mismatch/logprob_abs_mean", "mismatch/logprob_abs_max", "mismatch/engine_lag", "mismatch/syncs"}
     assert vl["mismatch/logprob_abs_max"] < 1e-3 and vl["final/steps"] == 6

@@ -5,6 +5,7 @@ Registered: `uniform` (Arnal et al.), `positive_bias` (Arnal et al. §5.5), `pri
 is one module: a `Strategy` subclass with its `Params` section, registered with `@register_strategy("name")`.
 """
 
+from workbench.config import TrialConfig
 from workbench.registry import STRATEGIES
 from workbench.trial.strategies.base import Strategy, StrategyContext, is_correct, register_strategy, uniform_draw
 from workbench.trial.strategies.dgg import Dgg
@@ -19,6 +20,6 @@ __all__ = [
 ]
 
 
-def make_strategy(cfg, ctx: StrategyContext | None = None) -> Strategy:
+def make_strategy(cfg: TrialConfig, ctx: StrategyContext | None = None) -> Strategy:
     """The configured strategy (`replay.strategy`), ready for the trainer loop."""
     return STRATEGIES[cfg.replay.strategy](cfg, ctx)

@@ -9,9 +9,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from workbench.config import Section
+from workbench.config import Section, TrialConfig
 from workbench.trial.replay import FreshCredit, Rollout
-from workbench.trial.strategies.base import Strategy, register_strategy
+from workbench.trial.strategies.base import Strategy, StrategyContext, register_strategy
 
 
 class DggParams(Section):
@@ -41,7 +41,7 @@ class Dgg(Strategy):
     Params = DggParams
     fresh_anchored = True
 
-    def __init__(self, cfg, ctx=None):
+    def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
         self.d = self.params(cfg)
         self.credit = FreshCredit(cfg.batch_size, self.G)

@@ -8,9 +8,9 @@ from collections import deque
 import numpy as np
 from pydantic import Field
 
-from workbench.config import Section
+from workbench.config import Section, TrialConfig
 from workbench.trial.replay import ReplayBuffer, Rollout
-from workbench.trial.strategies.base import is_correct, register_strategy, uniform_draw
+from workbench.trial.strategies.base import StrategyContext, is_correct, register_strategy, uniform_draw
 from workbench.trial.strategies.uniform import Uniform
 
 
@@ -40,7 +40,7 @@ class PositiveBias(Uniform):
 
     Params = PositiveBiasParams
 
-    def __init__(self, cfg, ctx=None):
+    def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
         pb = self.params(cfg)
         self.n_pos = positives_share(pb.delta, cfg.replay.capacity)
@@ -49,7 +49,7 @@ class PositiveBias(Uniform):
         self.delta, self.stratified = pb.delta, pb.stratified
 
     @classmethod
-    def default_capacity(cls, cfg) -> int:
+    def default_capacity(cls, cfg: TrialConfig) -> int:
         # The smallest buffer whose fresh part (1 - delta)·N holds a whole batch: the default trial runs as is.
         delta = cls.params(cfg).delta
         capacity = max(cfg.batch_size, math.ceil(cfg.batch_size / (1 - delta)))
@@ -58,7 +58,7 @@ class PositiveBias(Uniform):
         return capacity
 
     @classmethod
-    def validate(cls, cfg) -> None:
+    def validate(cls, cfg: TrialConfig) -> None:
         capacity = cfg.replay.capacity
         recent = capacity - positives_share(cls.params(cfg).delta, capacity)
         if recent < cfg.batch_size:

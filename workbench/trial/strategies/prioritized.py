@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from workbench.config import Section
+from workbench.config import Section, TrialConfig
 from workbench.trial.replay import FreshCredit, ReplayBuffer, Rollout
-from workbench.trial.strategies.base import Strategy, register_strategy
+from workbench.trial.strategies.base import Strategy, StrategyContext, register_strategy
 
 
 class PrioritizedParams(Section):
@@ -48,7 +48,7 @@ class Prioritized(Strategy):
     Params = PrioritizedParams
     fresh_anchored = True
 
-    def __init__(self, cfg, ctx=None):
+    def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
         self.p = self.params(cfg)
         horizon = self.p.tau_max if cfg.replay.horizon is None else min(self.p.tau_max, cfg.replay.horizon)
@@ -56,7 +56,7 @@ class Prioritized(Strategy):
         self.credit = FreshCredit(cfg.batch_size, self.G)
 
     @classmethod
-    def default_capacity(cls, cfg) -> int:
+    def default_capacity(cls, cfg: TrialConfig) -> int:
         # A FIFO backstop that "rarely binds" (Yoo et al.): room for every survivor younger than tau_max.
         return cfg.batch_size * (cls.params(cfg).tau_max + 2)
 

@@ -11,7 +11,7 @@ import torch
 from pydantic import Field
 
 from workbench.compute import units
-from workbench.config import ConfigError, Section
+from workbench.config import ConfigError, Section, TrialConfig
 from workbench.trial.replay import FreshCredit, Rollout, group_advantages
 from workbench.trial.strategies.base import Strategy, StrategyContext, register_strategy
 
@@ -55,7 +55,7 @@ class Rlep(Strategy):
     Params = RlepParams
     fresh_anchored = True
 
-    def __init__(self, cfg, ctx: StrategyContext):
+    def __init__(self, cfg: TrialConfig, ctx: StrategyContext):
         super().__init__(cfg, ctx)
         self.r = self.params(cfg)
         if self.r.pool:

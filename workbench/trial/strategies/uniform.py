@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from workbench.config import TrialConfig
 from workbench.trial.replay import FreshCredit, ReplayBuffer
-from workbench.trial.strategies.base import Strategy, register_strategy, uniform_draw
+from workbench.trial.strategies.base import Strategy, StrategyContext, register_strategy, uniform_draw
 
 
 @register_strategy("uniform")
@@ -17,7 +18,7 @@ class Uniform(Strategy):
     on-policy GRPO.
     """
 
-    def __init__(self, cfg, ctx=None):
+    def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
         self.buffer = ReplayBuffer(cfg.replay.capacity, cfg.replay.horizon)
         self.credit = FreshCredit(cfg.fresh_per_step, self.G)

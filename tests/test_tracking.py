@@ -1,0 +1,66 @@
+"""workbench.tracking: passwords never leave a URL, and every way a run ends is recorded the same way."""
+
+import pytest
+
+from workbench import tracking
+
+
+@pytest.mark.parametrize(
+    "url, safe",
+    [
+        ("postgresql+psycopg2://alice:s3cret@db.example:5432/optuna", "postgresql+psycopg2://alice:***@db.example:5432/optuna"),
+        ("postgresql://bob:p%40ss@host/db", "postgresql://bob:***@host/db"),
+        ("http://user:pw@127.0.0.1:5000", "http://user:***@127.0.0.1:5000"),
+        ("postgresql://carol@host/db", "postgresql://carol@host/db"),  # no password: unchanged
+        ("sqlite:////tmp/optuna.db", "sqlite:////tmp/optuna.db"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_redact_url_hides_only_the_password(url, safe):
+    assert tracking.redact_url(url) == safe
+    assert "s3cret" not in tracking.redact_url(url) and "p%40ss" not in tracking.redact_url(url)
+
+
+def test_one_client_per_tracking_uri(tracking_uri):
+    assert tracking.client(tracking_uri) is tracking.client(tracking_uri)
+
+
+def _end(tracking_uri, raise_, stopped=tracking.STATUS_STOPPED):
+    run = tracking.RunLogger(tracking_uri, "lifecycle")
+    with pytest.raises(BaseException) if raise_ else _nothing():
+        with tracking.run_lifecycle(run, stopped=stopped):
+            run.log_metrics({"m": 1.0}, step=0)
+            if raise_:
+                raise raise_
+    got = tracking.client(tracking_uri).get_run(run.run_id)
+    return got.info.status, got.data.tags.get(tracking.STATUS), got.data.tags.get(tracking.FAILURE), got.data.metrics
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_run_lifecycle_records_every_ending(tracking_uri):
+    status, tag, failure, metrics = _end(tracking_uri, None)
+    assert (status, tag, failure) == ("FINISHED", "finished", None) and metrics == {"m": 1.0}  # buffered metrics flushed
+    assert _end(tracking_uri, tracking.RunStopped("pruned at step 4"), stopped=tracking.STATUS_PRUNED)[:3] == (
+        "FINISHED", "pruned", "pruned at step 4")
+    assert _end(tracking_uri, KeyboardInterrupt())[:3] == ("KILLED", "interrupted", "KeyboardInterrupt")
+    assert _end(tracking_uri, FloatingPointError("loss is nan"))[:3] == ("FAILED", "failed", "FloatingPointError: loss is nan")
+
+
+def test_kill_run_tree_ends_a_run_and_its_running_children(tracking_uri):
+    parent = tracking.RunLogger(tracking_uri, "lifecycle")
+    child = tracking.RunLogger(tracking_uri, "lifecycle", parent_run_id=parent.run_id)
+    done = tracking.RunLogger(tracking_uri, "lifecycle", parent_run_id=parent.run_id)
+    done.end(tracking.STATUS_FINISHED)
+    tracking.kill_run_tree(tracking_uri, parent.run_id, "worker lost")
+    c = tracking.client(tracking_uri)
+    for run_id in (parent.run_id, child.run_id):
+        run = c.get_run(run_id)
+        assert run.info.status == "KILLED" and run.data.tags[tracking.FAILURE] == "worker lost"
+    assert c.get_run(done.run_id).info.status == "FINISHED"  # a finished child is left as it was
