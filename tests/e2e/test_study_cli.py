@@ -164,7 +164,9 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
     path = toy_spec(tmp_path, n_trials=3, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
-    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # As from a terminal: SIGINT at its default (a shell without job control starts background jobs ignoring it).
+    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
     os.killpg(driver.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     out, err = driver.communicate(timeout=120)

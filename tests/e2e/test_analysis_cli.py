@@ -1,4 +1,5 @@
-"""End to end: a tiny study through the CLI into real stores, then `analyze` and `report`, then a real browser."""
+"""End to end: a tiny study through the CLI into real stores, then `analyze`, `report` (checked in a real browser)
+and `study verify` (the fitted optimum run as trials of the study)."""
 
 from __future__ import annotations
 
