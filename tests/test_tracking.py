@@ -21,8 +21,14 @@ def test_redact_url_hides_only_the_password(url, safe):
     assert "s3cret" not in tracking.redact_url(url) and "p%40ss" not in tracking.redact_url(url)
 
 
-def test_one_client_per_tracking_uri(tracking_uri):
-    assert tracking.client(tracking_uri) is tracking.client(tracking_uri)
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One real MLflow SQLite store for this module's runs."""
+    return f"sqlite:///{tmp_path_factory.mktemp('tracking') / 'mlflow.db'}"
+
+
+def test_one_client_per_tracking_uri(store):
+    assert tracking.client(store) is tracking.client(store)
 
 
 def _end(tracking_uri, raise_, stopped=tracking.STATUS_STOPPED):
@@ -44,22 +50,22 @@ class _nothing:
         return False
 
 
-def test_run_lifecycle_records_every_ending(tracking_uri):
-    status, tag, failure, metrics = _end(tracking_uri, None)
+def test_run_lifecycle_records_every_ending(store):
+    status, tag, failure, metrics = _end(store, None)
     assert (status, tag, failure) == ("FINISHED", "finished", None) and metrics == {"m": 1.0}  # buffered metrics flushed
-    assert _end(tracking_uri, tracking.RunStopped("pruned at step 4"), stopped=tracking.STATUS_PRUNED)[:3] == (
+    assert _end(store, tracking.RunStopped("pruned at step 4"), stopped=tracking.STATUS_PRUNED)[:3] == (
         "FINISHED", "pruned", "pruned at step 4")
-    assert _end(tracking_uri, KeyboardInterrupt())[:3] == ("KILLED", "interrupted", "KeyboardInterrupt")
-    assert _end(tracking_uri, FloatingPointError("loss is nan"))[:3] == ("FAILED", "failed", "FloatingPointError: loss is nan")
+    assert _end(store, KeyboardInterrupt())[:3] == ("KILLED", "interrupted", "KeyboardInterrupt")
+    assert _end(store, FloatingPointError("loss is nan"))[:3] == ("FAILED", "failed", "FloatingPointError: loss is nan")
 
 
-def test_kill_run_tree_ends_a_run_and_its_running_children(tracking_uri):
-    parent = tracking.RunLogger(tracking_uri, "lifecycle")
-    child = tracking.RunLogger(tracking_uri, "lifecycle", parent_run_id=parent.run_id)
-    done = tracking.RunLogger(tracking_uri, "lifecycle", parent_run_id=parent.run_id)
+def test_kill_run_tree_ends_a_run_and_its_running_children(store):
+    parent = tracking.RunLogger(store, "lifecycle")
+    child = tracking.RunLogger(store, "lifecycle", parent_run_id=parent.run_id)
+    done = tracking.RunLogger(store, "lifecycle", parent_run_id=parent.run_id)
     done.end(tracking.STATUS_FINISHED)
-    tracking.kill_run_tree(tracking_uri, parent.run_id, "worker lost")
-    c = tracking.client(tracking_uri)
+    tracking.kill_run_tree(store, parent.run_id, "worker lost")
+    c = tracking.client(store)
     for run_id in (parent.run_id, child.run_id):
         run = c.get_run(run_id)
         assert run.info.status == "KILLED" and run.data.tags[tracking.FAILURE] == "worker lost"

@@ -1,6 +1,11 @@
 """Every registered strategy trains through the command line with no setting but its name: its defaults adapt to
-the trial (its default capacity, rlep's pool built from the warm start). The command runs in this process
-(`workbench.cli.main`, the console script's entry point) to keep the suite short; the trials are real."""
+the trial (e.g. its default capacity). The command runs in this process (`workbench.cli.main`, the console
+script's entry point) to keep the suite short; the trials are real.
+
+`rlep` is left out here: with no other setting it first builds its default pool (60 seed steps, then 2048 prompts
+x 8 samples: ~21 s at toy size, the one expensive default). Its defaults are validated on the default trial in
+tests/trial/test_strategies.py, its pool build and training are tested there with a small pool, and the full
+default command (`workbench train --set replay.strategy=rlep --set budget.steps=12`) was run for issue 10."""
 
 import json
 
@@ -13,7 +18,7 @@ from workbench.registry import STRATEGIES
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", sorted(set(STRATEGIES) - {"rlep"}))
 def test_every_strategy_trains_with_its_defaults(strategy, tmp_path, capsys):
     config = tmp_path / "toy.yaml"
     config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 3}, eval={"every": 3})))

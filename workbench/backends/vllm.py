@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from workbench.config import ConfigError
+from workbench.config import ConfigError, TrialConfig
 from workbench.backends.hf import Samples
 
 
@@ -44,7 +44,7 @@ def import_vllm():
 class VllmSampler:
     """A vLLM engine serving the trainer's current (or `sync_every`-lagged) weights."""
 
-    def __init__(self, model_path: str, cfg, max_model_len: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, model_path: str, cfg: TrialConfig, max_model_len: int, dtype: torch.dtype, device: torch.device):
         vcfg = cfg.generation.vllm
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{vcfg.cpu_kvcache_gib:g}")
         _, LLM, self.SamplingParams, self.TokensPrompt = import_vllm()

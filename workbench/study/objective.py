@@ -22,6 +22,7 @@ from workbench.compute import to_target, units
 from workbench.study import attrs
 from workbench.study.context import StudyContext
 from workbench.study.spec import StudySpec
+from workbench.study.summary import fmt_params
 from workbench.trial.loop import TrialResult, TrialStopped, run_trial
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,6 @@ def seed_values(result: TrialResult, target: float, mu: float, batch_size: int) 
         "wall_to_target": wall.value,
         "mu_measured": result.metrics.get(tracking.FINAL_MU_MEASURED, float("nan")),
     }
-
-
-def fmt_params(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from workbench import tracking
 from workbench.study import attrs
-from workbench.study.objective import fmt_params
+
+
+def fmt_params(params: dict[str, Any]) -> str:
+    """Knob values as `key=value` pairs (floats in short form)."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def counts(study: optuna.Study) -> dict[str, int]:

@@ -7,9 +7,6 @@ this folder. In that environment a missing vllm is an error, not a skip.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -23,6 +20,7 @@ from workbench.trial.tasks import load_task
 from workbench.trial.loop import run_trial
 from workbench.trial.policy import Policy
 
+from support.cli import run_cli
 from support.toy import toy_dict, tracked
 
 
@@ -106,12 +104,12 @@ def test_sync_every_lags_the_behaviour_policy_and_ages_rollouts_from_the_engine_
 def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_path):
     def train(backend: str, *extra: str) -> tuple[dict, set[str]]:
         uri = f"sqlite:///{tmp_path / (backend + '.db')}"
-        proc = subprocess.run(
-            [sys.executable, "-m", "workbench.cli", "train", "--json", "--tracking-uri", uri, "--set", f"generation.backend={backend}",
+        proc = run_cli(
+            ["train", "--json", "--tracking-uri", uri, "--set", f"generation.backend={backend}",
              "--set", "batch_size=16", "--set", "group_size=4", "--set", "threads=1", "--set", "task.digits=2", "--set", "task.n_eval=64",
              "--set", "model.warm_start.target_accuracy=0.2", "--set", "budget.compute_units=null", "--set", "budget.steps=6",
              "--set", "eval.every=3", "--set", "eval.k=2", "--set", "eval.pass_k_prompts=8", *extra],
-            capture_output=True, text=True, timeout=900, env={**os.environ},
+            tmp_path,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
