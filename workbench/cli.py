@@ -294,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--n-trials", type=int)
     worker.add_argument("--threads", type=int, help="torch threads for this worker's trials")
     worker.add_argument("--baseline-threads", type=int, help="torch threads for the baseline trial (default: --threads)")
+    worker.add_argument("--quiet", action="store_true", help="warnings only (no per-trial progress lines)")
     worker.set_defaults(func=cmd_study_worker)
     status = ssub.add_parser("status", help="trials by state, the best configuration, the Pareto front")
     status.add_argument("spec", nargs="?")

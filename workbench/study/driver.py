@@ -38,7 +38,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     def spawn() -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
                "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads),
-               "--baseline-threads", str(cores)]
+               "--baseline-threads", str(cores), *(["--quiet"] if show_progress else [])]  # the bar reports their trials
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
         return subprocess.Popen(cmd, start_new_session=True)
 
