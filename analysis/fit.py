@@ -117,9 +117,18 @@ def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = Fals
     return fit
 
 
+def points(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series, np.ndarray, np.ndarray]:
+    """(x, y, value, censored) of per-seed runs for the likelihood: a run that reached the target is a measurement
+    (its compute-to-target); a censored run only says C > U, U the compute it spent (`total_units`), not the
+    penalised value the study ranks it by (`workbench.compute.to_target`)."""
+    censored = runs["censored"].astype(bool).to_numpy()
+    value = np.where(censored, runs["total_units"].to_numpy(float), runs["compute_to_target"].to_numpy(float))
+    return runs["x"], runs["y"], value, censored
+
+
 def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, bootstrap: int = 200, seed: int = 0) -> Fit:
     """Fit the per-seed runs of a study, then bootstrap (resampling configurations) and leave-one-configuration-out."""
-    fit = fit_points(runs["x"], runs["y"], runs["compute_to_target"], runs["censored"].astype(bool), mu, with_replacement, seed=seed)
+    fit = fit_points(*points(runs), mu, with_replacement, seed=seed)
     configs = [g for _, g in runs.groupby(["x", "y"])]
     rng = np.random.default_rng(seed)
     draws = []
@@ -127,8 +136,7 @@ def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, boot
         sample = pd.concat([configs[i] for i in rng.integers(0, len(configs), len(configs))])
         if sample["censored"].all():
             continue
-        b = fit_points(sample["x"], sample["y"], sample["compute_to_target"], sample["censored"].astype(bool), mu, with_replacement,
-                       starts=2, seed=int(rng.integers(1 << 30)), init=fit.params)
+        b = fit_points(*points(sample), mu, with_replacement, starts=2, seed=int(rng.integers(1 << 30)), init=fit.params)
         draws.append(b)
     if draws:
         table = {
@@ -147,7 +155,7 @@ def leave_one_configuration_out(runs: pd.DataFrame, mu: float, with_replacement:
         rest = runs[~((runs["x"] == x) & (runs["y"] == y))]
         if held["censored"].mean() >= 0.5 or rest["censored"].all() or len(rest) < 3:
             continue
-        f = fit_points(rest["x"], rest["y"], rest["compute_to_target"], rest["censored"].astype(bool), mu, with_replacement, starts=3, seed=seed, init=init)
+        f = fit_points(*points(rest), mu, with_replacement, starts=3, seed=seed, init=init)
         errors.append(float(np.log(f.predict(x, y)) - np.log(held["compute_to_target"].median())))
     if not errors:
         return {"n": 0}

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from analysis.data import compute_to_target, units_at
-from analysis.fit import fit_points, fit_runs, predict, predicted_optimum
+from analysis.fit import fit_points, fit_runs, points, predict, predicted_optimum
 
 TRUE = {"log_scale": math.log(40.0), "alpha": 0.4, "log_tau0": math.log(4.0), "log_rho": math.log(0.2), "log_sigma": math.log(0.08)}
 MU = 2.0
@@ -21,7 +21,8 @@ def synthetic_runs(budget: float, seed: int = 1) -> pd.DataFrame:
                 continue
             for s in range(3):
                 c = float(predict(TRUE, x, y, MU)) * math.exp(rng.normal(0, 0.08))
-                rows.append({"x": x, "y": y, "seed": s, "compute_to_target": min(c, budget), "censored": int(c > budget)})
+                rows.append({"x": x, "y": y, "seed": s, "compute_to_target": min(c, budget), "censored": int(c > budget),
+                             "total_units": budget})
     return pd.DataFrame(rows)
 
 
@@ -69,3 +70,34 @@ def test_compute_to_target_from_curves_reaccounts_mu_and_flags_censoring():
     total_b = (16 + 3 * 8) / (8 * 4)
     assert out.loc["b", "censored"] == 1
     assert out.loc["b", "compute_to_target"] == pytest.approx(total_b * (1 + (0.8 - 0.6) / 0.8))
+
+
+def test_censored_runs_enter_the_fit_bounded_by_their_total_compute_through_the_production_path():
+    """Curves -> analysis.data.compute_to_target (the study's penalised ranking value for censored runs) -> fit_runs:
+    the likelihood must bound a censored run by U, the compute it spent, not by the penalised value."""
+    rng = np.random.default_rng(3)
+    budget, target, rows, xy = 150, 0.8, [], {}
+    for x in (1, 2, 4, 8, 16, 32):
+        for y in (1, 2, 4):
+            if x < y:
+                continue
+            for s in range(3):
+                run = f"{x}-{y}-{s}"
+                xy[run] = (x, y)
+                c = float(predict(TRUE, x, y, MU)) * math.exp(rng.normal(0, 0.08))
+                for k in range(0, budget + 1, 5):  # evaluations every 5 units (gen = train = 8k rollouts at B 8)
+                    rows.append({"run_id": run, "batch_size": 8, "step": k, "accuracy": 0.85 if k >= c else 0.1 + 0.6 * k / c,
+                                 "gen_rollouts": 8 * k, "train_rollouts": 8 * k})
+    runs = compute_to_target(pd.DataFrame(rows), target, MU)
+    runs["x"], runs["y"] = [xy[r][0] for r in runs["run_id"]], [xy[r][1] for r in runs["run_id"]]
+    censored = runs["censored"] == 1
+    assert 0 < censored.sum() < len(runs)
+    assert (runs.loc[censored, "compute_to_target"] > runs.loc[censored, "total_units"] * 1.01).all()  # the penalised value
+    _, _, value, flags = points(runs)
+    assert list(value[flags]) == list(runs.loc[censored, "total_units"]) and list(flags) == list(censored)
+    fit = fit_runs(runs, MU, bootstrap=0)
+    bounded = fit_points(runs["x"], runs["y"], np.where(censored, runs["total_units"], runs["compute_to_target"]), censored.to_numpy(), MU)
+    penalised = fit_points(runs["x"], runs["y"], runs["compute_to_target"], censored.to_numpy(), MU)
+    assert fit.log_likelihood == pytest.approx(bounded.log_likelihood, rel=1e-9)
+    assert fit.log_likelihood != pytest.approx(penalised.log_likelihood, rel=1e-3)  # the bug this guards against
+

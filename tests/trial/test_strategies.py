@@ -231,3 +231,12 @@ def test_with_replacement_can_repeat_within_a_batch():
     buf.add([rollout(i, 0) for i in range(4)])
     batch = uniform_draw(buf.items, 16, np.random.default_rng(0), with_replacement=True)
     assert len(batch) == 16 and len({r.uid for r in batch}) <= 4
+
+
+def test_a_horizon_too_short_for_a_batch_is_rejected_at_the_edge():
+    # H + 1 steps of fresh rollouts at R = B / y per step hold fewer than B distinct rollouts when H + 1 < y
+    with pytest.raises(ConfigError, match=r"^replay\.horizon: 1 keeps 2 step\(s\)"):
+        build_config(toy_dict(replay={"ratio": 4, "capacity": 64, "horizon": 1}))
+    assert build_config(toy_dict(replay={"ratio": 2, "capacity": 64, "horizon": 1})).replay.horizon == 1
+    assert build_config(toy_dict(replay={"ratio": 4, "capacity": 64, "horizon": 1, "with_replacement": True})).replay.horizon == 1
+

@@ -59,6 +59,7 @@ class PositiveBias(Uniform):
 
     @classmethod
     def validate(cls, cfg: TrialConfig) -> None:
+        super().validate(cfg)
         capacity = cfg.replay.capacity
         recent = capacity - positives_share(cls.params(cfg).delta, capacity)
         if recent < cfg.batch_size:
