@@ -19,7 +19,7 @@ from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
 from workbench.study.objective import StudyObjective
 from workbench.study.spec import StudySpec, feasible_space_size
-from workbench.study.summary import counts, done
+from workbench.study.summary import counts
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,8 @@ class StudyBudget:
         worker dies)."""
         if study.user_attrs.get(attrs.REFERENCE_MU) is None and baseline_running(study):
             return True
-        return done(study) + counts(study)["running"] >= self.n_trials
+        c = counts(study)
+        return c["complete"] + c["pruned"] + c["running"] >= self.n_trials
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if self.finished(study) or self.waiting(study):

@@ -14,6 +14,7 @@ and three of the config: its parameter section (`Params`, the config's `replay.<
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
@@ -51,7 +52,7 @@ def is_correct(r: Rollout) -> bool:
     return r.reward >= 1.0 - 1e-9
 
 
-class Strategy:
+class Strategy(ABC):
     name = ""
     Params: type[Section] | None = None
     """The strategy's own parameter section, `replay.<name>` in the config (None: it has none)."""
@@ -85,11 +86,13 @@ class Strategy:
         """The train prompts this strategy trains on (None: all of them)."""
         return None
 
+    @abstractmethod
     def groups(self, step: int) -> int:
-        raise NotImplementedError
+        """Whole GRPO groups to sample at this step."""
 
+    @abstractmethod
     def batch(self, fresh: list[Rollout], step: int, rng: np.random.Generator) -> list[Rollout]:
-        raise NotImplementedError
+        """The rollouts to train on at this step (the fresh ones have just been generated)."""
 
     def gate(self, model, step: int) -> bool:
         """Called after backward and before the optimizer step; True drops this update (dgg)."""
