@@ -1,8 +1,10 @@
 """A study's trials from MLflow into tidy pandas frames (MLflow is the source of truth for curves, design §6).
 
 - `runs`: one row per seed run (a configuration trained once): knobs, x = N/R, y = B/R, seed, compute-to-target at
-  the study's reference mu, the censored flag, best and final accuracy, measured mu, and the arm (`sampler`, or
-  `predicted` for a fitted optimum run by `workbench study verify`, with the compute it was predicted to need).
+  the study's reference mu by the study's estimator (`workbench.estimators`; with the bracket its crossing lies in
+  and the censored flag), best and final accuracy, measured mu, and the arm (`sampler`; `predicted` for a fitted
+  optimum run by `workbench study verify`, with the compute it was predicted to need; `confirm` for a re-run on
+  fresh seeds by `workbench study confirm`).
 - `curves`: one row per evaluation of every seed run: step, compute units at the reference mu, accuracy, pass@k,
   cumulative generated/trained rollouts and seconds (so compute can be re-accounted at any mu).
 - `entropy`: policy entropy of fresh samples per step, with compute units.
@@ -17,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from workbench import tracking
-from workbench.compute import to_target, units
+from workbench import stats, tracking
+from workbench.compute import units
 from workbench.config import ConfigError
+from workbench.estimators import ESTIMATORS
 
 
 @dataclass
@@ -27,6 +30,7 @@ class StudyData:
     name: str
     reference_mu: float
     target: float
+    estimator: str
     runs: pd.DataFrame
     curves: pd.DataFrame
     entropy: pd.DataFrame
@@ -34,19 +38,35 @@ class StudyData:
     """Per seed run id: trained-rollout counts by age (the staleness histogram)."""
 
     def configs(self) -> pd.DataFrame:
-        """One row per configuration: medians over seeds, seeds and censored seeds counted."""
+        """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
+        seeds at their total: a bound), the paired ratio against the baseline on the same seeds with its interval,
+        means of the rest, seeds and censored seeds counted."""
         keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"]
-        g = self.runs.groupby(keys, dropna=False)
-        out = g.agg(
-            seeds=("seed", "count"),
-            censored_seeds=("censored", "sum"),
-            compute_to_target=("compute_to_target", "median"),
-            best_accuracy=("best_accuracy", "median"),
-            final_accuracy=("final_accuracy", "median"),
-            total_units=("total_units", "median"),
-            mu_measured=("mu_measured", "median"),
-            predicted_when_run=("predicted_when_run", "first"),
-        ).reset_index()
+        rows = []
+        for key, g in self.runs.groupby(keys, dropna=False, sort=False):
+            values = dict(zip(g["seed"], np.where(g["censored"] > 0, g["total_units"], g["compute_to_target"])))
+            est = stats.geometric_interval(list(values.values()))
+            row = dict(zip(keys, key))
+            row.update(seeds=len(g), censored_seeds=int(g["censored"].sum()), compute_to_target=est.estimate,
+                       ci_low=est.low, ci_high=est.high, best_accuracy=g["best_accuracy"].mean(),
+                       final_accuracy=g["final_accuracy"].mean(), total_units=g["total_units"].mean(),
+                       mu_measured=g["mu_measured"].median(), predicted_when_run=g["predicted_when_run"].iloc[0],
+                       _values=values)
+            rows.append(row)
+        out = pd.DataFrame(rows)
+        bases = out[out["baseline"]]
+        ratio, low, high, verdicts = [], [], [], []
+        for _, r in out.iterrows():
+            # The baseline run on the most of this configuration's seeds (a confirm run has its own).
+            shared = [(len(set(b["_values"]) & set(r["_values"])), b) for _, b in bases.iterrows() if b["trial_number"] != r["trial_number"]]
+            shared = [sb for sb in shared if sb[0] > 0]
+            if r["baseline"] or not shared:
+                ratio.append(np.nan), low.append(np.nan), high.append(np.nan), verdicts.append("baseline" if r["baseline"] else "no paired baseline")
+                continue
+            base = max(shared, key=lambda sb: sb[0])[1]
+            iv = stats.paired_ratio(r["_values"], base["_values"])
+            ratio.append(iv.estimate), low.append(iv.low), high.append(iv.high), verdicts.append(stats.verdict(iv))
+        out = out.assign(ratio_to_baseline=ratio, ratio_ci_low=low, ratio_ci_high=high, verdict=verdicts).drop(columns="_values")
         return out.sort_values("compute_to_target").reset_index(drop=True)
 
 
@@ -55,16 +75,16 @@ def units_at(curves: pd.DataFrame, mu: float) -> pd.Series:
     return units(curves["train_rollouts"], curves["gen_rollouts"], curves["batch_size"], mu)
 
 
-def compute_to_target(curves: pd.DataFrame, target: float, mu: float) -> pd.DataFrame:
-    """Per run: compute to `target` at `mu` by the study's rule (`workbench.compute.to_target`): units at the first
-    evaluation reaching it; a censored run (`censored` = 1) scores its penalised total."""
+def compute_to_target(curves: pd.DataFrame, target: float, mu: float, estimator: str = "first") -> pd.DataFrame:
+    """Per run: compute to `target` at `mu` by `estimator` (`workbench.estimators`), the bracket its crossing lies
+    in, and the censored flag; a censored run scores its penalised total (fits use `total_units` instead)."""
     c = curves.assign(units=units_at(curves, mu))
     rows = []
     for run_id, g in c.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        r = to_target(g["units"].tolist(), g["accuracy"].tolist(), target)
-        rows.append((run_id, r.value, int(r.censored), r.total))
-    return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units"])
+        r = ESTIMATORS[estimator](g["units"].tolist(), g["accuracy"].tolist(), target)
+        rows.append((run_id, r.value, int(r.censored), r.total, r.low, r.high))
+    return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units", "low_units", "high_units"])
 
 
 def load_study(name: str, tracking_uri: str) -> StudyData:
@@ -82,12 +102,15 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
         raise ConfigError(f"study: no finished trial in MLflow experiment {name!r}")
     baseline_trials = {t.info.run_id for t in trials if t.data.params.get(tracking.PARAM_BASELINE) == "True"}
     arms = {t.info.run_id: t.data.tags[tracking.ARM] for t in trials if tracking.ARM in t.data.tags}
+    arm_of_number = {t.data.tags.get(tracking.TRIAL_NUMBER): arms.get(t.info.run_id, "sampler") for t in trials}
     predicted_at = {t.info.run_id: t.data.metrics.get(tracking.PREDICTED_COMPUTE_TO_TARGET, np.nan) for t in trials}
-    ref = None
+    ref = target = None
     for r in [*parent, *trials]:
-        if tracking.REFERENCE_MU in r.data.tags:
+        if ref is None and tracking.REFERENCE_MU in r.data.tags:
             ref = float(r.data.tags[tracking.REFERENCE_MU])
-            break
+        if target is None and tracking.TARGET_ACCURACY in r.data.tags:
+            target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
+    estimator = parent[0].data.params.get("estimator", "first") if parent else "first"  # studies before estimators: first
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
@@ -102,9 +125,12 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             B = int(p["batch_size"])
             ratio = float(p["replay.ratio"])
             capacity = int(p["replay.capacity"])
+            # The seeds a race added to a configuration count as that configuration's (`study race`).
+            number = r.data.tags.get(tracking.EXTENDS) or r.data.tags.get(tracking.TRIAL_NUMBER, "-1")
+            arm = arm_of_number.get(number, "sampler") if tracking.EXTENDS in r.data.tags else arms.get(trial_run, "sampler")
             rows.append({
                 "run_id": r.info.run_id,
-                "trial_number": int(r.data.tags.get(tracking.TRIAL_NUMBER, -1)),
+                "trial_number": int(number),
                 "seed": int(p["seed"]),
                 "batch_size": B,
                 "capacity": capacity,
@@ -116,7 +142,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": B / ratio,
                 "baseline": trial_run in baseline_trials,
-                "arm": arms.get(trial_run, "sampler"),
+                "arm": arm,
                 "predicted_when_run": predicted_at.get(trial_run, np.nan),
                 "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
                 "final_accuracy": m[tracking.FINAL_ACCURACY],
@@ -138,18 +164,28 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
     runs = pd.DataFrame(rows)
     curves = pd.DataFrame(curve_rows)
-    target = float(runs["target"].iloc[0])
+    if target is None:
+        target = float(runs["target"].iloc[0])
     if ref is None:  # no reference recorded: the baseline's measured mu, else the median measured mu
         base = runs[runs["baseline"]]
         ref = float((base if len(base) else runs)["mu_measured"].median())
-    ctt = compute_to_target(curves, target, ref)
+    ctt = compute_to_target(curves, target, ref, estimator)
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
-    return StudyData(name, ref, target, runs, curves, pd.DataFrame(entropy_rows), ages)
+    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages)
+
+
+def retarget(data: StudyData, target: float, estimator: str | None = None) -> StudyData:
+    """The same study with compute-to-target read at another target accuracy (and with another estimator)."""
+    estimator = estimator or data.estimator
+    ctt = compute_to_target(data.curves, target, data.reference_mu, estimator)
+    runs = data.runs.drop(columns=list(ctt.columns.drop("run_id"))).merge(ctt, on="run_id")
+    return StudyData(data.name, data.reference_mu, target, estimator, runs, data.curves, data.entropy, data.ages)
 
 
 def reaccount(data: StudyData, mu: float) -> StudyData:
     """The same study with compute re-accounted at another mu (what-if hardware): curves and compute-to-target."""
     curves = data.curves.assign(units=units_at(data.curves, mu))
-    runs = data.runs.drop(columns=["compute_to_target", "censored", "total_units"]).merge(compute_to_target(data.curves, data.target, mu), on="run_id")
-    return StudyData(data.name, mu, data.target, runs, curves, data.entropy, data.ages)
+    ctt = compute_to_target(data.curves, data.target, mu, data.estimator)
+    runs = data.runs.drop(columns=list(ctt.columns.drop("run_id"))).merge(ctt, on="run_id")
+    return StudyData(data.name, mu, data.target, data.estimator, runs, curves, data.entropy, data.ages)

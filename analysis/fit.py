@@ -9,7 +9,9 @@ default, the distinct-draw variance form of the `uniform` strategy (no 1/x dupli
 reference mu (measured), not fitted. Free: log s, alpha, log tau0, log rho, log sigma.
 
 Censored runs (target never reached) only say C > U, U the compute they spent: they enter the likelihood as
-log P(log C > log U) = log Phi((log J_pred - log U) / sigma) (a Tobit model), never as measurements.
+log P(log C > log U) = log Phi((log J_pred - log U) / sigma) (a Tobit model), never as measurements. A run read with
+an estimator that only brackets the crossing (`first`, `interpolated`: between two evaluations) enters as
+interval-censored, log P(low < C <= high).
 """
 
 from __future__ import annotations
@@ -73,27 +75,36 @@ def predict(params: dict[str, float], x, y, mu: float, with_replacement: bool = 
     return math.exp(params["log_scale"]) * objective_J(x, y, mu, math.exp(params["log_rho"]), sbar, with_replacement)
 
 
-def _neg_log_lik(theta, x, y, logc, censored, mu, with_replacement):
+def _neg_log_lik(theta, x, y, logc, censored, mu, with_replacement, bracket=None):
     p = dict(zip(PARAMS, theta))
     pred = np.log(predict(p, x, y, mu, with_replacement))
     sigma = math.exp(p["log_sigma"])
     z = (logc - pred) / sigma
     ll = np.where(censored, stats.norm.logsf(z), stats.norm.logpdf(z) - math.log(sigma))
+    if bracket is not None:
+        loglow, loghigh = bracket
+        bracketed = ~censored & (loglow < loghigh - 1e-9)
+        if bracketed.any():
+            mass = stats.norm.cdf((loghigh - pred) / sigma) - stats.norm.cdf((loglow - pred) / sigma)
+            ll = np.where(bracketed, np.log(np.maximum(mass, 1e-300)), ll)
     return -float(np.sum(ll))
 
 
-def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = False, starts: int = 12, seed: int = 0, init: dict | None = None) -> Fit:
-    """Maximum-likelihood fit to per-run points (x, y, compute-to-target or the censoring bound, censored flag).
+def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = False, starts: int = 12, seed: int = 0, init: dict | None = None,
+               bracket=None) -> Fit:
+    """Maximum-likelihood fit to per-run points (x, y, compute-to-target or the censoring bound, censored flag;
+    `bracket`: (low, high) per run, the compute between which its crossing lies, low = high for a point value).
 
     Multi-start L-BFGS-B; `init` (a previous fit's params) is tried first, as bootstrap and LOCO refits do.
     """
     x, y = np.asarray(x, float), np.asarray(y, float)
     logc, censored = np.log(np.asarray(compute, float)), np.asarray(censored, bool)
+    logb = None if bracket is None else tuple(np.log(np.maximum(np.asarray(b, float), 1e-12)) for b in bracket)
     rng = np.random.default_rng(seed)
     best = None
     for i in range(starts):
         if i == 0 and init is not None:
-            res = optimize.minimize(_neg_log_lik, np.array([init[k] for k in PARAMS]), args=(x, y, logc, censored, mu, with_replacement), method="L-BFGS-B", bounds=BOUNDS)
+            res = optimize.minimize(_neg_log_lik, np.array([init[k] for k in PARAMS]), args=(x, y, logc, censored, mu, with_replacement, logb), method="L-BFGS-B", bounds=BOUNDS)
             best = res
             continue
         theta0 = np.array([
@@ -103,7 +114,7 @@ def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = Fals
             math.log(0.3) if i == 0 else rng.uniform(math.log(1e-3), math.log(10)),
             math.log(0.3),
         ])
-        res = optimize.minimize(_neg_log_lik, theta0, args=(x, y, logc, censored, mu, with_replacement), method="L-BFGS-B", bounds=BOUNDS)
+        res = optimize.minimize(_neg_log_lik, theta0, args=(x, y, logc, censored, mu, with_replacement, logb), method="L-BFGS-B", bounds=BOUNDS)
         if best is None or res.fun < best.fun:
             best = res
     params = dict(zip(PARAMS, map(float, best.x)))
@@ -126,9 +137,16 @@ def points(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series, np.ndarray, np.nda
     return runs["x"], runs["y"], value, censored
 
 
+def brackets(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per run, the compute between which its crossing lies (`low_units`, `high_units`), for interval censoring."""
+    if "low_units" not in runs:
+        return None
+    return runs["low_units"].to_numpy(float), runs["high_units"].to_numpy(float)
+
+
 def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, bootstrap: int = 200, seed: int = 0) -> Fit:
     """Fit the per-seed runs of a study, then bootstrap (resampling configurations) and leave-one-configuration-out."""
-    fit = fit_points(*points(runs), mu, with_replacement, seed=seed)
+    fit = fit_points(*points(runs), mu, with_replacement, seed=seed, bracket=brackets(runs))
     configs = [g for _, g in runs.groupby(["x", "y"])]
     rng = np.random.default_rng(seed)
     draws = []
@@ -136,7 +154,7 @@ def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, boot
         sample = pd.concat([configs[i] for i in rng.integers(0, len(configs), len(configs))])
         if sample["censored"].all():
             continue
-        b = fit_points(*points(sample), mu, with_replacement, starts=2, seed=int(rng.integers(1 << 30)), init=fit.params)
+        b = fit_points(*points(sample), mu, with_replacement, starts=2, seed=int(rng.integers(1 << 30)), init=fit.params, bracket=brackets(sample))
         draws.append(b)
     if draws:
         table = {
@@ -155,7 +173,7 @@ def leave_one_configuration_out(runs: pd.DataFrame, mu: float, with_replacement:
         rest = runs[~((runs["x"] == x) & (runs["y"] == y))]
         if held["censored"].mean() >= 0.5 or rest["censored"].all() or len(rest) < 3:
             continue
-        f = fit_points(*points(rest), mu, with_replacement, starts=3, seed=seed, init=init)
+        f = fit_points(*points(rest), mu, with_replacement, starts=3, seed=seed, init=init, bracket=brackets(rest))
         errors.append(float(np.log(f.predict(x, y)) - np.log(held["compute_to_target"].median())))
     if not errors:
         return {"n": 0}

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from analysis.data import StudyData  # noqa: E402
 from analysis.fit import Fit  # noqa: E402
@@ -28,8 +29,28 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _ci_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (rows) and its 95% t interval, pointwise."""
+    mean = values.mean(0)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = stats.t.ppf(0.975, len(values) - 1) * values.std(0, ddof=1) / np.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def _xerr(configs: pd.DataFrame, col: str = "compute_to_target", low: str = "ci_low", high: str = "ci_high") -> np.ndarray | None:
+    """Asymmetric error bars from interval columns (zero where there is no interval)."""
+    if low not in configs:
+        return None
+    v = configs[col].to_numpy(float)
+    lo = np.nan_to_num(v - configs[low].to_numpy(float), nan=0.0)
+    hi = np.nan_to_num(configs[high].to_numpy(float) - v, nan=0.0)
+    return np.vstack([np.maximum(lo, 0), np.maximum(hi, 0)])
+
+
 def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> Path:
-    """Held-out accuracy against compute units: the on-policy baseline against the best replay setting, seed bands."""
+    """Held-out accuracy against compute units: the on-policy baseline against the best replay setting, mean over
+    seeds with its pointwise 95% band, and each seed's curve faintly behind."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     curves = data.curves.merge(data.runs[["run_id", "trial_number", "baseline", "x", "y"]], on="run_id")
     groups = [("on-policy baseline", curves[curves["baseline"]], "tab:gray")]
@@ -42,9 +63,12 @@ def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> P
             continue
         grid = np.linspace(0, g.groupby("run_id")["units"].max().min(), 60)
         interp = np.array([np.interp(grid, r["units"], r["accuracy"]) for _, r in g.sort_values("step").groupby("run_id")])
-        ax.plot(grid, np.median(interp, 0), color=color, label=f"{label}, {len(interp)} seed(s)")
+        mean, lo, hi = _ci_band(interp)
+        for row in interp:
+            ax.plot(grid, row, color=color, alpha=0.15, lw=0.6)
+        ax.plot(grid, mean, color=color, label=f"{label}: mean of {len(interp)} seed(s)" + (", 95% band" if len(interp) > 1 else ""))
         if len(interp) > 1:
-            ax.fill_between(grid, interp.min(0), interp.max(0), color=color, alpha=0.2)
+            ax.fill_between(grid, lo, hi, color=color, alpha=0.25)
     ax.axhline(data.target, color="k", ls=":", lw=1, label=f"target {data.target:g}")
     ax.set_xlabel(f"compute units (mu = {data.reference_mu:.3g})")
     ax.set_ylabel("held-out accuracy (greedy pass@1)")
@@ -62,13 +86,14 @@ def pareto_front(configs: pd.DataFrame, out: Path) -> Path:
         if r["best_accuracy"] > best_acc:
             front.append(r)
             best_acc = r["best_accuracy"]
-    ax.scatter(c["compute_to_target"], c["best_accuracy"], c=np.where(c["censored_seeds"] > c["seeds"] / 2, "tab:red", "tab:blue"), s=30)
+    ax.errorbar(c["compute_to_target"], c["best_accuracy"], xerr=_xerr(c), fmt="none", ecolor="0.6", lw=1, capsize=2)
+    ax.scatter(c["compute_to_target"], c["best_accuracy"], c=np.where(c["censored_seeds"] > c["seeds"] / 2, "tab:red", "tab:blue"), s=30, zorder=3)
     for _, r in c.iterrows():
         ax.annotate(_label(r), (r["compute_to_target"], r["best_accuracy"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     f = pd.DataFrame(front)
     ax.plot(f["compute_to_target"], f["best_accuracy"], "k--", lw=1, label="Pareto front")
-    ax.set_xlabel("compute to target (median over seeds; red: mostly censored)")
-    ax.set_ylabel("best held-out accuracy (median)")
+    ax.set_xlabel("compute to target (geometric mean over seeds, 95% CI; red: mostly censored)")
+    ax.set_ylabel("best held-out accuracy (mean)")
     ax.legend(fontsize=8)
     ax.set_title("Pareto front")
     return _save(fig, out / "pareto_front.png")
@@ -108,7 +133,10 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     pred = fit.predict(configs["x"].to_numpy(), configs["y"].to_numpy())
     cens = configs["censored_seeds"] > configs["seeds"] / 2
-    ax.scatter(pred[~cens], configs["compute_to_target"][~cens], label="reached target", color="tab:blue")
+    err = _xerr(configs)
+    if err is not None:
+        ax.errorbar(pred, configs["compute_to_target"], yerr=err, fmt="none", ecolor="0.6", lw=1, capsize=2)
+    ax.scatter(pred[~cens], configs["compute_to_target"][~cens], label="reached target (95% CI over seeds)", color="tab:blue", zorder=3)
     ax.scatter(pred[cens], configs["compute_to_target"][cens], label="censored (lower bound)", color="tab:red", marker="^")
     lo = min(pred.min(), configs["compute_to_target"].min()) * 0.8
     hi = max(pred.max(), configs["compute_to_target"].max()) * 1.25
@@ -116,10 +144,30 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("predicted compute to target")
-    ax.set_ylabel("measured (median over seeds)")
+    ax.set_ylabel("measured (geometric mean over seeds)")
     ax.legend(fontsize=8)
     ax.set_title(f"Fit: R² (log) = {fit.r2_log:.2f}")
     return _save(fig, out / "predicted_vs_measured.png")
+
+
+def savings(configs: pd.DataFrame, out: Path) -> Path:
+    """Each configuration's compute-to-target relative to on-policy on the same seeds, with its 95% interval: a
+    difference is resolved only where the interval misses 1."""
+    c = configs[np.isfinite(configs["ratio_to_baseline"].to_numpy(float))].sort_values("ratio_to_baseline")
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.32 * max(len(c), 1)))
+    labels = [f"trial {int(r['trial_number'])} {_label(r)}" + (f" ({r['strategy']})" if r.get("strategy", "uniform") != "uniform" else "")
+              + (" [confirm]" if r.get("arm") == "confirm" else "") for _, r in c.iterrows()]
+    pos = np.arange(len(c))
+    resolved = (c["ratio_ci_high"] < 1) | (c["ratio_ci_low"] > 1)
+    err = _xerr(c, "ratio_to_baseline", "ratio_ci_low", "ratio_ci_high")
+    ax.errorbar(c["ratio_to_baseline"], pos, xerr=err, fmt="none", ecolor="0.5", capsize=3)
+    ax.scatter(c["ratio_to_baseline"], pos, c=np.where(resolved, "tab:blue", "tab:orange"), zorder=3)
+    ax.axvline(1.0, color="k", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_yticks(pos, labels, fontsize=7)
+    ax.set_xlabel("compute to target / on-policy's, paired by seed (95% CI; orange: unresolved)")
+    ax.set_title("Savings against on-policy")
+    return _save(fig, out / "savings.png")
 
 
 def entropy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> Path:

@@ -17,14 +17,18 @@ import pandas as pd
 from markdown_it import MarkdownIt
 
 from analysis import plots
-from analysis.data import StudyData, load_study, reaccount
+from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import fit_runs, predicted_optimum
+from analysis.resolution import by_estimator, resolution
 from analysis.theory import to_knobs
 
 def _config_record(row) -> dict:
     return {
         "trial_number": int(row["trial_number"]), "x": float(row["x"]), "y": float(row["y"]), "capacity": int(row["capacity"]),
-        "ratio": float(row["ratio"]), "baseline": bool(row["baseline"]), "compute_to_target": float(row["compute_to_target"]),
+        "ratio": float(row["ratio"]), "baseline": bool(row["baseline"]), "strategy": str(row.get("strategy", "uniform")),
+        "compute_to_target": float(row["compute_to_target"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
+        "ratio_to_baseline": float(row["ratio_to_baseline"]), "ratio_ci_low": float(row["ratio_ci_low"]),
+        "ratio_ci_high": float(row["ratio_ci_high"]), "verdict": str(row["verdict"]),
         "best_accuracy": float(row["best_accuracy"]), "seeds": int(row["seeds"]), "censored_seeds": int(row["censored_seeds"]),
         "arm": str(row.get("arm", "sampler")),
     }
@@ -46,15 +50,16 @@ def _nearest(configs: pd.DataFrame, x: float, y: float):
 
 def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
     configs = data.configs()
+    selection = configs[configs["arm"] != "confirm"]  # fresh-seed re-runs are reported beside, never selected
     batch = int(data.runs["batch_size"].iloc[0])
     fit = fit_runs(data.runs, data.reference_mu, bootstrap=bootstrap, seed=seed)
     xb = (1.0, max(64.0, 2 * float(configs["x"].max())))
     yb = (1.0, max(8.0, 2 * float(configs["y"].max())))
     x_star, y_star, c_star = predicted_optimum(fit, xb, yb)
-    ranked = configs.assign(censored_share=configs["censored_seeds"] / configs["seeds"]).sort_values(["censored_share", "compute_to_target"])
+    ranked = selection.assign(censored_share=selection["censored_seeds"] / selection["seeds"]).sort_values(["censored_share", "compute_to_target"])
     best = ranked.iloc[0]
-    base = configs[configs["baseline"]]
-    nearest = _nearest(configs, x_star, y_star)
+    base = selection[selection["baseline"]]
+    nearest = _nearest(selection, x_star, y_star)
     block = {
         "mu": data.reference_mu,
         "fit": fit.summary(),
@@ -66,7 +71,7 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
         },
         "empirical": {**_config_record(best), "predicted_compute_to_target": float(fit.predict(best["x"], best["y"]))},
         "measured_ratio_nearest_predicted_to_empirical": float(nearest["compute_to_target"] / best["compute_to_target"]),
-        "pareto_front": _pareto(configs),
+        "pareto_front": _pareto(selection),
         "verified": [
             {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]), "predicted_now": float(fit.predict(r["x"], r["y"]))}
             for _, r in configs[configs["arm"] == "predicted"].iterrows()
@@ -76,20 +81,44 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
         b = base.iloc[0]
         block["baseline"] = {**_config_record(b), "predicted_compute_to_target": float(fit.predict(b["x"], b["y"]))}
         block["savings_vs_on_policy"] = {
-            "measured": 1 - float(best["compute_to_target"] / b["compute_to_target"]),
+            # Paired by seed (geometric mean of per-seed ratios), with its 95% interval and verdict.
+            "measured": 1 - float(best["ratio_to_baseline"]) if not best["baseline"] else 0.0,
+            "measured_ci": [1 - float(best["ratio_ci_high"]), 1 - float(best["ratio_ci_low"])] if not best["baseline"] else [0.0, 0.0],
+            "verdict": str(best["verdict"]),
             "predicted": 1 - c_star / float(fit.predict(b["x"], b["y"])),
         }
     return block, fit
 
 
-def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0) -> tuple[dict, StudyData, object]:
-    """Everything the report needs, as a JSON-able dict; also returns the data and the fit for plotting."""
+def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
+    """Each configuration re-run on fresh seeds (`study confirm`): its selection record beside its replication."""
+    out = []
+    by_knobs = lambda r: (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"]))  # noqa: E731
+    selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
+    for _, r in configs[configs["arm"] == "confirm"].iterrows():
+        sel = selection.get(by_knobs(r))
+        if sel is not None and not r["baseline"]:
+            seeds = lambda n: sorted(int(s) for s in data.runs.loc[data.runs["trial_number"] == n, "seed"])  # noqa: E731
+            out.append({"selection": {**_config_record(sel), "seed_list": seeds(sel["trial_number"])},
+                        "replicated": {**_config_record(r), "seed_list": seeds(r["trial_number"])}})
+    return out
+
+
+def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0,
+            target: float | None = None, estimator: str | None = None) -> tuple[dict, StudyData, object]:
+    """Everything the report needs, as a JSON-able dict; also returns the data and the fit for plotting.
+    `target`, `estimator`: read compute-to-target at this accuracy, with this estimator, instead of the study's."""
     data = load_study(name, tracking_uri)
+    if target is not None or estimator is not None:
+        data = retarget(data, target if target is not None else data.target, estimator)
     block, fit = _optimum_block(data, bootstrap, seed)
     configs = data.configs()
     result = {
         "study": name,
         "target_accuracy": data.target,
+        "estimator": data.estimator,
+        "resolution": resolution(data.runs),
+        "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
         "reference_mu": data.reference_mu,
         "n_runs": len(data.runs),
         "n_configurations": len(configs),
@@ -98,6 +127,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         "noise_model": "sigma²(tau) = sigma0² (1 + tau/tau0)^(2 alpha)",
         **block,
         "configurations": [_config_record(r) for _, r in configs.iterrows()],
+        "confirmations": _confirmations(data, configs),
         "whatif": {},
     }
     for mu in whatif_mu:
@@ -112,8 +142,9 @@ def write_figures(data: StudyData, fit, result: dict, out: Path) -> dict[str, Pa
     best_trial = result["empirical"]["trial_number"]
     return {
         "accuracy_vs_compute": plots.accuracy_vs_compute(data, out, best_trial),
-        "pareto_front": plots.pareto_front(configs, out),
-        "heatmap": plots.heatmap(configs, out, (result["predicted"]["x"], result["predicted"]["y"])),
+        "savings": plots.savings(configs, out),
+        "pareto_front": plots.pareto_front(configs[configs["arm"] != "confirm"], out),
+        "heatmap": plots.heatmap(configs[configs["arm"] != "confirm"], out, (result["predicted"]["x"], result["predicted"]["y"])),
         "predicted_vs_measured": plots.predicted_vs_measured(configs, fit, out),
         "entropy_vs_compute": plots.entropy_vs_compute(data, out, best_trial),
         "staleness_histogram": plots.staleness_histogram(data, best_trial, out),
@@ -126,6 +157,89 @@ def _fmt(v, digits=3) -> str:
     return str(v)
 
 
+def _ci(r: dict) -> str:
+    if not math.isfinite(r.get("ci_low", math.nan)):
+        return _fmt(r["compute_to_target"])
+    return f"{_fmt(r['compute_to_target'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+
+
+def _ratio(r: dict) -> str:
+    if not math.isfinite(r.get("ratio_to_baseline", math.nan)):
+        return "-"
+    return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+
+
+def _what(r: dict) -> str:
+    if r["baseline"]:
+        return "on-policy"
+    return (f"{r['strategy']} " if r.get("strategy", "uniform") != "uniform" else "") + f"x {_fmt(r['x'])}, y {_fmt(r['y'])}"
+
+
+def _comparison_section(result: dict) -> list[str]:
+    lines = ["## Every configuration, with its uncertainty", "",
+             "Compute to target: geometric mean over seeds with its 95% interval (bootstrap over seeds, never narrower than"
+             " Student's t). Ratio: compute to target over on-policy's on the same seeds (paired), 95% interval; a"
+             " difference is resolved only when that interval excludes 1. Censored seeds enter at their total compute"
+             " (a lower bound).", "",
+             "| trial | arm | configuration | seeds (censored) | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
+        lines.append(f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r)} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+    return lines + [""]
+
+
+def _resolution_section(result: dict) -> list[str]:
+    z = result.get("resolution") or {}
+    lines = ["## What this study can and cannot resolve", ""]
+    sd = z.get("per_run_log_sd", math.nan)
+    if not math.isfinite(sd):
+        lines.append("No configuration has two uncensored seeds: the per-run noise is not measured, and no difference"
+                     " between configurations can be resolved.")
+    else:
+        lines.append(f"Per-run noise: the standard deviation of log compute-to-target between seeds of one configuration is "
+                     f"{sd:.3f} (pooled over configurations, {z['per_run_log_sd_df']} degrees of freedom): one run is uncertain by "
+                     f"about x{math.exp(sd):.2f}. Paired by seed against on-policy, the log ratio varies by "
+                     f"{_fmt(z.get('paired_log_sd', math.nan))} between seeds.")
+    if "smallest_resolvable_saving" in z:
+        lines.append(f"With {z['seeds_per_configuration']} seeds per configuration, savings smaller than about "
+                     f"{z['smallest_resolvable_saving']:.0%} cannot be told apart from none; resolving a 10% saving would take "
+                     f"about {z.get('seeds_to_resolve_10pct') or 'more than 1000'} paired seeds, a 25% saving about "
+                     f"{z.get('seeds_to_resolve_25pct') or 'more than 1000'}.")
+    noise = result.get("noise_by_estimator") or []
+    if noise:
+        lines += ["", f"Per-run noise by estimator at target {result['target_accuracy']:g} (the study uses "
+                  f"`{result.get('estimator', 'first')}`): sd of log compute-to-target over seeds (censored seeds left out), and "
+                  "each configuration's paired ratio to on-policy with its 95% interval.", "",
+                  "| estimator | trial | seeds (censored) | log sd | geometric mean | paired log sd | ratio to on-policy [95% CI] |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in noise:
+            ratio = "-" if "ratio" not in r else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+            lines.append(f"| {r['estimator']} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) "
+                         f"| {_fmt(r['log_sd'])} | {_fmt(r['geo_mean'])} | {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} |")
+        lines.append("")
+    resolved = [r for r in result["configurations"] if r["verdict"].startswith("resolved")]
+    unresolved = [r for r in result["configurations"] if r["verdict"].startswith("unresolved")]
+    lines.append(f"Of the {len(resolved) + len(unresolved)} configurations compared with on-policy, {len(resolved)} differ resolvably "
+                 f"and {len(unresolved)} are unresolved (their intervals contain 1): for those this study says nothing either way.")
+    return lines + [""]
+
+
+def _confirmation_section(result: dict) -> list[str]:
+    if not result.get("confirmations"):
+        return ["No configuration of this study has been re-run on fresh seeds yet (`workbench study confirm SPEC`): "
+                "the best configuration's estimate is a selection estimate.", ""]
+    lines = ["## Replication on fresh seeds (`workbench study confirm`)", "",
+             "The best configurations and the baseline re-run on seeds never used in selection: the selection estimate"
+             " beside the replicated one (the winner's curse made visible).", "",
+             "| trial | configuration | estimate | seeds | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for c in result["confirmations"]:
+        for what in ("selection", "replicated"):
+            r = c[what]
+            lines.append(f"| {r['trial_number']} | {_what(r)} | {what} | {','.join(map(str, r['seed_list']))} | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+    return lines + [""]
+
+
 def markdown(result: dict, figures: dict[str, Path]) -> str:
     f, p, e = result["fit"], result["predicted"], result["empirical"]
     iv = f.get("intervals", {})
@@ -134,8 +248,12 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         f"# Study `{result['study']}`",
         "",
         f"{result['n_runs']} runs in {result['n_configurations']} configurations, {result['n_censored_runs']} censored "
-        f"(target accuracy {result['target_accuracy']:g} never reached); compute at the study's reference mu = {result['reference_mu']:.3g}.",
+        f"(target accuracy {result['target_accuracy']:g} never reached); compute at the study's reference mu = {result['reference_mu']:.3g}; "
+        f"compute-to-target read by the `{result.get('estimator', 'first')}` estimator.",
         "",
+        *_comparison_section(result),
+        *_resolution_section(result),
+        *_confirmation_section(result),
         "## Fit of the bias-variance-compute model",
         "",
         *([f"With {result['n_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
@@ -159,11 +277,11 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         "| | x = N/R | y = B/R | capacity | compute to target (measured) | predicted |",
         "|---|---|---|---|---|---|",
         f"| predicted optimum | {_fmt(p['x'])} | {_fmt(p['y'])} | {p['knobs']['capacity']} | nearest measured (x={_fmt(p['nearest_measured']['x'])}, y={_fmt(p['nearest_measured']['y'])}): {_fmt(p['nearest_measured']['compute_to_target'])} | {_fmt(p['compute_to_target'])} |",
-        f"| empirical optimum (trial {e['trial_number']}) | {_fmt(e['x'])} | {_fmt(e['y'])} | {e['capacity']} | {_fmt(e['compute_to_target'])} | {_fmt(e['predicted_compute_to_target'])} |",
+        f"| empirical optimum (trial {e['trial_number']}, selection estimate) | {_fmt(e['x'])} | {_fmt(e['y'])} | {e['capacity']} | {_ci(e)} | {_fmt(e['predicted_compute_to_target'])} |",
     ]
     if "baseline" in result:
         b = result["baseline"]
-        lines.append(f"| on-policy baseline (trial {b['trial_number']}) | 1 | 1 | {b['capacity']} | {_fmt(b['compute_to_target'])} | {_fmt(b['predicted_compute_to_target'])} |")
+        lines.append(f"| on-policy baseline (trial {b['trial_number']}) | 1 | 1 | {b['capacity']} | {_ci(b)} | {_fmt(b['predicted_compute_to_target'])} |")
     lines += [
         "",
         f"Measured compute of the configuration nearest the predicted optimum / empirical optimum: "
@@ -171,7 +289,11 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
     ]
     if "savings_vs_on_policy" in result:
         s = result["savings_vs_on_policy"]
-        lines.append(f"Savings against on-policy: measured {s['measured']:.1%}, predicted {s['predicted']:.1%}.")
+        ci = s.get("measured_ci", [math.nan, math.nan])
+        lines.append(f"Savings of the empirical optimum against on-policy, paired by seed: measured {s['measured']:.1%} "
+                     f"(95% CI {ci[0]:.1%} to {ci[1]:.1%}; {s.get('verdict', 'no interval')}), predicted {s['predicted']:.1%}. "
+                     "The empirical optimum is the best of the configurations tried, so its estimate is biased in its favour "
+                     "(the winner's curse); only a confirmation on fresh seeds removes that bias.")
     if p["on_policy_optimal"]:
         lines.append("The fitted model predicts that on-policy training is optimal on this task at this mu.")
     if result.get("verified"):

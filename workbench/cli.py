@@ -116,6 +116,46 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study_confirm(args: argparse.Namespace) -> int:
+    """Re-run the best configurations and the baseline on fresh seeds; print selection against replication."""
+    from workbench.study.compare import confirmation_lines
+    from workbench.study.confirm import open_for_confirm, run_confirm
+
+    ctx = _study_context(args)
+    study = open_for_confirm(ctx)
+    done = run_confirm(ctx, study, args.top, args.seeds, threads=args.threads)
+    for line in confirmation_lines(study):
+        print(line)
+    if args.json:
+        print(json.dumps([d.__dict__ for d in done]))
+    return 0
+
+
+def cmd_study_race(args: argparse.Namespace) -> int:
+    """Add seeds to the configurations still unresolved against the leader; print the comparison after."""
+    from workbench.study.compare import comparison_lines
+    from workbench.study.confirm import open_for_confirm
+    from workbench.study.race import run_race
+
+    ctx = _study_context(args)
+    study = open_for_confirm(ctx)
+    for line in run_race(ctx, study, args.max_seeds, args.step, threads=args.threads) + comparison_lines(study):
+        print(line)
+    return 0
+
+
+def cmd_study_compare(args: argparse.Namespace) -> int:
+    """Every configuration with its interval and paired savings; `--noise`: the per-run noise of each estimator."""
+    from workbench.study.compare import comparison_lines, confirmation_lines, noise_lines
+    from workbench.study.context import load_existing
+
+    study = load_existing(_study_context(args))
+    lines = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
+    for line in lines or ["no complete trial yet"]:
+        print(line)
+    return 0
+
+
 def _analysis_inputs(args: argparse.Namespace) -> tuple[str, str]:
     if args.spec:
         from workbench.study.spec import load_spec
@@ -135,12 +175,18 @@ def _whatif(values: list[float] | None) -> list[float]:
     return mus
 
 
+def _target(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
+        raise ConfigError(f"--target: must be in (0, 1] (got {value})")
+    return value
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
     from analysis.report import analyze
 
     name, uri = _analysis_inputs(args)
-    result, _, _ = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap)
+    result, _, _ = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap, target=_target(args.target), estimator=args.estimator)
     out = Path(args.out or Path("reports") / name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
@@ -156,7 +202,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from analysis.report import analyze, write_report
 
     name, uri = _analysis_inputs(args)
-    result, data, fit = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap)
+    result, data, fit = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap, target=_target(args.target), estimator=args.estimator)
     paths = write_report(result, data, fit, Path(args.out or Path("reports") / name))
     print(f"wrote {paths['markdown']} and {paths['html']}")
     return 0
@@ -278,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress lines")
     train.set_defaults(func=cmd_train)
 
-    study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status, verify)")
+    study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status, compare, verify, confirm, race)")
     ssub = study.add_subparsers(dest="study_command", required=True, parser_class=_Parser)
     run = ssub.add_parser("run", help="create or resume a study and run it with local worker processes")
     run.add_argument("spec", help="study spec YAML (studies/*.yaml)")
@@ -313,6 +359,29 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
     verify.set_defaults(func=cmd_study_verify)
+    confirm = ssub.add_parser("confirm", help="re-run the best configurations and the baseline on fresh seeds (replication)")
+    confirm.add_argument("spec", help="the study spec YAML")
+    confirm.add_argument("--top", type=int, default=2, help="configurations to confirm, best first (default 2)")
+    confirm.add_argument("--seeds", type=int, default=4, help="fresh seeds each (default 4)")
+    confirm.add_argument("--storage")
+    confirm.add_argument("--tracking-uri")
+    confirm.add_argument("--threads", type=int, help="torch threads for its trials")
+    confirm.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
+    confirm.set_defaults(func=cmd_study_confirm)
+    race = ssub.add_parser("race", help="add seeds where the leader is not yet resolved against a contender (racing)")
+    race.add_argument("spec", help="the study spec YAML")
+    race.add_argument("--max-seeds", type=int, default=8, help="seeds per configuration at most (default 8)")
+    race.add_argument("--step", type=int, default=2, help="seeds added per round (default 2)")
+    race.add_argument("--storage")
+    race.add_argument("--tracking-uri")
+    race.add_argument("--threads", type=int, help="torch threads for its trials")
+    race.set_defaults(func=cmd_study_race)
+    compare = ssub.add_parser("compare", help="every configuration with its 95%% interval and paired savings against on-policy")
+    compare.add_argument("spec", help="the study spec YAML")
+    compare.add_argument("--storage")
+    compare.add_argument("--tracking-uri")
+    compare.add_argument("--noise", action="store_true", help="per estimator: the per-run noise (sd of log compute-to-target)")
+    compare.set_defaults(func=cmd_study_compare)
 
     for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (JSON)"),
                             ("report", cmd_report, "write reports/NAME/report.md and a self-contained report.html")):
@@ -323,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", help="output directory (default reports/NAME)")
         p.add_argument("--whatif-mu", type=float, action="append", help="also re-account at this mu (default 5.28)")
         p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals")
+        p.add_argument("--target", type=float, help="read compute-to-target at this accuracy instead of the study's")
+        p.add_argument("--estimator", choices=["first", "interpolated", "sustained", "fitted"],
+                       help="read compute-to-target with this estimator instead of the study's")
         p.set_defaults(func=func)
 
     theory = sub.add_parser("theory", help="closed-form optimal staleness horizon and replay ratio (Arnal et al.)")

@@ -10,6 +10,7 @@ Torch-free on purpose: the trial's meter, the study driver and `analysis/` all a
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,26 +29,34 @@ class ToTarget:
     """How much of a resource (compute units, seconds) a run spent to reach a target accuracy."""
 
     value: float
-    """Spent at the first evaluation reaching the target; for a censored run the penalised total (see `to_target`)."""
+    """The estimate (`workbench.estimators`: `first` is the evaluation at or above the target); for a censored run
+    the penalised total (`censored_value`)."""
     censored: bool
     """The target was never reached."""
     total: float
-    """Spent by the whole run."""
+    """Spent by the whole run: a censored run's true compute-to-target lies above it."""
+    low: float = math.nan
+    high: float = math.nan
+    """The true crossing lies in [low, high]: between the evaluation before the crossing and the one at or past it
+    for the estimators that read evaluations (`first`, `interpolated`); low = high = value for those that read a
+    smoothed or fitted curve; low = high = total when censored."""
+
+
+def censored_value(total: float, best: float, target: float) -> float:
+    """The score of a run that never reached the target: U·(1 + (target - best)/target), U its total. It ranks after
+    every run that reached the target within the same budget, and closer misses rank better, so a sampler learns
+    from it instead of ignoring it. Fits use `total` itself as the censoring bound, never this score."""
+    return total * (1.0 + (target - best) / target)
 
 
 def to_target(spent: Sequence[float], accuracy: Sequence[float], target: float) -> ToTarget:
-    """The censoring rule, once: `spent` and `accuracy` are one run's evaluations in order.
-
-    A run that reaches the target scores what it had spent at its first evaluation at or above it. A run that
-    never does scores U·(1 + (target - best)/target), U its total: it ranks after every run that reached the target
-    within the same budget, and closer misses rank better, so a sampler learns from it instead of ignoring it.
-    """
+    """The `first` rule: `spent` and `accuracy` are one run's evaluations in order; the run scores what it had spent
+    at its first evaluation at or above the target, and `censored_value` if it never got there."""
     total = float(spent[-1])
-    for s, acc in zip(spent, accuracy):
+    for i, (s, acc) in enumerate(zip(spent, accuracy)):
         if acc >= target:
-            return ToTarget(float(s), False, total)
-    best = max(accuracy)
-    return ToTarget(total * (1.0 + (target - best) / target), True, total)
+            return ToTarget(float(s), False, total, float(spent[i - 1]) if i else float(s), float(s))
+    return ToTarget(censored_value(total, max(accuracy), target), True, total, total, total)
 
 
 @dataclass

@@ -172,12 +172,18 @@ class ObjectiveConfig(Section):
     eps_low: float = Field(0.2, ge=0, lt=1)
     eps_high: float = Field(0.2, ge=0)
     """Upper clip; 0.28 is DAPO's clip-higher."""
+    dual_clip: float | None = Field(3.0, gt=1)
+    """`ppo_clip`: for negative advantages the per-token term is bounded below by dual_clip * A (verl's
+    clip_ratio_c = 3); `null`: off."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer steps per batch: the batch is split into this many minibatches, each one optimizer step (one
+    pass). `decoupled_ppo` needs > 1 for its proximal clip to bind."""
     asymre_delta_v: float = -0.1
     """AsymRE baseline shift dV (Arnal et al.: V = group mean + dV, dV = -0.1)."""
     tis_cap: float = Field(2.0, gt=0)
     """`tis`: importance weights pi_theta / pi_behaviour are truncated at this cap C."""
     decoupled_weight_cap: float | None = Field(5.0, gt=0)
-    """`decoupled_ppo`: cap of the behaviour weight pi_prox / pi_behav (`null`: uncapped)."""
+    """`decoupled_ppo`: tokens whose behaviour weight pi_prox / pi_behav exceeds this are masked out (`null`: none)."""
 
 
 class BudgetConfig(Section):
@@ -195,8 +201,12 @@ class ComputeConfig(Section):
 class EvalConfig(Section):
     every: int = Field(10, ge=1)
     """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end)."""
+    every_units: float | None = Field(None, gt=0)
+    """Evaluate every this many compute units instead of `every` steps: at the first step at or past each multiple.
+    Arms that spend compute at different rates are then evaluated at the same compute points (a study's arms share
+    its reference mu), so none gets more chances to cross the target per unit of compute."""
     target_accuracy: float = Field(0.8, gt=0, le=1)
-    """Compute-to-target is the compute spent when held-out accuracy first reaches this."""
+    """Compute-to-target is the compute spent when held-out accuracy reaches this (see `workbench.estimators`)."""
     k: int = Field(4, ge=1)
     """pass@k samples per prompt (temperature = generation.temperature)."""
     pass_k_prompts: int = Field(128, ge=1)

@@ -5,7 +5,9 @@ import pandas as pd
 import pytest
 
 from analysis.data import compute_to_target, units_at
-from analysis.fit import fit_points, fit_runs, points, predict, predicted_optimum
+from scipy import stats
+
+from analysis.fit import PARAMS, brackets, fit_points, fit_runs, points, predict, predicted_optimum
 
 TRUE = {"log_scale": math.log(40.0), "alpha": 0.4, "log_tau0": math.log(4.0), "log_rho": math.log(0.2), "log_sigma": math.log(0.08)}
 MU = 2.0
@@ -96,8 +98,25 @@ def test_censored_runs_enter_the_fit_bounded_by_their_total_compute_through_the_
     _, _, value, flags = points(runs)
     assert list(value[flags]) == list(runs.loc[censored, "total_units"]) and list(flags) == list(censored)
     fit = fit_runs(runs, MU, bootstrap=0)
-    bounded = fit_points(runs["x"], runs["y"], np.where(censored, runs["total_units"], runs["compute_to_target"]), censored.to_numpy(), MU)
-    penalised = fit_points(runs["x"], runs["y"], runs["compute_to_target"], censored.to_numpy(), MU)
+    bracket = brackets(runs)  # `first` brackets each crossing between two evaluations: interval-censored
+    assert (bracket[0][~censored] < bracket[1][~censored]).any()
+    bounded = fit_points(runs["x"], runs["y"], np.where(censored, runs["total_units"], runs["compute_to_target"]), censored.to_numpy(), MU, bracket=bracket)
+    penalised = fit_points(runs["x"], runs["y"], runs["compute_to_target"], censored.to_numpy(), MU, bracket=bracket)
     assert fit.log_likelihood == pytest.approx(bounded.log_likelihood, rel=1e-9)
     assert fit.log_likelihood != pytest.approx(penalised.log_likelihood, rel=1e-3)  # the bug this guards against
+
+
+def test_a_bracketed_crossing_enters_the_likelihood_as_an_interval():
+    from analysis.fit import _neg_log_lik
+
+    theta = np.array([math.log(50.0), 0.0, 0.0, math.log(0.1), math.log(0.3)])
+    x, y, censored = np.array([1.0]), np.array([1.0]), np.array([False])
+    params = dict(zip(PARAMS, theta))
+    pred = float(np.log(predict(params, x, y, MU))[0])
+    low, high = math.log(40.0), math.log(60.0)
+    nll = _neg_log_lik(theta, x, y, np.array([high]), censored, MU, False, (np.array([low]), np.array([high])))
+    expected = -math.log(stats.norm.cdf((high - pred) / 0.3) - stats.norm.cdf((low - pred) / 0.3))
+    assert nll == pytest.approx(expected, rel=1e-9)
+    point = _neg_log_lik(theta, x, y, np.array([high]), censored, MU, False, (np.array([high]), np.array([high])))
+    assert point == pytest.approx(_neg_log_lik(theta, x, y, np.array([high]), censored, MU, False), rel=1e-12)
 

@@ -11,11 +11,15 @@ def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
         {"step": i, "accuracy": a, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)} for i, a in enumerate(accs)
     ]
     result = lambda accs: TrialResult("run", {}, evals(accs))  # noqa: E731
-    reached = seed_values(result([0.1, 0.5, 0.9]), 0.8, 1.0, 16)
-    near = seed_values(result([0.1, 0.5, 0.7]), 0.8, 1.0, 16)
-    far = seed_values(result([0.1, 0.2, 0.3]), 0.8, 1.0, 16)
+    reached = seed_values(result([0.1, 0.5, 0.9]), 0.8, 1.0, 16, "first")
+    near = seed_values(result([0.1, 0.5, 0.7]), 0.8, 1.0, 16, "first")
+    far = seed_values(result([0.1, 0.2, 0.3]), 0.8, 1.0, 16, "first")
     assert reached["censored"] == 0 and reached["compute_to_target"] == pytest.approx(2.0)
     assert near["censored"] == far["censored"] == 1
     assert reached["compute_to_target"] <= near["total_units"] < near["compute_to_target"] < far["compute_to_target"]
     # re-accounting at another mu: generation-free (mu = 0) counts training only
-    assert seed_values(result([0.1, 0.9]), 0.8, 0.0, 16)["compute_to_target"] == pytest.approx(1.0)
+    assert seed_values(result([0.1, 0.9]), 0.8, 0.0, 16, "first")["compute_to_target"] == pytest.approx(1.0)
+    # every estimator is recorded; the default (fitted) falls back to the interpolated crossing on 3 evaluations
+    default = seed_values(result([0.1, 0.5, 0.9]), 0.8, 1.0, 16)
+    assert default["compute_to_target"] == pytest.approx(1.75) == default["compute_to_target_interpolated"]
+    assert default["compute_to_target_first"] == pytest.approx(2.0) and default["censored_fitted"] == 0.0

@@ -126,3 +126,15 @@ def test_mismatch_correction_weights_tokens_by_the_truncated_trainer_engine_rati
     loss_plain = OBJECTIVES["ppo_clip"](plain, cfg.objective).loss
     loss_corr = OBJECTIVES["ppo_clip"](corrected, cfg.objective).loss
     assert torch.isfinite(loss_corr) and not torch.isclose(loss_plain, loss_corr)
+
+
+def test_minibatch_steps_clip_against_the_policy_before_the_batch(tracking_uri):
+    from workbench.trial.step import minibatches
+
+    assert [len(m) for m in minibatches(list(range(10)), 3)] == [4, 3, 3] and len(minibatches([1], 4)) == 1
+    cfg = build_config(toy_dict(objective={"name": "decoupled_ppo", "minibatches": 2}, replay={"ratio": 2, "capacity": 64}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    # The second minibatch step is taken from parameters the first one moved: pi_theta / pi_prox leaves 1.
+    assert any(abs(r.metrics["offpolicy/prox_ratio_mean"] - 1.0) > 1e-6 for r in records)
+    assert all(r.metrics["train/updates"] >= 1 for r in records)

@@ -89,15 +89,54 @@ def test_tis_truncates_the_detached_weight_and_keeps_every_token_learning():
     assert torch.allclose(inp.logprobs.grad, torch.tensor([[-0.5, -1 / 3], [0.5 / 3, 0.0]]), atol=1e-7)
 
 
-def test_decoupled_ppo_anchors_the_trust_region_on_the_proximal_policy():
+def test_decoupled_ppo_with_one_step_per_batch_is_the_weighted_policy_gradient():
     inp = two_rollouts()
     out = OBJECTIVES["decoupled_ppo"](inp, ObjectiveConfig(decoupled_weight_cap=None))
     # pi_prox = the current policy (detached): u = 1, so the surrogate is A, weighted by pi_prox / pi_behav = 2, 1, 0.5
-    assert out.loss.item() == pytest.approx(-(2 + 1 - 0.5) / 3, rel=1e-6)
+    assert out.loss.item() == pytest.approx(-(2 + 1 - 0.5) / 3, rel=1e-6) and out.clip_frac == 0.0
     out.loss.backward()
     assert torch.allclose(inp.logprobs.grad, torch.tensor([[-2 / 3, -1 / 3], [0.5 / 3, 0.0]]), atol=1e-7)
-    capped = OBJECTIVES["decoupled_ppo"](two_rollouts(), ObjectiveConfig(decoupled_weight_cap=1.5))
-    assert capped.loss.item() == pytest.approx(-(1.5 + 1 - 0.5) / 3, rel=1e-6) and capped.clip_frac == pytest.approx(1 / 3)
+
+
+def test_decoupled_ppo_masks_tokens_past_the_behaviour_cap():
+    inp = two_rollouts()
+    out = OBJECTIVES["decoupled_ppo"](inp, ObjectiveConfig(decoupled_weight_cap=1.5))
+    # the token with weight 2 > 1.5 is masked out (not clamped to 1.5); the mean is still over all 3 tokens
+    assert out.loss.item() == pytest.approx(-(1 - 0.5) / 3, rel=1e-6)
+    assert out.stats["behaviour_masked_frac"] == pytest.approx(1 / 3)
+    out.loss.backward()
+    assert inp.logprobs.grad[0, 0] == 0.0
+
+
+def test_decoupled_ppo_clips_against_the_proximal_policy():
+    inp = two_rollouts()
+    # pi_prox = the behaviour policy here, so u = 2, 1, 0.5: the first and last tokens leave the trust region
+    inp.prox_logprobs = inp.behaviour_logprobs.clone()
+    out = OBJECTIVES["decoupled_ppo"](inp, ObjectiveConfig(decoupled_weight_cap=None))
+    assert out.loss.item() == pytest.approx(-1.4 / 3, rel=1e-6)  # weights 1: PPO-clip's hand-computed value
+    assert out.clip_frac == pytest.approx(2 / 3) and out.stats["prox_ratio_mean"] == pytest.approx(3.5 / 3, rel=1e-6)
+    out.loss.backward()
+    assert torch.allclose(inp.logprobs.grad, torch.tensor([[0.0, -1 / 3], [0.0, 0.0]]), atol=1e-7)
+
+
+def test_ppo_dual_clip_bounds_negative_advantages():
+    inp = two_rollouts()
+    inp.logprobs = torch.tensor([[math.log(0.5), math.log(0.25)], [math.log(0.9), 0.0]], requires_grad=True)
+    # row 1: ratio 0.9 / 0.2 = 4.5 with A = -1: PPO's term is -4.5; the dual clip bounds it at c * A = -3
+    out = OBJECTIVES["ppo_clip"](inp, ObjectiveConfig(dual_clip=3.0))
+    assert out.loss.item() == pytest.approx(-(1.2 + 1 - 3) / 3, rel=1e-6)
+    assert out.stats["dual_clip_frac"] == pytest.approx(1 / 3)
+    out.loss.backward()
+    assert inp.logprobs.grad[1, 0] == 0.0
+    off = OBJECTIVES["ppo_clip"](two_rollouts(), ObjectiveConfig(dual_clip=None))
+    assert off.stats["dual_clip_frac"] == 0.0
+
+
+def test_dual_clip_must_exceed_one():
+    from workbench.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="objective.dual_clip"):
+        build_config({"objective": {"dual_clip": 0.5}})
 
 
 def test_ratio_stats_report_extremes_second_moment_and_effective_sample_size():

@@ -14,7 +14,7 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from workbench import tracking
-from workbench.config import ConfigError, resolve_tracking_uri
+from workbench.config import ConfigError, build_config, resolve_tracking_uri
 from workbench.study import attrs
 from workbench.study.spec import StudySpec
 from workbench.study.storage import DEFAULT_GRACE, DEFAULT_HEARTBEAT, default_storage_url, open_storage
@@ -97,6 +97,8 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
         study.set_user_attr(attrs.SPEC, spec.model_dump(mode="json"))
         if spec.compute_mu is not None:
             study.set_user_attr(attrs.REFERENCE_MU, spec.compute_mu)
+        if spec.target_accuracy != "auto":
+            study.set_user_attr(attrs.TARGET, spec.fixed_target or build_config(spec.base).eval.target_accuracy)
         if spec.baseline:
             study.enqueue_trial(spec.baseline_params(), user_attrs={attrs.BASELINE: True})
         for point in spec.points:
@@ -114,11 +116,20 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
                 tracking.STORAGE: tracking.redact_url(ctx.storage_url),
             },
         )
-        parent.log_params({"n_trials": spec.n_trials, "seeds": ",".join(map(str, spec.seed_list)), "target_accuracy": spec.target_accuracy})
+        parent.log_params({"n_trials": spec.n_trials, "seeds": ",".join(map(str, spec.seed_list)), "target_accuracy": spec.target_accuracy,
+                           "estimator": spec.estimator})
+        if study.user_attrs.get(attrs.TARGET) is not None:
+            parent.set_tags({tracking.TARGET_ACCURACY: repr(float(study.user_attrs[attrs.TARGET]))})
         study.set_user_attr(attrs.PARENT_RUN, parent.run_id)
     else:
         tracking.set_run_status(ctx.tracking_uri, user_attrs[attrs.PARENT_RUN], "RUNNING")  # resumed
     return study
+
+
+def calibrated(study: optuna.Study) -> bool:
+    """Whether the study's reference mu and target accuracy are known (the baseline sets whichever the spec left
+    open); until then other trials wait, since they would be accounted and scored against them."""
+    return study.user_attrs.get(attrs.REFERENCE_MU) is not None and study.user_attrs.get(attrs.TARGET) is not None
 
 
 def load_study(name: str, storage_url: str, storage=None, **kwargs) -> optuna.Study:

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from workbench import progress, tracking
 from workbench.study import attrs
-from workbench.study.context import StudyContext, create_or_load
+from workbench.study.context import StudyContext, calibrated, create_or_load
 from workbench.study.summary import counts_line, done, log_to_parent_run
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,12 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     try:
         with progress.bar_safe_logging(show_progress), bar:
             procs = [spawn()]
-            if study.user_attrs.get(attrs.REFERENCE_MU) is None and _baseline_pending(study):
+            if not calibrated(study) and _baseline_pending(study):
                 # The first worker runs the baseline alone with every core (its measured mu is the study's
-                # reference); the others start once it is known, so no core is oversubscribed.
+                # reference, its curve may set the target); the others start once both are known, so no core is
+                # oversubscribed.
                 log.info(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
-                _watch(study, procs, bar, poll, until=lambda: study.user_attrs.get(attrs.REFERENCE_MU) is not None or not _baseline_pending(study))
+                _watch(study, procs, bar, poll, until=lambda: calibrated(study) or not _baseline_pending(study))
             procs += [spawn() for _ in range(max(workers, 1) - 1)]
             _watch(study, procs, bar, poll)
     except KeyboardInterrupt:

@@ -17,12 +17,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from workbench import tracking
+from workbench import stats, tracking
 from workbench.compute import to_target, units
+from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary
 from workbench.study import attrs
 from workbench.study.context import StudyContext
-from workbench.study.spec import StudySpec
-from workbench.study.summary import fmt_params
+from workbench.study.pruning import ComputePruner
+from workbench.study.spec import StudySpec, fmt_params
 from workbench.trial.loop import TrialResult, TrialStopped, run_trial
 
 log = logging.getLogger(__name__)
@@ -42,24 +43,48 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     return params
 
 
-def seed_values(result: TrialResult, target: float, mu: float, batch_size: int) -> dict[str, float]:
-    """One seed's objective values, re-accounted at the study's mu from its logged eval curve."""
+def seed_values(result: TrialResult, target: float, mu: float, batch_size: int, estimator: str = DEFAULT_ESTIMATOR,
+                budget: float | None = None) -> dict[str, float]:
+    """One seed's objective values, re-accounted at the study's mu from its logged eval curve: every estimator of
+    compute-to-target (`compute_to_target_<name>`, with its censoring flag), `compute_to_target` by `estimator`,
+    and the curve's summaries (`workbench.estimators.curve_summary`)."""
     evals = result.evals
     spent = [units(e["train_rollouts"], e["gen_rollouts"], batch_size, mu) for e in evals]
     accuracy = [e["accuracy"] for e in evals]
     best = max(accuracy)
-    compute = to_target(spent, accuracy, target)
+    curve = curve_summary(spent, accuracy, target, budget)
     wall = to_target([e["seconds"] for e in evals], accuracy, target)
     return {
         "best_accuracy": best,
         "final_accuracy": accuracy[-1],
         "compute_units": spent[accuracy.index(best)],
-        "total_units": compute.total,
-        "censored": float(compute.censored),
-        "compute_to_target": compute.value,
+        "total_units": spent[-1],
+        **curve,
+        "compute_to_target": curve[f"compute_to_target_{estimator}"],
+        "censored": curve[f"censored_{estimator}"],
+        "accuracy_at_budget": curve["accuracy_at_100pct"],
         "wall_to_target": wall.value,
         "mu_measured": result.metrics.get(tracking.FINAL_MU_MEASURED, float("nan")),
     }
+
+
+def aggregate(per_seed: list[dict[str, float]]) -> dict[str, float]:
+    """A configuration's values over its seeds: geometric means of compute and time to target (they compare as
+    ratios), means of the rest, the censored seeds counted, and the 95% interval of `compute_to_target`."""
+    summary: dict[str, float] = {}
+    for key in dict.fromkeys(k for v in per_seed for k in v):  # a seed whose curve could not be fitted lacks fit_*
+        if key == "seed":
+            continue
+        values = [v[key] for v in per_seed if key in v]
+        if key.startswith(("compute_to_target", "wall_to_target")) and not key.endswith(("_low", "_high")):
+            summary[key] = stats.geometric_interval(values).estimate
+        else:
+            summary[key] = float(statistics.fmean(values))
+    interval = stats.geometric_interval([v["compute_to_target"] for v in per_seed])
+    summary["compute_to_target_ci_low"], summary["compute_to_target_ci_high"] = interval.low, interval.high
+    summary["censored_seeds"] = sum(v["censored"] for v in per_seed)
+    summary["seeds"] = len(per_seed)
+    return summary
 
 
 def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:
@@ -102,22 +127,28 @@ class StudyObjective:
 
     def evaluate(
         self, trial: optuna.Trial, params: dict[str, Any], *, is_baseline: bool, mu: float | None, threads: int | None,
-        arm: str | None = None, extra_metrics: dict[str, float] | None = None,
+        arm: str | None = None, extra_metrics: dict[str, float] | None = None, seeds: list[int] | None = None,
     ):
-        """Train `params` once per seed of the spec under an MLflow trial run; return the objective value(s).
+        """Train `params` once per seed (the spec's, or `seeds`) under an MLflow trial run; return the objective
+        value(s).
 
-        `arm` tags a run that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`).
+        `arm` tags a run that is not a sampler proposal (`predicted`: the fitted optimum run by `study verify`;
+        `confirm`: a configuration re-run on fresh seeds by `study confirm`).
         """
         spec, ctx = self.ctx.spec, self.ctx
-        configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri) for seed in spec.seed_list]
+        seeds = seeds or spec.seed_list
+        target = self.study.user_attrs.get(attrs.TARGET)
+        configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target) for seed in seeds]
         tags = {tracking.STUDY: spec.name, tracking.TRIAL_NUMBER: str(trial.number), tracking.OPTUNA_TRIAL_NUMBER: str(trial.number)}
         if arm:
             tags[tracking.ARM] = arm
+        if trial.user_attrs.get(attrs.EXTENDS) is not None:
+            tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
         run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
                                  parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL})
         trial.set_user_attr(attrs.RUN, run.run_id)
         run.log_params({**{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
-                        tracking.PARAM_SEEDS: ",".join(map(str, spec.seed_list)), tracking.PARAM_BASELINE: is_baseline})
+                        tracking.PARAM_SEEDS: ",".join(map(str, seeds)), tracking.PARAM_BASELINE: is_baseline})
         if extra_metrics:
             run.log_metrics(extra_metrics, step=0)
         try:
@@ -128,16 +159,18 @@ class StudyObjective:
                         parent_run_id=run.run_id,
                         run_name=f"trial {trial.number} seed {cfg.seed}",
                         tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
-                        on_eval=self._pruning_hook(trial) if (i == 0 and spec.pruner and not arm) else None,
+                        on_eval=self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units)
+                        if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None,
                     )
                     for i, cfg in enumerate(configs)
                 ]
                 mu = self._reference_mu(mu, results, run)
-                target = configs[0].eval.target_accuracy
-                per_seed = [{**seed_values(r, target, mu, cfg.batch_size), "seed": cfg.seed} for r, cfg in zip(results, configs)]
-                summary = {k: statistics.median(v[k] for v in per_seed) for k in per_seed[0] if k != "seed"}
-                summary["censored_seeds"] = sum(v["censored"] for v in per_seed)
+                target = self._target(configs[0].eval.target_accuracy, results, run)
+                per_seed = [{**seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units), "seed": cfg.seed}
+                            for r, cfg in zip(results, configs)]
+                summary = aggregate(per_seed)
                 trial.set_user_attr(attrs.PER_SEED, per_seed)
+                trial.set_user_attr(attrs.SEEDS, seeds)
                 trial.set_user_attr(attrs.CENSORED_SEEDS, int(summary["censored_seeds"]))
                 trial.set_user_attr(attrs.REFERENCE_MU, mu)
                 run.log_metrics({f"{tracking.STUDY_METRIC}{k}": v for k, v in summary.items()}, step=0)
@@ -168,7 +201,35 @@ class StudyObjective:
             run.set_tags({tracking.REFERENCE_MU: repr(float(mu))})
         return mu
 
-    def _pruning_hook(self, trial: optuna.Trial):
+    def _target(self, configured: float, results: list[TrialResult], run: tracking.RunLogger) -> float:
+        """The study's target accuracy; with `target_accuracy: auto`, the first trial to finish without one (the
+        baseline) sets it from its own curves (`workbench.estimators.auto_target`)."""
+        target = self.study.user_attrs.get(attrs.TARGET)
+        if target is not None:
+            return float(target)
+        if self.ctx.spec.target_accuracy != "auto":
+            target = configured
+        else:
+            curves = [([e["compute_units"] for e in r.evals], [e["accuracy"] for e in r.evals]) for r in results]
+            target = auto_target(curves, self.ctx.spec.target_gain_fraction)
+            log.info(f"target accuracy set from this trial's curves: {target:g}")
+        self.study.set_user_attr(attrs.TARGET, target)
+        run.set_tags({tracking.TARGET_ACCURACY: repr(float(target))})
+        return float(target)
+
+    def _pruning_hook(self, trial: optuna.Trial, target: float, budget: float | None):
+        if self.ctx.spec.pruner == "compute":
+            pruner = ComputePruner(target, budget, self._incumbent_high())
+
+            def compute_hook(row: dict[str, float]) -> None:
+                trial.report(row["compute_units"], int(row["step"]))  # the curve, for the dashboard
+                why = pruner.observe(row["compute_units"], row["accuracy"])
+                if why:
+                    trial.set_user_attr(attrs.PRUNE_REASON, why)
+                    raise TrialStopped(f"pruned at {row['compute_units']:.4g} units: {why}")
+
+            return compute_hook
+
         def hook(row: dict[str, float]) -> None:
             # Lower is better for a minimised objective: report the negated held-out accuracy.
             value = -row["accuracy"] if self.ctx.spec.directions[0] == "minimize" else row["accuracy"]
@@ -177,3 +238,15 @@ class StudyObjective:
                 raise TrialStopped(f"pruned at step {int(row['step'])} (accuracy {row['accuracy']:.3f})")
 
         return hook
+
+    def _incumbent_high(self) -> float | None:
+        """The upper end of the 95% interval of the best complete sampler trial (the baseline included)."""
+        best = None
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            summary = t.user_attrs.get(attrs.SUMMARY) or {}
+            high = summary.get("compute_to_target_ci_high")
+            if t.user_attrs.get(attrs.ARM) or high is None or summary.get("censored_seeds"):
+                continue
+            if best is None or summary["compute_to_target"] < best[0]:
+                best = (summary["compute_to_target"], high)
+        return None if best is None or best[1] != best[1] else float(best[1])

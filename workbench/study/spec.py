@@ -7,10 +7,12 @@
       replay.capacity: {low: 128, high: 2048, log: true, type: int}
       replay.horizon: {choices: [null, 4, 8]}
       x: {choices: [2, 4, 8]}                  # staleness horizon x = N/R: sets capacity = x * B / ratio
-    objective: compute_to_target               # or wall_to_target, best_accuracy, [best_accuracy, compute_units]
+    objective: compute_to_target               # or wall_to_target, best_accuracy, auc, accuracy_at_budget,
+                                               # [best_accuracy, compute_units]
+    estimator: fitted                          # how compute-to-target is read off a curve (workbench.estimators)
     sampler: tpe                               # tpe, gp, random, grid, qmc, nsga2
     seeds: 2                                   # or a list; each trial runs the configuration once per seed
-    target_accuracy: 0.8
+    target_accuracy: auto                      # or a number; auto: from the on-policy baseline's curve
     n_trials: 8
 
 Every error is one line naming the field (`search_space.replay.ratio.low: must be <= high (4 > 2)`).
@@ -27,9 +29,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
+from workbench.estimators import DEFAULT_ESTIMATOR
 
 SAMPLERS = ("tpe", "gp", "random", "grid", "qmc", "nsga2")
-SINGLE_OBJECTIVES = {"compute_to_target": "minimize", "wall_to_target": "minimize", "best_accuracy": "maximize"}
+SINGLE_OBJECTIVES = {
+    "compute_to_target": "minimize",
+    "wall_to_target": "minimize",
+    "best_accuracy": "maximize",
+    "auc": "maximize",
+    "accuracy_at_budget": "maximize",
+}
 MULTI_OBJECTIVES = {"best_accuracy": "maximize", "compute_units": "minimize", "compute_to_target": "minimize"}
 PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = round(x * batch_size / replay.ratio)"}
 
@@ -108,12 +117,21 @@ class StudySpec(BaseModel):
     objective: str | list[str] = "compute_to_target"
     sampler: str = "tpe"
     sampler_seed: int = 0
-    pruner: Literal["median"] | None = None
-    """`median`: prune a trial whose held-out accuracy (first seed) is below the median of earlier trials at the same step."""
+    pruner: Literal["median", "compute"] | None = None
+    """`compute`: stop a trial (on its first seed) once it has spent more than the incumbent's compute-to-target
+    interval allows without reaching the target, or its fitted curve cannot reach it within its budget
+    (`workbench.study.pruning`). `median`: Optuna's median pruner on held-out accuracy at equal steps."""
     seeds: list[int] | int = 1
     """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
-    target_accuracy: float | None = Field(None, gt=0, le=1)
-    """Sets `eval.target_accuracy` of every trial."""
+    target_accuracy: float | Literal["auto"] | None = None
+    """Sets `eval.target_accuracy` of every trial. `auto`: set from the on-policy baseline (which runs first) as the
+    level its fitted curve gains `target_gain_fraction` of the way from its start to the end of the budget, so the
+    target sits on the rising part of the curve, where compute-to-target resolves differences best."""
+    target_gain_fraction: float = Field(0.5, gt=0, lt=1)
+    """`target_accuracy: auto`: the share of the baseline's gain over the budget at which the target is set."""
+    estimator: Literal["first", "interpolated", "sustained", "fitted"] = DEFAULT_ESTIMATOR
+    """How a run's compute-to-target is read off its curve (`workbench.estimators`); every estimator is logged
+    either way, this one is the objective."""
     n_trials: int = Field(8, ge=1)
     """Trials to complete (the on-policy baseline included); failed trials do not count and are replaced."""
     baseline: bool = True
@@ -142,6 +160,18 @@ class StudySpec(BaseModel):
             raise ValueError("must be a non-empty list of distinct seeds")
         return v
 
+    @field_validator("target_accuracy")
+    @classmethod
+    def _target(cls, v):
+        if isinstance(v, (int, float)) and not 0 < v <= 1:
+            raise ValueError("must be in (0, 1] or auto")
+        return v
+
+    @property
+    def fixed_target(self) -> float | None:
+        """The target when the spec gives a number (None for `auto`, or when the base config's target applies)."""
+        return None if self.target_accuracy in (None, "auto") else float(self.target_accuracy)
+
     @field_validator("search_space")
     @classmethod
     def _space(cls, v):
@@ -167,8 +197,9 @@ class StudySpec(BaseModel):
         return {k: d.grid_values() for k, d in self.search_space.items()}
 
     def trial_config(self, params: dict[str, Any], seed: int, mu: float | None = None, threads: int | None = None,
-                     tracking_uri: str | None = None) -> TrialConfig:
-        """The trial config of one configuration and seed: base, then the sampled knobs, then study settings."""
+                     tracking_uri: str | None = None, target: float | None = None) -> TrialConfig:
+        """The trial config of one configuration and seed: base, then the sampled knobs, then study settings
+        (`target`: the study's resolved target accuracy, when `target_accuracy` is `auto`)."""
         data = copy.deepcopy(self.base)
         for key, value in params.items():
             if key not in PSEUDO_KNOBS:
@@ -177,8 +208,9 @@ class StudySpec(BaseModel):
             probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
             set_dotted(data, "replay.capacity", max(1, round(params["x"] * probe.batch_size / probe.replay.ratio)))
         set_dotted(data, "seed", seed)
-        if self.target_accuracy is not None:
-            set_dotted(data, "eval.target_accuracy", self.target_accuracy)
+        target = target if target is not None else self.fixed_target
+        if target is not None:
+            set_dotted(data, "eval.target_accuracy", target)
         if mu is not None:
             set_dotted(data, "compute.mu", mu)
         if threads is not None:
@@ -209,6 +241,11 @@ class StudySpec(BaseModel):
 
     def base_config_dict(self) -> dict[str, Any]:
         return build_config(self.base).model_dump()
+
+
+def fmt_params(params: dict[str, Any]) -> str:
+    """Knob values as `key=value` pairs (floats in short form)."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def _get_dotted(data: dict[str, Any], key: str) -> Any:
@@ -249,6 +286,8 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError(f"sampler: unknown {spec.sampler!r}; known: {', '.join(SAMPLERS)}")
     if spec.pruner and len(spec.objectives) > 1:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
+    if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
+        raise ConfigError("pruner: compute needs the compute_to_target objective")
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
             params = _probe_point(spec, knob, value)

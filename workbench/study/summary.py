@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
-
 import optuna
 from optuna.trial import TrialState
 
 from workbench import tracking
-from workbench.study import attrs
-
-
-def fmt_params(params: dict[str, Any]) -> str:
-    """Knob values as `key=value` pairs (floats in short form)."""
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+from workbench.study import attrs, compare
+from workbench.study.spec import fmt_params
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
     """Trials by state; skipped proposals (x < y, or a configuration already run) and the runs of a fitted
-    optimum (`study verify`, which are not sampler proposals and do not count towards n_trials) counted apart."""
+    optimum (`study verify`) and the re-runs on fresh seeds (`study confirm`), which are not sampler proposals and do
+    not count towards n_trials, counted apart."""
     out = {s.name.lower(): 0 for s in TrialState}
-    out["skipped"] = out["predicted"] = 0
+    out["skipped"] = out["predicted"] = out["confirm"] = 0
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get(attrs.SKIPPED):
             out["skipped"] += 1
         elif t.user_attrs.get(attrs.ARM):
-            out["predicted"] += 1
+            out[t.user_attrs[attrs.ARM]] = out.get(t.user_attrs[attrs.ARM], 0) + 1
         else:
             out[t.state.name.lower()] += 1
     return out
@@ -70,28 +65,38 @@ def trial_table(study: optuna.Study) -> str:
 
 
 def summary_lines(study: optuna.Study) -> list[str]:
-    """Trials by state, the best configuration (or the Pareto front), the reference mu."""
+    """Trials by state, the reference mu and target; every configuration's compute-to-target with its interval and
+    paired savings against on-policy (`workbench.study.compare`), or the Pareto front."""
     mu = study.user_attrs.get(attrs.REFERENCE_MU)
-    lines = [f"study {study.study_name}: {counts_line(study)}" + (f"; reference mu {mu:.3f}" if mu is not None else "")]
+    target = study.user_attrs.get(attrs.TARGET)
+    lines = [f"study {study.study_name}: {counts_line(study)}" + (f"; reference mu {mu:.3f}" if mu is not None else "")
+             + (f"; target accuracy {target:g}" if target is not None else "")]
     names = objective_names(study)
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
     if not complete:
         return lines + ["no complete trial yet"]
-    if len(names) == 1:
-        best = study.best_trial
-        base = next((t for t in complete if t.user_attrs.get(attrs.BASELINE)), None)
-        lines.append(f"best: trial {best.number} {fmt_params(best.params or best.user_attrs.get(attrs.KNOBS, {}))} -> {names[0]} {best.value:.4g}"
-                     f" (censored seeds: {best.user_attrs.get(attrs.CENSORED_SEEDS, 0)})")
-        if base is not None and base.number != best.number and names[0].endswith("_to_target"):
-            lines.append(f"on-policy baseline: trial {base.number} -> {base.value:.4g}; best/baseline = {best.value / base.value:.3f}")
-        for t in complete:
-            if t.user_attrs.get(attrs.ARM) == "predicted":
-                lines.append(f"fitted optimum run as trial {t.number} {fmt_params(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
-                             f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g}")
-    else:
+    if len(names) > 1:
         lines.append("Pareto front (" + ", ".join(names) + "):")
         for t in sorted(study.best_trials, key=lambda t: t.values[0]):
             lines.append(f"  trial {t.number} {fmt_params(t.params)} -> " + ", ".join(f"{v:.4g}" for v in t.values))
+        return lines
+    if names[0] != "compute_to_target":
+        ranked = [t for t in complete if not t.user_attrs.get(attrs.ARM)]
+        if ranked:
+            best = study.best_trial if not study.best_trial.user_attrs.get(attrs.ARM) else ranked[0]
+            lines.append(f"best: trial {best.number} {fmt_params(best.params)} -> {names[0]} {best.value:.4g}")
+        return lines
+    rows = compare.comparison(study)
+    lines += compare.comparison_lines(study)
+    lead = compare.leader(rows)
+    if lead is not None:
+        spec = study.user_attrs.get(attrs.SPEC, {})
+        lines.append(f"best: {lead.arm.label} -> {lead.estimate.fmt()} ({spec.get('estimator', 'first')} estimator, "
+                     f"{lead.estimate.n} seed(s)); against on-policy: " + (f"{lead.ratio.fmt()}, {lead.verdict}" if lead.ratio else "no baseline"))
+    for t in complete:
+        if t.user_attrs.get(attrs.ARM) == "predicted":
+            lines.append(f"fitted optimum run as trial {t.number} {fmt_params(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
+                         f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g}")
     return lines
 
 

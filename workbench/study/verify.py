@@ -26,7 +26,7 @@ from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
 from workbench.study.objective import StudyObjective
-from workbench.study.summary import fmt_params
+from workbench.study.spec import fmt_params
 
 log = logging.getLogger(__name__)
 

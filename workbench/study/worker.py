@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from workbench.study import attrs
-from workbench.study.context import StudyContext, load_existing
+from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.objective import StudyObjective
 from workbench.study.spec import StudySpec, feasible_space_size
 from workbench.study.summary import counts
@@ -64,9 +64,9 @@ class StudyBudget:
 
     def waiting(self, study: optuna.Study) -> bool:
         """Whether this worker should wait instead of starting a trial: the baseline is running elsewhere without
-        a reference mu yet, or the remaining trials are all in flight elsewhere (stay to retry them if their
+        a reference mu or target yet, or the remaining trials are all in flight elsewhere (stay to retry them if their
         worker dies)."""
-        if study.user_attrs.get(attrs.REFERENCE_MU) is None and baseline_running(study):
+        if not calibrated(study) and baseline_running(study):
             return True
         c = counts(study)
         return c["complete"] + c["pruned"] + c["running"] >= self.n_trials
@@ -94,8 +94,8 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
                 log.warning(f"stopping: {why}")
             return
         if budget.waiting(study):
-            if study.user_attrs.get(attrs.REFERENCE_MU) is None and waited >= MU_WAIT_SECONDS:
-                raise RuntimeError("gave up waiting for the baseline trial to set the study's reference mu")
+            if not calibrated(study) and waited >= MU_WAIT_SECONDS:
+                raise RuntimeError("gave up waiting for the baseline trial to set the study's reference mu and target")
             time.sleep(POLL_SECONDS)
             waited += POLL_SECONDS
             continue

@@ -23,6 +23,7 @@ import torch
 
 from workbench import progress, tracking
 from workbench.compute import ComputeMeter, to_target
+from workbench.estimators import curve_summary
 from workbench.config import TrialConfig, flatten
 from workbench.trial.evaluation import Evaluator
 from workbench.trial.policy import Policy, count_parameters
@@ -96,6 +97,23 @@ def _budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter) -> bool:
     return cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units
 
 
+class EvalSchedule:
+    """When to evaluate: every `every` optimizer steps, or, with `every_units`, at the first step at or past each
+    multiple of `every_units` compute units (several multiples crossed in one step give one evaluation)."""
+
+    def __init__(self, every: int, every_units: float | None):
+        self.every, self.every_units = every, every_units
+        self.next_units = every_units
+
+    def due(self, step: int, units: float) -> bool:
+        if self.every_units is None:
+            return step % self.every == 0
+        if units + 1e-9 < self.next_units:
+            return False
+        self.next_units = (int((units + 1e-9) // self.every_units) + 1) * self.every_units
+        return True
+
+
 def _budget_bar(cfg: TrialConfig, enabled: bool):
     """A bar over the budget that ends first: compute units when set, else steps."""
     if cfg.budget.compute_units is not None:
@@ -129,6 +147,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     next_uid = 0
     updates = 0
     bar = _budget_bar(cfg, show_progress)
+    schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
 
     def run_eval(step: int) -> None:
         res = evaluate(policy.model)
@@ -224,7 +243,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
             step += 1
             bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-            if step % cfg.eval.every == 0 or not _budget_left(cfg, step, meter):
+            if schedule.due(step, meter.units) or not _budget_left(cfg, step, meter):
                 run_eval(step)
 
     final = _final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
@@ -236,7 +255,9 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
 
 def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float) -> dict[str, float]:
     accuracy = [e["accuracy"] for e in evals]
-    reached = to_target([e["compute_units"] for e in evals], accuracy, cfg.eval.target_accuracy)
+    spent = [e["compute_units"] for e in evals]
+    target = cfg.eval.target_accuracy
+    reached = to_target(spent, accuracy, target)
     final = {
         tracking.FINAL_ACCURACY: accuracy[-1],
         tracking.FINAL_BEST_ACCURACY: max(accuracy),
@@ -254,9 +275,13 @@ def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, upd
         "final/train_rollouts": meter.train_rollouts,
         "final/replay_ratio": meter.train_rollouts / max(meter.gen_rollouts, 1),
     }
+    # Every estimator of compute-to-target and the curve's summaries (accuracy at budget fractions, normalised AUC,
+    # the fitted sigmoid), against the budget in units when there is one; a censored estimate is logged with its flag.
+    summary = curve_summary(spent, accuracy, target, cfg.budget.compute_units)
+    final.update({f"final/{k}": v for k, v in summary.items()})
     if meter.measured_mu is not None:
         final[tracking.FINAL_MU_MEASURED] = meter.measured_mu
     if not reached.censored:
         final[tracking.FINAL_COMPUTE_TO_TARGET] = reached.value
-        final["final/steps_to_target"] = to_target([e["step"] for e in evals], accuracy, cfg.eval.target_accuracy).value
+        final["final/steps_to_target"] = to_target([e["step"] for e in evals], accuracy, target).value
     return final

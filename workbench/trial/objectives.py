@@ -30,6 +30,9 @@ class ObjectiveInput:
     """[n] mean reward of each rollout's group (V-hat of AsymRE)."""
     token_weights: torch.Tensor | None = None
     """[n, T] detached per-token loss weights (the truncated train/inference mismatch correction), or None."""
+    prox_logprobs: torch.Tensor | None = None
+    """[n, T] log-probs under the parameters before this batch's first optimizer step (the proximal policy of
+    decoupled PPO), when the batch is trained in several minibatch steps; None: the current parameters."""
 
 
 @dataclass
@@ -40,7 +43,8 @@ class ObjectiveOutput:
     clip_frac: float
     """Share of tokens whose clipped or truncated term was active."""
     stats: dict[str, float] | None = None
-    """Importance-ratio statistics of the batch (`ratio_stats`), filled in by the trainer."""
+    """The objective's own diagnostics, to which the trainer adds the batch's importance-ratio statistics
+    (`ratio_stats`); logged as `offpolicy/<name>`."""
 
 
 def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
@@ -82,9 +86,12 @@ def _loss_mean(values: torch.Tensor, inp: ObjectiveInput) -> torch.Tensor:
 
 @register_objective("ppo_clip")
 def ppo_clip(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
-    """PPO-clip against the stored behaviour log-probs (Arnal App. D.2; DAPO's eps_low/eps_high).
+    """PPO-clip against the stored behaviour log-probs (Arnal App. D.2; DAPO's eps_low/eps_high), with the dual
+    clip for negative advantages (Ye et al. 2020; verl's clip_ratio_c).
 
-    per token: -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - behaviour_logp).
+    per token: -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - behaviour_logp); for A < 0 the
+    term is bounded below by c * A (c = `dual_clip`): a very stale token whose ratio has grown past c cannot push
+    the loss without bound, and gets no gradient.
     """
     mask = inp.mask.float()
     log_ratio = (inp.logprobs - inp.behaviour_logprobs) * mask
@@ -92,12 +99,18 @@ def ppo_clip(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     adv = inp.advantages[:, None].to(ratio.dtype)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv
-    loss = -_loss_mean(torch.minimum(unclipped, clipped), inp)
+    surrogate = torch.minimum(unclipped, clipped)
+    dual = torch.zeros_like(ratio, dtype=torch.bool)
+    if cfg.dual_clip is not None:
+        floor = cfg.dual_clip * adv
+        dual = (adv < 0) & (surrogate < floor)
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, floor), surrogate)
+    loss = -_loss_mean(surrogate, inp)
     with torch.no_grad():
-        active = ((ratio < 1 - cfg.eps_low) & (adv < 0)) | ((ratio > 1 + cfg.eps_high) & (adv > 0))
+        active = ((ratio < 1 - cfg.eps_low) & (adv < 0)) | ((ratio > 1 + cfg.eps_high) & (adv > 0)) | dual
         clip_frac = float(_token_mean(active.float(), mask))
         ratio_mean = float(_token_mean(ratio, mask))
-    return ObjectiveOutput(loss, ratio_mean, clip_frac)
+    return ObjectiveOutput(loss, ratio_mean, clip_frac, {"dual_clip_frac": float(_token_mean(dual.float(), mask))})
 
 
 @register_objective("asymre")
@@ -117,26 +130,28 @@ def asymre(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
 @register_objective("decoupled_ppo")
 def decoupled_ppo(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     """AReaL's decoupled PPO (arXiv 2505.24298; replay-papers §5): the trust region is anchored on the proximal
-    policy, the behaviour gap corrected by a detached weight.
+    policy pi_prox, the behaviour gap corrected by a detached weight.
 
     per token: -(pi_prox / pi_behav) * min(u * A, clip(u, 1 - eps_low, 1 + eps_high) * A), u = pi_theta / pi_prox.
-    pi_prox is the policy before this optimizer step (the trainer takes one step per batch, so it is the current
-    parameters, detached): u = 1 in value and the clip bounds how far this step moves, while the stored
-    behaviour log-probs only enter the weight, capped at `decoupled_weight_cap` (AReaL's behav_imp_weight_cap).
+    pi_prox is the policy before this batch's first optimizer step: with `objective.minibatches` > 1 the batch is
+    trained in several steps and the clip bounds how far they move together from pi_prox (the trainer computes
+    its log-probs once per batch). With one step per batch pi_prox is the current policy, u = 1 and the clip
+    never binds: the objective is then the weighted policy gradient. Tokens whose behaviour weight exceeds
+    `decoupled_weight_cap` are masked out (they contribute nothing), as AReaL does, not clamped.
     """
     mask = inp.mask.float()
-    prox = inp.logprobs.detach()
+    prox = inp.prox_logprobs if inp.prox_logprobs is not None else inp.logprobs.detach()
     weight = torch.exp((prox - inp.behaviour_logprobs) * mask)
-    if cfg.decoupled_weight_cap is not None:
-        weight = torch.clamp(weight, max=cfg.decoupled_weight_cap)
+    kept = mask if cfg.decoupled_weight_cap is None else mask * (weight <= cfg.decoupled_weight_cap).float()
     u = torch.exp((inp.logprobs - prox) * mask)
     adv = inp.advantages[:, None].to(u.dtype)
     surrogate = torch.minimum(u * adv, torch.clamp(u, 1 - cfg.eps_low, 1 + cfg.eps_high) * adv)
-    loss = -_loss_mean(weight * surrogate, inp)
+    loss = -_loss_mean(weight * kept * surrogate, inp)
     with torch.no_grad():
-        capped = float(_token_mean((weight >= cfg.decoupled_weight_cap).float(), mask)) if cfg.decoupled_weight_cap is not None else 0.0
-        ratio_mean = float(_token_mean(torch.exp((prox - inp.behaviour_logprobs) * mask), mask))
-    return ObjectiveOutput(loss, ratio_mean, capped)
+        clipped = ((u < 1 - cfg.eps_low) & (adv < 0)) | ((u > 1 + cfg.eps_high) & (adv > 0))
+        ratio_mean = float(_token_mean(weight, mask))
+        stats = {"behaviour_masked_frac": float(_token_mean(mask - kept, mask)), "prox_ratio_mean": float(_token_mean(u, mask))}
+    return ObjectiveOutput(loss, ratio_mean, float(_token_mean(clipped.float() * kept, mask)), stats)
 
 
 @register_objective("tis")

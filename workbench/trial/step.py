@@ -24,8 +24,18 @@ class TrialDiverged(FloatingPointError):
     """The loss or the gradients became NaN or infinite."""
 
 
-def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float | None = None) -> ObjectiveInput:
-    """Score the batch under the current policy (with grad) and line up its frozen generation-time data."""
+def _frozen(like: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
+    """Per-rollout token tensors laid out like `like` ([n, T], zero-padded)."""
+    out = torch.zeros_like(like)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row.to(out.device)
+    return out
+
+
+def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float | None = None,
+                    prox: list[torch.Tensor] | None = None) -> ObjectiveInput:
+    """Score the batch under the current policy (with grad) and line up its frozen generation-time data (and the
+    proximal policy's log-probs, `prox`, when the batch is trained in several minibatch steps)."""
     logprobs, mask = score(
         policy.model,
         [r.prompt_ids for r in batch],
@@ -33,9 +43,7 @@ def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float 
         temperature=policy.temperature,
         pad_id=policy.pad_id,
     )
-    behaviour = torch.zeros_like(logprobs)
-    for i, r in enumerate(batch):
-        behaviour[i, : len(r.behaviour_logprobs)] = r.behaviour_logprobs.to(behaviour.device)
+    behaviour = _frozen(logprobs, [r.behaviour_logprobs for r in batch])
     weights = None
     if correction_cap is not None and any(r.trainer_logprobs is not None for r in batch):
         # Truncated IS for the train/inference mismatch (TRL, verl): the trainer's log-probs at generation are the
@@ -49,6 +57,7 @@ def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float 
     as_tensor = lambda xs: torch.tensor(xs, dtype=torch.float32, device=logprobs.device)  # noqa: E731
     return ObjectiveInput(
         token_weights=weights,
+        prox_logprobs=None if prox is None else _frozen(logprobs, prox),
         logprobs=logprobs,
         mask=mask,
         behaviour_logprobs=behaviour,
@@ -58,39 +67,78 @@ def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float 
     )
 
 
-def rescore(policy: Policy, rollouts: list[Rollout]) -> None:
-    """Replace the rollouts' behaviour log-probs by the current policy's (no grad): RLEP's recomputed old log-probs."""
-    if not rollouts:
-        return
+def _score_frozen(policy: Policy, rollouts: list[Rollout]) -> list[torch.Tensor]:
+    """Per-rollout completion log-probs under the current parameters (no grad)."""
     policy.model.eval()
     with torch.no_grad():
         logprobs, _ = score(policy.model, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
                             temperature=policy.temperature, pad_id=policy.pad_id)
-    for i, r in enumerate(rollouts):
-        r.behaviour_logprobs = logprobs[i, : len(r.completion_ids)].detach().cpu()
+    return [logprobs[i, : len(r.completion_ids)].detach().cpu() for i, r in enumerate(rollouts)]
+
+
+def rescore(policy: Policy, rollouts: list[Rollout]) -> None:
+    """Replace the rollouts' behaviour log-probs by the current policy's (no grad): RLEP's recomputed old log-probs."""
+    if not rollouts:
+        return
+    for r, logprobs in zip(rollouts, _score_frozen(policy, rollouts)):
+        r.behaviour_logprobs = logprobs
         r.trainer_logprobs = None  # the old policy is now the trainer's own: no engine mismatch to correct
+
+
+def minibatches(batch: list[Rollout], n: int) -> list[list[Rollout]]:
+    """The batch split into `n` consecutive minibatches of near-equal size (fewer if the batch is smaller)."""
+    n = max(1, min(n, len(batch)))
+    size, extra = divmod(len(batch), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (i < extra)
+        out.append(batch[start:end])
+        start = end
+    return out
+
+
+def _merge(outs: list[ObjectiveOutput]) -> ObjectiveOutput:
+    """One batch's diagnostics from its minibatch steps: means, and the extremes of the ratio extremes."""
+    if len(outs) == 1:
+        return outs[0]
+    stats: dict[str, float] = {}
+    for key in outs[0].stats or {}:
+        values = [o.stats[key] for o in outs]
+        stats[key] = max(values) if key == "ratio_max" else min(values) if key == "ratio_min" else sum(values) / len(values)
+    loss = torch.stack([o.loss.detach() for o in outs]).mean()
+    return ObjectiveOutput(loss, sum(o.ratio_mean for o in outs) / len(outs), sum(o.clip_frac for o in outs) / len(outs), stats)
 
 
 def train_step(
     policy: Policy, optimizer, batch: list[Rollout], cfg: TrialConfig, step: int, gate: Callable[[object, int], bool] | None = None
 ) -> tuple[ObjectiveOutput, float, bool]:
-    """One optimizer step of the configured objective on `batch`; returns its output, the gradient norm and
-    whether the step was applied (`gate`, called after backward, may drop it: its gradients are set to None,
-    so the optimizer skips every parameter and its state is untouched)."""
-    policy.model.train()
+    """The configured objective on `batch`: one optimizer step per minibatch (`objective.minibatches`, default 1).
+    Returns the batch's merged diagnostics, the mean gradient norm and whether any step was applied (`gate`,
+    called after each backward, may drop a step: its gradients are set to None, so the optimizer skips every
+    parameter and its state is untouched). With several minibatches, the log-probs before the first step (the
+    proximal policy of `decoupled_ppo`) are computed once, with one extra forward pass over the batch."""
     cap = cfg.generation.mismatch_cap if cfg.generation.mismatch_correction == "importance_sampling" else None
-    inp = objective_input(policy, batch, cap)
-    out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
-    out.stats = ratio_stats(inp)
-    if not torch.isfinite(out.loss):
-        raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
-    optimizer.zero_grad(set_to_none=True)
-    out.loss.backward()
-    if gate is not None and gate(policy.model, step):
+    parts = minibatches(batch, cfg.objective.minibatches)
+    prox = _score_frozen(policy, batch) if len(parts) > 1 else None
+    outs, norms, applied, offset = [], [], False, 0
+    for part in parts:
+        policy.model.train()
+        inp = objective_input(policy, part, cap, None if prox is None else prox[offset : offset + len(part)])
+        offset += len(part)
+        out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
+        out.stats = {**ratio_stats(inp), **(out.stats or {})}
+        if not torch.isfinite(out.loss):
+            raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
+        outs.append(out)
         optimizer.zero_grad(set_to_none=True)
-        return out, 0.0, False
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip))
-    if not math.isfinite(grad_norm):
-        raise TrialDiverged(f"gradient norm is {grad_norm} at step {step}")
-    optimizer.step()
-    return out, grad_norm, True
+        out.loss.backward()
+        if gate is not None and gate(policy.model, step):
+            optimizer.zero_grad(set_to_none=True)
+            continue
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip))
+        if not math.isfinite(grad_norm):
+            raise TrialDiverged(f"gradient norm is {grad_norm} at step {step}")
+        optimizer.step()
+        norms.append(grad_norm)
+        applied = True
+    return _merge(outs), (sum(norms) / len(norms) if norms else 0.0), applied

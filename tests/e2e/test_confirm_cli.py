@@ -1,0 +1,70 @@
+"""`workbench study confirm` and `study compare` through the real CLI into real Optuna and MLflow stores."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from mlflow import MlflowClient
+
+from support.cli import run_cli
+from support.toy import toy_spec
+
+
+def _study(tmp_path):
+    return optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+
+
+def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
+    spec = toy_spec(tmp_path, seeds=2, n_trials=3, sampler="grid", search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [2, 4]}})
+    assert run_cli(["study", "run", str(spec)], tmp_path).returncode == 0
+
+    # Racing: with 2 seeds nothing is resolved against the leader, so one round adds seed 2 to the leader, the
+    # contender and the baseline (to keep savings paired); with --max-seeds 3 the race then stops.
+    race = run_cli(["study", "race", str(spec), "--max-seeds", "3", "--step", "1"], tmp_path)
+    assert race.returncode == 0, race.stderr
+    assert "ran seeds [2]" in race.stdout and "race over" in race.stdout
+    raced = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("arm") == "race"]
+    assert sorted(t.user_attrs["extends"] for t in raced) == [0, 1, 2]
+    assert "over 3 seed(s)" in race.stdout  # merged into the configurations they extend
+
+    proc = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [d["seeds"] for d in done] == [[3, 4], [3, 4]]  # fresh: selection (the race included) used seeds 0-2
+    assert "selection  (seeds 0,1,2)" in proc.stdout and "replicated (seeds 3,4)" in proc.stdout
+
+    confirmed = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("arm") == "confirm"]
+    assert sorted(t.user_attrs["confirms"] for t in confirmed)[0] == 0  # the baseline, then the best configuration
+    assert all(sorted(int(v["seed"]) for v in t.user_attrs["per_seed"]) == [3, 4] for t in confirmed)
+    assert next(t for t in confirmed if t.user_attrs["confirms"] == 0).user_attrs["baseline"] is True
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("toy")
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.arm` = 'confirm' and tags.`workbench.kind` = 'seed'")
+    assert sorted(r.data.params["seed"] for r in runs) == ["3", "3", "4", "4"]
+
+    # The same command again trains nothing: already confirmed on those seeds.
+    again = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"], tmp_path)
+    assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1]) == done
+    assert len([t for t in _study(tmp_path).get_trials() if t.user_attrs.get("arm") == "confirm"]) == 2
+
+    compare = run_cli(["study", "compare", str(spec)], tmp_path)
+    assert compare.returncode == 0 and "ratio to on-policy" in compare.stdout and "(confirms trial" in compare.stdout
+    noise = run_cli(["study", "compare", str(spec), "--noise"], tmp_path)
+    assert noise.returncode == 0 and all(name in noise.stdout for name in ("first", "interpolated", "sustained", "fitted"))
+
+    # The analysis reads the same stores: race seeds merged into their configuration, confirm arms beside.
+    from analysis.data import load_study
+
+    data = load_study("toy", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    configs = data.configs()
+    selection = configs[configs["arm"] != "confirm"]
+    assert set(selection["seeds"]) == {3} and sorted(configs.loc[configs["arm"] == "confirm", "seeds"]) == [2, 2]
+    assert {"ci_low", "ci_high", "ratio_to_baseline", "verdict"} <= set(configs.columns)
+
+
+def test_confirm_before_any_trial_is_a_one_line_error(tmp_path):
+    spec = toy_spec(tmp_path)
+    run = run_cli(["study", "confirm", str(spec)], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "study" in run.stderr

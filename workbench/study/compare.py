@@ -1,0 +1,190 @@
+"""Comparisons with their uncertainty, read from a study's Optuna record (each trial's per-seed values).
+
+Every configuration is an *arm*: the on-policy baseline, the sampler's trials, a fitted optimum (`predicted`), and
+the re-runs of `study confirm` on fresh seeds (`confirm`, with their own baseline). An arm's compute-to-target is the
+geometric mean over its seeds with a 95% interval (`workbench.stats`); its savings is the paired ratio against the
+baseline arm that ran the same seeds; a difference is *resolved* only when that interval excludes 1.
+
+A censored seed enters at its total compute (a lower bound on its true compute-to-target), so an interval with
+censored seeds is itself a bound and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from workbench import stats
+from workbench.estimators import ESTIMATORS
+from workbench.study import attrs
+from workbench.study.spec import fmt_params
+
+RACE = "race"
+
+
+@dataclass
+class Arm:
+    number: int
+    kind: str
+    """`baseline`, `sampler` (a sampler proposal or a queued point), `predicted`, `confirm` (race seeds are merged
+    into the trial they extend)."""
+    knobs: dict[str, Any]
+    per_seed: list[dict[str, float]]
+    baseline: bool
+    confirms: int | None = None
+    """For a `confirm` arm: the trial whose configuration it re-ran."""
+    label: str = field(default="")
+
+    def values(self, estimator: str | None = None) -> dict[int, float]:
+        """Per seed: compute-to-target by `estimator` (the study's when None); censored seeds at their total."""
+        key = f"compute_to_target_{estimator}" if estimator else "compute_to_target"
+        flag = f"censored_{estimator}" if estimator else "censored"
+        out = {}
+        for v in self.per_seed:
+            if key in v:
+                out[int(v["seed"])] = v["total_units"] if v.get(flag) else v[key]
+        return out
+
+    def censored(self, estimator: str | None = None) -> int:
+        flag = f"censored_{estimator}" if estimator else "censored"
+        return int(sum(bool(v.get(flag)) for v in self.per_seed))
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(int(v["seed"]) for v in self.per_seed)
+
+
+def arms(study: optuna.Study) -> list[Arm]:
+    """Every complete trial that recorded per-seed values, in trial order; the extra seeds a race gave a
+    configuration (`study race`, trials with `arm = race`) are merged into the trial they extend."""
+    out = []
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    extra: dict[int, list[dict]] = {}
+    for t in trials:
+        if t.user_attrs.get(attrs.ARM) == RACE and t.user_attrs.get(attrs.PER_SEED):
+            extra.setdefault(t.user_attrs[attrs.EXTENDS], []).extend(t.user_attrs[attrs.PER_SEED])
+    for t in trials:
+        per_seed = t.user_attrs.get(attrs.PER_SEED)
+        if not per_seed or t.user_attrs.get(attrs.ARM) == RACE:
+            continue
+        per_seed = per_seed + extra.get(t.number, [])
+        baseline = bool(t.user_attrs.get(attrs.BASELINE))
+        kind = t.user_attrs.get(attrs.ARM) or ("baseline" if baseline else "sampler")
+        knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
+        arm = Arm(t.number, kind, knobs, per_seed, baseline, t.user_attrs.get(attrs.CONFIRMS))
+        what = "on-policy" if baseline else fmt_params(knobs)
+        arm.label = f"trial {t.number} {what}" + (f" (confirms trial {arm.confirms})" if arm.confirms is not None else "")
+        out.append(arm)
+    return out
+
+
+def baseline_for(arm: Arm, all_arms: list[Arm]) -> Arm | None:
+    """The baseline arm sharing the most seeds with `arm` (the original baseline, or a confirm run's own)."""
+    candidates = [a for a in all_arms if a.baseline and a.number != arm.number]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda a: (len(set(a.seeds) & set(arm.seeds)), -a.number))
+    return best if set(best.seeds) & set(arm.seeds) else None
+
+
+@dataclass
+class Row:
+    arm: Arm
+    estimate: stats.Interval
+    """Geometric mean compute-to-target over seeds, with its 95% interval."""
+    ratio: stats.Interval | None
+    """Paired ratio against the baseline on the same seeds (None for a baseline)."""
+    censored: int
+    verdict: str
+
+
+def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
+    """One row per arm: compute-to-target with its interval and the paired savings against the baseline."""
+    all_arms = arms(study)
+    rows = []
+    for a in all_arms:
+        values = a.values(estimator)
+        est = stats.geometric_interval(list(values.values()))
+        base = None if a.baseline else baseline_for(a, all_arms)
+        ratio = stats.paired_ratio(values, base.values(estimator)) if base is not None else None
+        cens = a.censored(estimator) + (base.censored(estimator) if base is not None else 0)
+        if ratio is None:
+            verdict = "baseline"
+        else:
+            verdict = stats.verdict(ratio) + (f" ({cens} censored seed(s): a bound)" if cens else "")
+        rows.append(Row(a, est, ratio, a.censored(estimator), verdict))
+    return rows
+
+
+def leader(rows: list[Row]) -> Row | None:
+    """The non-baseline selection arm (sampler or predicted) with the lowest geometric mean compute-to-target."""
+    pool = [r for r in rows if not r.arm.baseline and r.arm.kind != "confirm" and math.isfinite(r.estimate.estimate)]
+    return min(pool, key=lambda r: r.estimate.estimate) if pool else None
+
+
+def noise(study: optuna.Study) -> list[dict[str, Any]]:
+    """Per arm and estimator: the per-run standard deviation of log compute-to-target across seeds (censored seeds
+    left out and counted), and the paired savings against the baseline with its interval."""
+    out = []
+    all_arms = arms(study)
+    for name in ESTIMATORS:
+        for a in all_arms:
+            uncensored = {s: v for s, v in a.values(name).items()
+                          if not any(int(p["seed"]) == s and p.get(f"censored_{name}") for p in a.per_seed)}
+            base = None if a.baseline else baseline_for(a, all_arms)
+            ratio = stats.paired_ratio(a.values(name), base.values(name)) if base is not None else None
+            out.append({
+                "estimator": name, "arm": a.label, "seeds": len(a.per_seed), "censored": a.censored(name),
+                "log_sd": stats.log_sd(list(uncensored.values())),
+                "geo_mean": stats.geometric_interval(list(uncensored.values())).estimate,
+                "ratio": ratio,
+            })
+    return out
+
+
+def comparison_lines(study: optuna.Study) -> list[str]:
+    """The comparison in words: each arm's estimate and interval, its paired savings and whether it is resolved."""
+    rows = comparison(study)
+    if not rows:
+        return []
+    lines = ["compute to target, geometric mean over seeds [95% CI]; savings paired by seed against on-policy:"]
+    for r in rows:
+        head = f"  {r.arm.label}: {r.estimate.fmt()} over {r.estimate.n} seed(s)" + (f", {r.censored} censored" if r.censored else "")
+        lines.append(head + ("" if r.ratio is None else f"; ratio to on-policy {r.ratio.fmt()}: {r.verdict}"))
+    return lines
+
+
+def confirmation_lines(study: optuna.Study) -> list[str]:
+    """Each confirmed configuration: its selection estimate next to its replication on fresh seeds."""
+    rows = comparison(study)
+    by_number = {r.arm.number: r for r in rows}
+    lines = []
+    for r in rows:
+        if r.arm.kind != "confirm" or r.arm.baseline or r.arm.confirms not in by_number:
+            continue
+        sel = by_number[r.arm.confirms]
+        lines.append(f"  trial {sel.arm.number} {fmt_params(sel.arm.knobs)}:")
+        for what, row in (("selection", sel), ("replicated", r)):
+            seeds = ",".join(map(str, row.arm.seeds))
+            ratio = f"ratio to on-policy {row.ratio.fmt()}: {row.verdict}" if row.ratio else "no paired baseline"
+            lines.append(f"    {what:10s} (seeds {seeds}): {row.estimate.fmt()}; {ratio}")
+    return (["selection against replication on fresh seeds (compute to target, geometric mean [95% CI]):"] + lines) if lines else []
+
+
+def noise_lines(study: optuna.Study) -> list[str]:
+    """The per-run noise table: per estimator and arm, the sd of log compute-to-target over seeds and the paired
+    savings against on-policy with its interval (how finely this study's protocol can resolve a difference)."""
+    rows = noise(study)
+    if not rows:
+        return []
+    target = study.user_attrs.get(attrs.TARGET)
+    lines = [f"per-run noise of compute-to-target (target accuracy {target}); sd of log over seeds, censored seeds left out:",
+             f"  {'estimator':13s} {'arm':40s} {'seeds':>5s} {'cens.':>5s} {'log sd':>7s} {'geo mean':>9s}  paired ratio to on-policy [95% CI]"]
+    for r in rows:
+        ratio = "" if r["ratio"] is None else f"{r['ratio'].fmt()}  {stats.verdict(r['ratio']).split(':')[0]}"
+        lines.append(f"  {r['estimator']:13s} {r['arm'][:40]:40s} {r['seeds']:5d} {r['censored']:5d} {r['log_sd']:7.3f} {r['geo_mean']:9.4g}  {ratio}")
+    return lines

@@ -1,0 +1,123 @@
+"""`workbench study confirm`: the best configurations and the baseline re-run on seeds never used in selection.
+
+Picking the best of many noisy configurations favours the ones whose seeds happened to be lucky (the winner's
+curse): their selection estimate is biased low. Re-running them on fresh seeds gives an unbiased estimate. This
+module takes the top K configurations of a study (by its objective, sampler trials and queued points only), picks
+N seeds no trial of the study has used, and trains the on-policy baseline and each configuration on them, exactly
+as the study trains a trial (same reference mu and target, same MLflow layout). Each re-run is recorded in Optuna
+as a trial with `arm = confirm` and the number of the trial it confirms; it does not count towards `n_trials` and
+the sampler never learns from it. The baseline is re-run too, so the replicated savings are paired on the same
+fresh seeds. The fresh seeds are the N right above the selection seeds, so the command is idempotent: interrupted,
+it resumes, and a configuration already confirmed on those seeds is not run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from workbench import stats
+from workbench.config import ConfigError
+from workbench.study import attrs
+from workbench.study.compare import arms
+from workbench.study.context import StudyContext, calibrated, load_existing
+from workbench.study.objective import StudyObjective
+from workbench.study.spec import fmt_params
+
+log = logging.getLogger(__name__)
+CONFIRM = "confirm"
+
+
+@dataclass
+class Confirmation:
+    confirms: int
+    """The trial whose configuration was re-run."""
+    trial_number: int
+    seeds: list[int]
+    selection: float
+    """The configuration's value in selection (on the study's seeds)."""
+    replicated: float
+    """Its value on the fresh seeds."""
+
+
+def selection_seeds(study: optuna.Study) -> set[int]:
+    """Every seed the study used to select configurations (the spec's, and any a non-confirm trial ran)."""
+    seeds: set[int] = set(study.user_attrs.get(attrs.SPEC, {}).get("seeds") or [])
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(attrs.ARM) != CONFIRM:
+            seeds.update(t.user_attrs.get(attrs.SEEDS) or [])
+            seeds.update(int(v["seed"]) for v in t.user_attrs.get(attrs.PER_SEED) or [])
+    return seeds
+
+
+def fresh_seeds(study: optuna.Study, n: int) -> list[int]:
+    """The `n` seeds right above every seed used in selection: the same command confirms on the same seeds (so it
+    resumes, and running it again trains nothing); a larger `n` extends them."""
+    start = max(selection_seeds(study), default=-1) + 1
+    return list(range(start, start + n))
+
+
+def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
+    """The best `k` complete sampler trials or queued points (the baseline and arms left out), best first: by the
+    objective, or for compute-to-target by the geometric mean over every seed they ran (a race's included)."""
+    pool = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if not t.user_attrs.get(attrs.ARM) and not t.user_attrs.get(attrs.BASELINE) and t.value is not None]
+    if study.user_attrs.get(attrs.SPEC, {}).get("objective") == "compute_to_target":
+        merged = {a.number: stats.geometric_interval(list(a.values().values())).estimate for a in arms(study)}
+        return sorted(pool, key=lambda t: merged.get(t.number, t.value))[:k]
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    return sorted(pool, key=lambda t: sign * t.value)[:k]
+
+
+def open_for_confirm(ctx: StudyContext) -> optuna.Study:
+    # Arms are not sampler proposals: a plain sampler, so a grid sampler's `tell` cannot stop anything.
+    study = load_existing(ctx, sampler=optuna.samplers.RandomSampler())
+    if len(ctx.spec.objectives) != 1:
+        raise ConfigError("objective: study confirm needs a single-objective study")
+    if not calibrated(study):
+        raise ConfigError(f"study: {ctx.spec.name!r} has no reference mu or target yet (run its baseline first)")
+    return study
+
+
+def _already(study: optuna.Study, number: int, seeds: list[int]) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get(attrs.ARM) == CONFIRM and t.user_attrs.get(attrs.CONFIRMS) == number and t.user_attrs.get(attrs.SEEDS) == seeds:
+            return t
+    return None
+
+
+def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None) -> list[Confirmation]:
+    """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms."""
+    if top < 1 or n_seeds < 2:
+        raise ConfigError(f"--top must be >= 1 and --seeds >= 2 (an interval needs two seeds), got {top} and {n_seeds}")
+    best = top_trials(study, top)
+    if not best:
+        raise ConfigError(f"study: {ctx.spec.name!r} has no complete trial besides the baseline to confirm")
+    base = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(attrs.BASELINE) and not t.user_attrs.get(attrs.ARM)]
+    targets = base[:1] + best
+    seeds = fresh_seeds(study, n_seeds)
+    log.info(f"confirming {len(best)} configuration(s) and the baseline on fresh seeds {seeds}")
+    objective = StudyObjective(ctx, study, threads)
+    out = []
+    for t in targets:
+        knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
+        done = _already(study, t.number, seeds)
+        if done is None:
+            trial = study.ask()
+            for key, value in {attrs.ARM: CONFIRM, attrs.CONFIRMS: t.number, attrs.KNOBS: knobs, attrs.SEEDS: seeds,
+                               **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {})}.items():
+                trial.set_user_attr(key, value)
+            log.info(f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}")
+            try:
+                value = objective.evaluate(trial, knobs, is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
+                                           mu=study.user_attrs[attrs.REFERENCE_MU], threads=threads, arm=CONFIRM, seeds=seeds)
+            except BaseException:
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+            done = study.tell(trial, value)
+        out.append(Confirmation(t.number, done.number, seeds, float(t.value), float(done.value)))
+    return out
