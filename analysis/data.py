@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ def compute_to_target(curves: pd.DataFrame, target: float, mu: float, estimator:
 
 def load_study(name: str, tracking_uri: str) -> StudyData:
     """Read every finished seed run of study `name` (MLflow experiment of the same name)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per downloaded curve otherwise
     client = tracking.client(tracking_uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:

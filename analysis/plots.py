@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -164,6 +165,9 @@ def savings(configs: pd.DataFrame, out: Path) -> Path:
     ax.scatter(c["ratio_to_baseline"], pos, c=np.where(resolved, "tab:blue", "tab:orange"), zorder=3)
     ax.axvline(1.0, color="k", ls=":", lw=1)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_yticks(pos, labels, fontsize=7)
     ax.set_xlabel("compute to target / on-policy's, paired by seed (95% CI; orange: unresolved)")
     ax.set_title("Savings against on-policy")

@@ -308,6 +308,16 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+def _arm_parser(ssub, name: str, text: str) -> argparse.ArgumentParser:
+    """A `study` subcommand that trains arms of an existing study (verify, confirm, race): spec, stores, threads."""
+    p = ssub.add_parser(name, help=text)
+    p.add_argument("spec", help="the study spec YAML")
+    p.add_argument("--storage")
+    p.add_argument("--tracking-uri")
+    p.add_argument("--threads", type=int, help="torch threads for its trials")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="workbench",
@@ -350,31 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--table", action="store_true", help="print the trial table (CSV)")
     status.add_argument("--fail-stale", action="store_true", help="first mark trials of dead workers as failed")
     status.set_defaults(func=cmd_study_status)
-    verify = ssub.add_parser("verify", help="run the fitted optimum as new trials of the study: measured against predicted")
-    verify.add_argument("spec", help="the study spec YAML")
-    verify.add_argument("--storage")
-    verify.add_argument("--tracking-uri")
-    verify.add_argument("--threads", type=int, help="torch threads for its trials")
+    verify = _arm_parser(ssub, "verify", "run the fitted optimum as new trials of the study: measured against predicted")
     verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
     verify.set_defaults(func=cmd_study_verify)
-    confirm = ssub.add_parser("confirm", help="re-run the best configurations and the baseline on fresh seeds (replication)")
-    confirm.add_argument("spec", help="the study spec YAML")
+    confirm = _arm_parser(ssub, "confirm", "re-run the best configurations and the baseline on fresh seeds (replication)")
     confirm.add_argument("--top", type=int, default=2, help="configurations to confirm, best first (default 2)")
     confirm.add_argument("--seeds", type=int, default=4, help="fresh seeds each (default 4)")
-    confirm.add_argument("--storage")
-    confirm.add_argument("--tracking-uri")
-    confirm.add_argument("--threads", type=int, help="torch threads for its trials")
     confirm.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
     confirm.set_defaults(func=cmd_study_confirm)
-    race = ssub.add_parser("race", help="add seeds where the leader is not yet resolved against a contender (racing)")
-    race.add_argument("spec", help="the study spec YAML")
+    race = _arm_parser(ssub, "race", "add seeds where the leader is not yet resolved against a contender (racing)")
     race.add_argument("--max-seeds", type=int, default=8, help="seeds per configuration at most (default 8)")
     race.add_argument("--step", type=int, default=2, help="seeds added per round (default 2)")
-    race.add_argument("--storage")
-    race.add_argument("--tracking-uri")
-    race.add_argument("--threads", type=int, help="torch threads for its trials")
     race.set_defaults(func=cmd_study_race)
     compare = ssub.add_parser("compare", help="every configuration with its 95%% interval and paired savings against on-policy")
     compare.add_argument("spec", help="the study spec YAML")

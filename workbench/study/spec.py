@@ -125,9 +125,10 @@ class StudySpec(BaseModel):
     """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
     target_accuracy: float | Literal["auto"] | None = None
     """Sets `eval.target_accuracy` of every trial. `auto`: set from the on-policy baseline (which runs first) as the
-    level its fitted curve gains `target_gain_fraction` of the way from its start to the end of the budget, so the
-    target sits on the rising part of the curve, where compute-to-target resolves differences best."""
-    target_gain_fraction: float = Field(0.5, gt=0, lt=1)
+    level its fitted curve reaches `target_gain_fraction` of the way from its start to the end of the budget: late
+    enough that the runs' different take-off times average out, early enough to stay off the plateau (measured
+    in docs/measurement.md)."""
+    target_gain_fraction: float = Field(0.7, gt=0, lt=1)
     """`target_accuracy: auto`: the share of the baseline's gain over the budget at which the target is set."""
     estimator: Literal["first", "interpolated", "sustained", "fitted"] = DEFAULT_ESTIMATOR
     """How a run's compute-to-target is read off its curve (`workbench.estimators`); every estimator is logged
