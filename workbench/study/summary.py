@@ -91,7 +91,7 @@ def summary_lines(study: optuna.Study) -> list[str]:
     lead = compare.leader(rows)
     if lead is not None:
         spec = study.user_attrs.get(attrs.SPEC, {})
-        lines.append(f"best: {lead.arm.label} -> {lead.estimate.fmt()} ({spec.get('estimator', 'first')} estimator, "
+        lines.append(f"best replay configuration: {lead.arm.label} -> {lead.estimate.fmt()} ({spec.get('estimator', 'first')} estimator, "
                      f"{lead.estimate.n} seed(s)); against on-policy: " + (f"{lead.ratio.fmt()}, {lead.verdict}" if lead.ratio else "no baseline"))
     for t in complete:
         if t.user_attrs.get(attrs.ARM) == "predicted":
