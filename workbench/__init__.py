@@ -1,14 +1,14 @@
 """replay-workbench: experience replay for GRPO-style RL post-training of LLMs.
 
-The public surface: configs, the trial runner and the registries users extend. Importing the package registers
-the built-in strategies and objectives, so a config can name them.
+The public surface: configs, the trial runner and the registries users extend. Importing the package is cheap (no
+torch, transformers or MLflow): the trial engine, the built-in strategies and objectives load on first use, and a
+registry registers its built-ins the first time a config (or anyone) reads it.
 """
+
+from importlib import import_module
 
 from workbench.config import ConfigError, TrialConfig, build_config, flatten, load_config
 from workbench.registry import OBJECTIVES, STRATEGIES
-from workbench.trial.objectives import register_objective
-from workbench.trial.replay import ReplayBuffer, Rollout
-from workbench.trial.strategies import Strategy, register_strategy
 
 __all__ = [
     "ConfigError",
@@ -26,11 +26,18 @@ __all__ = [
     "run_trial",
 ]
 
+_LAZY = {
+    "register_objective": "workbench.trial.objectives",
+    "ReplayBuffer": "workbench.trial.replay",
+    "Rollout": "workbench.trial.replay",
+    "Strategy": "workbench.trial.strategies",
+    "register_strategy": "workbench.trial.strategies",
+    "run_trial": "workbench.trial.loop",
+}
+
 
 def __getattr__(name: str):
-    # The trial loop (MLflow, the evaluator) loads when a trial actually runs, not for `workbench theory`.
-    if name == "run_trial":
-        from workbench.trial.loop import run_trial  # deferred: transformers and MLflow load with the trial loop
-
-        return run_trial
+    # Deferred: these pull torch (and the trial loop transformers and MLflow) when first used.
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(name)

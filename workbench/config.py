@@ -253,7 +253,7 @@ class TrialConfig(Section):
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
-    replay: ReplayConfig = ReplayConfig()
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
     objective: ObjectiveConfig = ObjectiveConfig()
     budget: BudgetConfig = BudgetConfig(compute_units=300)
     compute: ComputeConfig = ComputeConfig()

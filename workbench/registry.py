@@ -1,23 +1,64 @@
 """Registries of the parts users extend, by name: replay strategies and objectives.
 
 They live at the bottom of the package so that the config can validate a name against them without importing
-the trial engine: a strategy module registers itself here when it is imported (the package imports the
-built-in ones), and `replay.strategy` / `objective.name` are then checked against what is registered.
+the trial engine up front: a strategy module registers itself here when it is imported, and the built-in ones are
+imported the first time a registry is read (so `import workbench` and `workbench --help` never load torch).
+`replay.strategy` / `objective.name` are then checked against what is registered.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
 
 
 class Registry(dict[str, T], Generic[T]):
-    """`name -> entry`, filled by the `register(name)` decorator; `field` is the config key that names an entry."""
+    """`name -> entry`, filled by the `register(name)` decorator; `field` is the config key that names an entry.
 
-    def __init__(self, field: str):
+    `builtins` is the module that registers the built-in entries: it is imported on the first read."""
+
+    def __init__(self, field: str, builtins: str):
         super().__init__()
-        self.field = field
+        self.field, self.builtins, self._loaded = field, builtins, False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True  # before the import: the module's decorators write into this registry
+            importlib.import_module(self.builtins)
+
+    def __getitem__(self, name: str) -> T:
+        self._load()
+        return super().__getitem__(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return super().__contains__(name)
+
+    def __iter__(self):
+        self._load()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def get(self, name: str, default=None):
+        self._load()
+        return super().get(name, default)
+
+    def keys(self):
+        self._load()
+        return super().keys()
+
+    def values(self):
+        self._load()
+        return super().values()
+
+    def items(self):
+        self._load()
+        return super().items()
 
     def register(self, name: str) -> Callable[[T], T]:
         def wrap(entry: T) -> T:
@@ -33,8 +74,8 @@ class Registry(dict[str, T], Generic[T]):
         return self[name]
 
 
-STRATEGIES: Registry = Registry("replay.strategy")
+STRATEGIES: Registry = Registry("replay.strategy", "workbench.trial.strategies")
 """Replay strategies (`workbench.trial.strategies`): classes with `Params`, `validate` and `default_capacity`."""
 
-OBJECTIVES: Registry = Registry("objective.name")
+OBJECTIVES: Registry = Registry("objective.name", "workbench.trial.objectives")
 """Policy-gradient objectives (`workbench.trial.objectives`): `fn(inp, cfg) -> ObjectiveOutput`."""

@@ -10,6 +10,7 @@ import functools
 import json
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -27,10 +28,26 @@ class Example:
     """A correct completion, used by the supervised warm start."""
 
 
+class LazyExamples(Sequence):
+    """Examples made on access from their keys: a 200,000-prompt train set costs its key list, not 200,000 objects
+    built in every process that loads the task (most trials read a few thousand of them)."""
+
+    def __init__(self, keys: list[int], make):
+        self._keys, self._make = keys, make
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._make(k) for k in self._keys[i]]
+        return self._make(self._keys[i])
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
-    train: list[Example]
+    train: Sequence[Example]
     eval: list[Example]
     max_new_tokens: int
     checker: str
@@ -78,13 +95,15 @@ def arithmetic_task(cfg: TaskConfig) -> Task:
     if cfg.n_eval >= min(total, 200_000):
         raise ConfigError(f"task.n_eval: must be < {min(total, 200_000)} ({cfg.digits}-digit pairs)")
     order = random.Random(cfg.split_seed).sample(range(total), min(total, 200_000))
-    examples = []
-    for k in order:
+
+    def example(k: int) -> Example:
         a, b = lo + k // width, lo + k % width
-        examples.append(Example(f"{a}+{b}=", str(a + b), arithmetic_completion(a, b, cfg.digits, cfg.scratchpad)))
+        return Example(f"{a}+{b}=", str(a + b), arithmetic_completion(a, b, cfg.digits, cfg.scratchpad))
+
     largest = 10**cfg.digits - 1  # all columns carry: the longest completion
     longest = len(arithmetic_completion(largest, largest, cfg.digits, cfg.scratchpad))
-    return Task("arithmetic", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 2, "exact")
+    held_out = [example(k) for k in order[: cfg.n_eval]]
+    return Task("arithmetic", LazyExamples(order[cfg.n_eval :], example), held_out, longest + 2, "exact")
 
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
