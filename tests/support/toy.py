@@ -19,6 +19,9 @@ TOY = {
     "model": {"warm_start": {"target_accuracy": 0.2}},
     "budget": {"compute_units": None, "steps": 4},
     "eval": {"every": 2, "k": 2, "pass_k_prompts": 8, "target_accuracy": 0.3},
+    # The static decoder without compilation: the same tokens as compiled (tests/backends/test_decode.py), without
+    # a compile per shape in every test process.
+    "generation": {"decode": "static"},
 }
 # The embedded architecture, warm-started on 2-digit addition to ~20% held-out accuracy (about 10 s, once per
 # session): rewards and advantages are non-zero from the first step, so the trainer tests are not degenerate.

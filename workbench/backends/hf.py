@@ -43,7 +43,8 @@ def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer(prompts, add_special_tokens=True)["input_ids"]]
 
 
-def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows right-aligned in one `[n, width]` id tensor, and its attention mask."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -51,6 +52,48 @@ def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
         ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
         mask[i, width - len(r) :] = 1
     return ids.to(device), mask.to(device)
+
+
+def gumbel_noise(shape: tuple[int, int], generator: torch.Generator | None, device) -> torch.Tensor:
+    """Standard Gumbel noise from the trial's generator: argmax(log p + noise) is a draw from p (the Gumbel-max
+    trick), so a compiled decode step can sample without touching the generator itself."""
+    u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else device)
+    return -torch.log(-torch.log(u.to(device)))
+
+
+def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | None, *, temperature: float, greedy: bool,
+         pad_id: int, eos_id: int):
+    """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
+    log-softmax), its log-prob, the entropy of that distribution (0 for rows already finished, whose token is
+    the pad) and the updated finished flags."""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    token = logp.argmax(-1) if greedy else (logp + noise).argmax(-1)
+    live = ~finished
+    entropy = -(logp.exp() * logp).sum(-1) * live
+    token = torch.where(live, token, torch.full_like(token, pad_id))
+    return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, finished | (token == eos_id)
+
+
+def assemble(tokenizer, prompt_ids: list[list[int]], tokens: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor) -> Samples:
+    """`Samples` from a decode loop's `[n, T]` tokens, log-probs and entropies: each row cut after its EOS."""
+    eos_id = tokenizer.eos_token_id
+    token_mat, logp_mat = tokens.cpu(), logps.float().cpu()
+    completions, logprobs, done = [], [], []
+    for i, row in enumerate(token_mat.tolist()):
+        length = row.index(eos_id) + 1 if eos_id in row else len(row)
+        completions.append(row[:length])
+        logprobs.append(logp_mat[i, :length].clone())
+        done.append(eos_id in row)
+    texts = tokenizer.batch_decode([c[:-1] if d else c for c, d in zip(completions, done)], skip_special_tokens=True)
+    return Samples(
+        prompt_ids=[list(p) for p in prompt_ids],
+        completion_ids=completions,
+        logprobs=logprobs,
+        finished=done,
+        texts=texts,
+        entropy_sum=float(entropies.double().sum()),
+        prefill_tokens=int(sum(len(p) for p in prompt_ids)),
+    )
 
 
 @torch.no_grad()
@@ -64,10 +107,11 @@ def sample(
     greedy: bool = False,
     generator: torch.Generator | None = None,
 ) -> Samples:
-    """Decode every prompt once (repeat prompts for a group); greedy ignores temperature for the choice."""
+    """Decode every prompt once (repeat prompts for a group) with the model's own forward and a growing KV cache:
+    the reference decoder, right for any causal LM (`workbench.backends.decode` is the fast one)."""
     device = next(model.parameters()).device
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    ids, mask = _left_pad(prompt_ids, pad_id, device)
+    ids, mask = left_pad(prompt_ids, pad_id, device)
     n = ids.shape[0]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
@@ -75,46 +119,21 @@ def sample(
     position = positions[:, -1:]
 
     finished = torch.zeros(n, dtype=torch.bool, device=device)
-    tokens, logps = [], []
-    entropy_sum = torch.zeros((), dtype=torch.float64, device=device)
+    tokens, logps, entropies = [], [], []
     for _ in range(max_new_tokens):
-        logp = F.log_softmax(logits.float() / temperature, dim=-1)
-        if greedy:
-            token = logp.argmax(-1)
-        else:
-            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-        live = ~finished
-        entropy_sum += (-(logp.exp() * logp).sum(-1) * live).sum().double()
-        token = torch.where(live, token, torch.full_like(token, pad_id))
+        noise = None if greedy else gumbel_noise(tuple(logits.shape), generator, device)
+        token, logp, entropy, finished = pick(logits, finished, noise, temperature=temperature, greedy=greedy,
+                                              pad_id=pad_id, eos_id=eos_id)
         tokens.append(token)
-        logps.append(logp.gather(-1, token[:, None]).squeeze(-1))
-        finished = finished | (token == eos_id)
-        if bool(finished.all()):
+        logps.append(logp)
+        entropies.append(entropy)
+        if bool(finished.all()) or len(tokens) == max_new_tokens:
             break
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
         position = position + 1
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1, :]
-
-    token_mat = torch.stack(tokens, 1).cpu()
-    logp_mat = torch.stack(logps, 1).float().cpu()
-    completions, logprobs, done = [], [], []
-    for i in range(n):
-        row = token_mat[i].tolist()
-        length = row.index(eos_id) + 1 if eos_id in row else len(row)
-        completions.append(row[:length])
-        logprobs.append(logp_mat[i, :length].clone())
-        done.append(eos_id in row)
-    texts = tokenizer.batch_decode([c[:-1] if d else c for c, d in zip(completions, done)], skip_special_tokens=True)
-    return Samples(
-        prompt_ids=[list(p) for p in prompt_ids],
-        completion_ids=completions,
-        logprobs=logprobs,
-        finished=done,
-        texts=texts,
-        entropy_sum=float(entropy_sum),
-        prefill_tokens=int(sum(len(p) for p in prompt_ids)),
-    )
+    return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
 
 
 def score(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import torch
 
@@ -22,8 +24,11 @@ class EvalResult:
 class Evaluator:
     """Encodes the held-out prompts once; evaluates any policy on them."""
 
-    def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int, device="cpu"):
+    def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int,
+                 device="cpu", sampler: Callable | None = None):
         self.task, self.tokenizer, self.k = task, tokenizer, k
+        self.sampler = sampler
+        """The policy's decoder (`Policy.sample`); None: `hf.sample` on the model passed in."""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.prompt_ids = encode_prompts(tokenizer, [e.prompt for e in task.eval])
         self.k_examples = task.eval[:pass_k_prompts]
@@ -38,10 +43,10 @@ class Evaluator:
     def __call__(self, model) -> EvalResult:
         was_training = model.training
         model.eval()
-        greedy = sample(model, self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
+        decode = self.sampler or partial(sample, model)
+        greedy = decode(self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
         accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
-        sampled = sample(
-            model,
+        sampled = decode(
             self.tokenizer,
             self.k_prompt_ids,
             max_new_tokens=self.max_new_tokens,

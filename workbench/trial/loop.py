@@ -141,6 +141,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
         temperature=policy.temperature,
         seed=cfg.seed,
         device=policy.device,
+        sampler=policy.sample,
     )
     evals: list[dict[str, float]] = []
     ages_seen: Counter[int] = Counter()

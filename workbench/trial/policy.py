@@ -12,8 +12,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from workbench.backends.decode import make_sampler
 from workbench.backends.hf import encode_prompts
 from workbench.config import TrialConfig
+from workbench.trial.cache import cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
 from workbench.trial.tasks import Task
 
@@ -57,6 +59,9 @@ class Policy:
         self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id
+        self.sample = make_sampler(self.model, cfg.generation.decode, cache_root(cfg.model))
+        """The trainer-side decoder (`generation.decode`): `sample(tokenizer, prompt_ids, *, max_new_tokens,
+        temperature, greedy, generator) -> Samples`, used for hf-backend rollouts and for evaluation."""
         self.engine = None
         """The vLLM engine when `generation.backend` is `vllm` (the hf backend samples with `self.model`)."""
         if cfg.generation.backend == "vllm":

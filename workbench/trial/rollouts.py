@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workbench.backends.hf import Samples, encode_prompts, sample, score
+from workbench.backends.hf import Samples, encode_prompts, score
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, group_advantages
 from workbench.trial.tasks import Task
@@ -54,8 +54,7 @@ def generate_groups(
         trainer_logprobs = [lp[i, : len(c)].cpu() for i, c in enumerate(out.completion_ids)]
         out.entropy_sum = entropy
     else:
-        out = sample(
-            policy.model,
+        out = policy.sample(
             policy.tokenizer,
             prompt_ids,
             max_new_tokens=policy.max_new_tokens,

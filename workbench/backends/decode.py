@@ -1,0 +1,269 @@
+"""Static-shape decoding for Llama-family models: preallocated KV buffers and one decode step, eager or compiled.
+
+The transformers decode loop (`hf.sample`) spends most of a token on launching ~100 small operators, growing its
+KV cache by concatenation and building attention masks. Here the prompt is prefilled by the model's own forward,
+its keys and values are copied into buffers sized once per call (rounded up, so every call of a trial has the same
+shapes), and each new token runs one function of the model's weights: RMSNorm, fused q/k/v, RoPE from the
+model's own rotary embedding, attention over the buffer, fused gate/up, and then the sampling itself (tempered
+log-softmax, Gumbel-max choice from noise drawn outside with the trial's generator, the chosen token's log-prob,
+the entropy). Under `torch.compile` that function is one graph per (rows, buffer length); inductor's cache lives
+in the workbench's cache directory, so a machine compiles each shape once, not every trial.
+
+Supported: the `llama`, `mistral` and `qwen2` model types with SiLU MLPs (what `supports` checks); anything else
+decodes with `hf.sample`. The result is the same `Samples`, token for token (tests/backends/test_decode.py checks
+greedy tokens and log-probs against `hf.sample` within 1e-5, and the same draws for the same generator).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from workbench.backends.hf import Samples, assemble, gumbel_noise, left_pad, pick
+from workbench.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+FUSE_MAX_PARAMETERS = 100_000_000
+"""Up to this size the q/k/v and gate/up weights are concatenated once per call (fewer, larger matmuls); larger
+models use their projections as they are, so decoding never holds a second copy of big weights."""
+LENGTH_BUCKET = 16
+"""Buffer lengths are rounded up to a multiple of this, so prompts of slightly different widths share one graph."""
+
+
+def supports(model) -> str | None:
+    """Why `model` cannot use the static decoder, or None when it can."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in SUPPORTED_TYPES:
+        return f"model type {getattr(cfg, 'model_type', None)!r} (static decoding knows {', '.join(SUPPORTED_TYPES)})"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    return None
+
+
+def compile_available() -> str | None:
+    """Why `torch.compile` cannot be used here, or None: inductor on CPU needs a C++ compiler."""
+    if not hasattr(torch, "compile"):
+        return "this torch has no torch.compile"
+    if not torch.cuda.is_available() and shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
+        return "no C++ compiler on PATH (inductor needs one on CPU)"
+    return None
+
+
+def use_compile_cache(cache_dir: Path) -> None:
+    """Keep inductor's and autograd's compile caches under the workbench cache (unless the user chose a place)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a compiled step is specialised on besides tensor shapes: the model's geometry and the sampling rule."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    eps: float
+    scaling: float
+    temperature: float
+    greedy: bool
+    pad_id: int
+    eos_id: int
+    fused: bool
+    qkv_bias: bool
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _decode_step(s: Shape, weights, token, finished, keys, values, slot, t, cos_all, sin_all, bias, noise):
+    """One token for every row: the model's next-token distribution and the choice from it.
+
+    `keys`/`values`: per layer `[n, kv_heads, L, head_dim]` buffers, written at `slot`; `bias`: `[n, 1, 1, L]`,
+    0 where a key is visible, -inf elsewhere (this step's slot is opened here). Returns the next token, its
+    log-prob, the entropy of the distribution it was drawn from (0 for finished rows) and the finished flags."""
+    embed, layers, norm, head = weights
+    n = token.shape[0]
+    cos = cos_all.index_select(1, t).unsqueeze(1)  # [n, 1, 1, d]
+    sin = sin_all.index_select(1, t).unsqueeze(1)
+    bias.index_fill_(-1, slot, 0.0)
+    x = embed[token].unsqueeze(1)  # [n, 1, hidden]
+    q_size, kv_size = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    for i, w in enumerate(layers):
+        h = _rms(x, w["ln1"], s.eps)
+        if s.fused:
+            q, k, v = F.linear(h, w["qkv"], w.get("qkv_b")).split([q_size, kv_size, kv_size], dim=-1)
+        else:
+            q, k, v = F.linear(h, w["q"], w.get("q_b")), F.linear(h, w["k"], w.get("k_b")), F.linear(h, w["v"], w.get("v_b"))
+        q = _rotate(q.view(n, 1, s.heads, s.head_dim).transpose(1, 2), cos, sin)
+        k = _rotate(k.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2), cos, sin)
+        keys[i].index_copy_(2, slot, k)
+        values[i].index_copy_(2, slot, v.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2))
+        kk, vv = keys[i], values[i]
+        if s.kv_heads != s.heads:
+            kk = kk.repeat_interleave(s.heads // s.kv_heads, dim=1)
+            vv = vv.repeat_interleave(s.heads // s.kv_heads, dim=1)
+        scores = torch.matmul(q, kk.transpose(-1, -2)) * s.scaling + bias
+        attn = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), vv)
+        x = x + F.linear(attn.transpose(1, 2).reshape(n, 1, q_size), w["o"])
+        h = _rms(x, w["ln2"], s.eps)
+        if s.fused:
+            gate, up = F.linear(h, w["gate_up"]).split([s.inter, s.inter], dim=-1)
+        else:
+            gate, up = F.linear(h, w["gate"]), F.linear(h, w["up"])
+        x = x + F.linear(F.silu(gate) * up, w["down"])
+    logits = F.linear(_rms(x, norm, s.eps)[:, 0], head)
+    return pick(logits, finished, noise, temperature=s.temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id)
+
+
+def _weights(model, fused: bool):
+    """The decode step's view of the model's current weights (fused copies made now, so they are never stale)."""
+    inner = model.model
+    layers = []
+    for layer in inner.layers:
+        a, m = layer.self_attn, layer.mlp
+        w = {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight, "o": a.o_proj.weight, "down": m.down_proj.weight}
+        if fused:
+            w["qkv"] = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            w["gate_up"] = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+            if a.q_proj.bias is not None:
+                w["qkv_b"] = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+        else:
+            w.update(q=a.q_proj.weight, k=a.k_proj.weight, v=a.v_proj.weight, gate=m.gate_proj.weight, up=m.up_proj.weight)
+            if a.q_proj.bias is not None:
+                w.update(q_b=a.q_proj.bias, k_b=a.k_proj.bias, v_b=a.v_proj.bias)
+        layers.append(w)
+    return inner.embed_tokens.weight, layers, inner.norm.weight, model.lm_head.weight
+
+
+_COMPILED: dict[Shape, object] = {}
+
+
+class StaticDecoder:
+    """`sample` with static KV buffers and a decode step that is compiled (`compiled=True`) or run eagerly."""
+
+    def __init__(self, model, *, compiled: bool):
+        reason = supports(model)
+        if reason is not None:
+            raise ValueError(f"generation.decode: static decoding does not support this model: {reason}")
+        self.model, self.compiled = model, compiled
+        cfg = model.config
+        attn = model.model.layers[0].self_attn
+        self.geometry = dict(
+            heads=cfg.num_attention_heads, kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            head_dim=attn.head_dim, inter=cfg.intermediate_size, eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
+            scaling=float(getattr(attn, "scaling", attn.head_dim**-0.5)), qkv_bias=attn.q_proj.bias is not None,
+            fused=sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS,
+        )
+
+    def _step(self, shape: Shape):
+        if not self.compiled:
+            return partial(_decode_step, shape)
+        if shape not in _COMPILED:  # per process: a study worker compiles (or loads from the cache) once for all trials
+            _COMPILED[shape] = torch.compile(partial(_decode_step, shape), dynamic=False, fullgraph=True)
+        return _COMPILED[shape]
+
+    def _run(self, step, shape: Shape, *args):
+        try:
+            return step(*args)
+        except Exception as err:  # compilation unavailable here after all: decode eagerly from now on
+            if not self.compiled:
+                raise
+            log.warning(f"generation.decode: compiling the decode step failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); decoding eagerly")
+            self.compiled = False
+            _COMPILED.pop(shape, None)
+            return self._step(shape)(*args)
+
+    @torch.no_grad()
+    def sample(self, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+               greedy: bool = False, generator: torch.Generator | None = None) -> Samples:
+        model = self.model
+        device = next(model.parameters()).device
+        eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+        ids, mask = left_pad(prompt_ids, pad_id, device)
+        n, width = ids.shape
+        length = math.ceil((width + max_new_tokens) / LENGTH_BUCKET) * LENGTH_BUCKET
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        dtype = out.past_key_values.layers[0].keys.dtype
+        g = self.geometry
+        keys, values = [], []
+        for layer in out.past_key_values.layers:
+            k = torch.zeros(n, g["kv_heads"], length, g["head_dim"], dtype=dtype, device=device)
+            v = torch.zeros_like(k)
+            k[:, :, :width], v[:, :, :width] = layer.keys, layer.values
+            keys.append(k)
+            values.append(v)
+        new_positions = positions[:, -1:] + torch.arange(1, max_new_tokens + 1, device=device)
+        cos_all, sin_all = model.model.rotary_emb(keys[0], new_positions)  # [n, T, d], the model's own RoPE
+        bias = torch.full((n, 1, 1, length), float("-inf"), dtype=dtype, device=device)
+        bias[:, 0, 0, :width] = torch.where(mask.bool(), 0.0, float("-inf"))
+        shape = Shape(**g, temperature=float(temperature), greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        step = self._step(shape)
+        weights = _weights(model, g["fused"])
+        vocab = out.logits.shape[-1]
+
+        finished = torch.zeros(n, dtype=torch.bool, device=device)
+        noise = None if greedy else gumbel_noise((n, vocab), generator, device)
+        token, logp, entropy, finished = pick(out.logits[:, -1, :], finished, noise, temperature=temperature,
+                                              greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        tokens, logps, entropies = [token], [logp], [entropy]
+        for t in range(max_new_tokens - 1):
+            if bool(finished.all()):
+                break
+            noise = None if greedy else gumbel_noise((n, vocab), generator, device)
+            index = torch.tensor([t], device=device)
+            token, logp, entropy, finished = self._run(step, shape, weights, token, finished, keys, values, index + width,
+                                                       index, cos_all, sin_all, bias, noise)
+            step = self._step(shape)
+            tokens.append(token)
+            logps.append(logp)
+            entropies.append(entropy)
+        return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
+
+
+def make_sampler(model, mode: str, cache_dir: Path):
+    """The decoder `generation.decode` asks for, as `fn(tokenizer, prompt_ids, *, max_new_tokens, temperature,
+    greedy, generator) -> Samples`: `hf` the transformers loop; `static` the static decoder run eagerly; `compiled`
+    it under torch.compile; `auto` compiled where the model is supported and compilation is available, else the
+    best that is (a model the static decoder does not know decodes with `hf`)."""
+    from workbench.backends.hf import sample
+
+    if mode == "hf":
+        return partial(sample, model)
+    reason = supports(model)
+    if reason is not None:
+        if mode != "auto":
+            raise ConfigError(f"generation.decode: {mode} does not support this model: {reason} (use auto or hf)")
+        log.info(f"generation.decode auto: transformers decoding ({reason})")
+        return partial(sample, model)
+    compiled = mode == "compiled"
+    if mode == "auto":
+        why_not = compile_available()
+        compiled = why_not is None
+        if why_not:
+            log.info(f"generation.decode auto: static decoding without compilation ({why_not})")
+    if compiled:
+        use_compile_cache(cache_dir)
+    return StaticDecoder(model, compiled=compiled).sample
