@@ -216,6 +216,9 @@ class EvalConfig(Section):
     """pass@k samples per prompt (temperature = generation.temperature)."""
     pass_k_prompts: int = Field(128, ge=1)
     """Held-out prompts used for pass@k (the first ones of the held-out set)."""
+    pass_k_every: int = Field(1, ge=1)
+    """Sample pass@k at every this-many-th evaluation (and always at the last): it costs as much as the greedy
+    pass@1 of the whole held-out set, which is what compute-to-target reads."""
 
 
 class TrackingConfig(Section):

@@ -138,3 +138,13 @@ def test_minibatch_steps_clip_against_the_policy_before_the_batch(tracking_uri):
     # The second minibatch step is taken from parameters the first one moved: pi_theta / pi_prox leaves 1.
     assert any(abs(r.metrics["offpolicy/prox_ratio_mean"] - 1.0) > 1e-6 for r in records)
     assert all(r.metrics["train/updates"] >= 1 for r in records)
+
+
+def test_pass_at_k_every_other_evaluation_and_always_at_the_last(tracking_uri):
+    cfg = tracked(build_config(toy_dict(budget={"steps": 5}, eval={"every": 1, "pass_k_every": 2})), tracking_uri)
+    result = run_trial(cfg)
+    history = MlflowClient(tracking_uri).get_metric_history(result.run_id, "eval/pass_at_k")
+    accuracy = MlflowClient(tracking_uri).get_metric_history(result.run_id, "eval/accuracy")
+    assert [m.step for m in accuracy] == [0, 1, 2, 3, 4, 5]
+    assert [m.step for m in history] == [0, 2, 4, 5]  # evaluations 0, 2, 4 and the last
+    assert result.metrics["final/pass_at_k"] == history[-1].value

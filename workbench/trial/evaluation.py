@@ -16,8 +16,9 @@ from workbench.trial.tasks import Task
 class EvalResult:
     accuracy: float
     """Greedy pass@1 over the whole held-out set."""
-    pass_at_k: float
-    """Share of the first `pass_k_prompts` held-out prompts with at least one correct answer among k samples."""
+    pass_at_k: float | None
+    """Share of the first `pass_k_prompts` held-out prompts with at least one correct answer among k samples (None
+    when this evaluation did not sample it: `eval.pass_k_every`)."""
     k: int
 
 
@@ -40,12 +41,15 @@ class Evaluator:
         return [self.task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]
 
     @torch.no_grad()
-    def __call__(self, model) -> EvalResult:
+    def __call__(self, model, *, pass_k: bool = True) -> EvalResult:
         was_training = model.training
         model.eval()
         decode = self.sampler or partial(sample, model)
         greedy = decode(self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
         accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
+        if not pass_k:
+            model.train(was_training)
+            return EvalResult(accuracy, None, self.k)
         sampled = decode(
             self.tokenizer,
             self.k_prompt_ids,

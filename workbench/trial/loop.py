@@ -150,8 +150,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     bar = _budget_bar(cfg, show_progress)
     schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
 
-    def run_eval(step: int) -> None:
-        res = evaluate(policy.model)
+    def run_eval(step: int, last: bool = False) -> None:
+        res = evaluate(policy.model, pass_k=last or len(evals) % cfg.eval.pass_k_every == 0)
         row = {
             "step": step,
             "compute_units": meter.units,
@@ -162,9 +162,13 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             "seconds": meter.seconds["gen"] + meter.seconds["train"],
         }
         evals.append(row)
-        run.log_metrics({tracking.EVAL_ACCURACY: res.accuracy, tracking.EVAL_PASS_AT_K: res.pass_at_k, tracking.COMPUTE_UNITS: meter.units}, step)
+        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}
+        if res.pass_at_k is not None:
+            logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
+        run.log_metrics(logged, step)
+        pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
         log.info(
-            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {res.pass_at_k:.3f}"
+            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}"
             f"  mu {meter.mu:.2f}  {time.perf_counter() - t_start:6.1f}s"
         )
         bar.set_postfix(acc=f"{res.accuracy:.3f}", refresh=False)
@@ -244,8 +248,9 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
             step += 1
             bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-            if schedule.due(step, meter.units) or not _budget_left(cfg, step, meter):
-                run_eval(step)
+            last = not _budget_left(cfg, step, meter)
+            if last or schedule.due(step, meter.units):
+                run_eval(step, last)
 
     final = _final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     run.log_metrics(final, step)
@@ -263,7 +268,7 @@ def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, upd
         tracking.FINAL_ACCURACY: accuracy[-1],
         tracking.FINAL_BEST_ACCURACY: max(accuracy),
         tracking.FINAL_INITIAL_ACCURACY: accuracy[0],
-        "final/pass_at_k": evals[-1]["pass_at_k"],
+        "final/pass_at_k": next((e["pass_at_k"] for e in reversed(evals) if e["pass_at_k"] is not None), float("nan")),
         tracking.FINAL_COMPUTE_UNITS: meter.units,
         tracking.FINAL_CENSORED: float(reached.censored),
         "final/steps": steps,
