@@ -58,3 +58,35 @@ def test_sampling_stops_at_eos_and_is_reproducible_for_a_seed():
         assert tok.eos_token_id not in ids[:-1]
     assert a.generated_tokens == sum(len(c) for c in a.completion_ids)
     assert 0 < a.entropy_mean < torch.log(torch.tensor(float(len(tok)))).item()
+
+
+def test_length_buckets_split_only_where_padding_outweighs_a_call():
+    from workbench.backends.hf import length_buckets
+
+    assert length_buckets([30, 31, 29, 32], overhead=384) == [[2, 0, 1, 3]]  # little padding: one call
+    groups = length_buckets([10] * 20 + [200] * 4, overhead=64)
+    assert sorted(map(len, groups)) == [4, 20]  # short rows are not padded to 200
+    assert sorted(i for g in groups for i in g) == list(range(24))
+
+
+def test_bucketed_scoring_gives_the_padded_batch_loss_and_gradients(monkeypatch):
+    import workbench.backends.hf as hf
+
+    model, tok, task = toy_policy()
+    prompts = encode_prompts(tok, [e.prompt for e in task.train[:8]])
+    out = sample(model, tok, prompts, max_new_tokens=task.max_new_tokens, generator=torch.Generator().manual_seed(0))
+    completions = [c[: 3 + 2 * i] for i, c in enumerate(out.completion_ids)]  # lengths that differ a lot
+    monkeypatch.setattr(hf, "BUCKET_OVERHEAD_TOKENS", 0)  # one call per length: as many buckets as there can be
+    assert len(hf.length_buckets([len(p) + len(c) for p, c in zip(out.prompt_ids, completions)])) > 2
+    grads, values = [], []
+    for bucketed in (False, True):
+        model.zero_grad()
+        logp, mask, entropy = score(model, out.prompt_ids, completions, pad_id=tok.pad_token_id, with_entropy=True, bucketed=bucketed)
+        loss = -(logp * mask).sum() / mask.sum()  # token mean, as the objectives aggregate
+        loss.backward()
+        values.append((logp.detach(), mask, entropy, float(loss)))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    (lp0, m0, e0, l0), (lp1, m1, e1, l1) = values
+    assert torch.equal(m0, m1)
+    assert torch.allclose(lp0, lp1, atol=1e-6) and abs(l0 - l1) < 1e-6 and abs(e0 - e1) < 1e-4
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)

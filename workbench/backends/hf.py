@@ -136,19 +136,37 @@ def sample(
     return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
 
 
-def score(
-    model,
-    prompt_ids: list[list[int]],
-    completion_ids: list[list[int]],
-    *,
-    temperature: float = 1.0,
-    pad_id: int = 0,
-    with_entropy: bool = False,
-):
-    """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask;
-    with `with_entropy`, also the summed entropy (nats) of the distributions the tokens are scored under."""
+BUCKET_OVERHEAD_TOKENS = 384
+"""What one more forward/backward call costs, in padded tokens of this model's size on CPU (launching its
+operators); `length_buckets` splits a batch only where the padding it removes is worth more than that."""
+
+
+def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list[int]]:
+    """Row indices grouped into runs of similar length, each padded only to its own longest row: the partition of
+    the rows sorted by length that minimises (padded tokens + `overhead` per group), by dynamic programming."""
+    overhead = BUCKET_OVERHEAD_TOKENS if overhead is None else overhead
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        for i in range(j):  # rows i..j-1 form the last group, padded to `longest`
+            cost = best[i] + (j - i) * longest + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
+
+
+def _score_rows(model, rows: list[list[int]], starts: list[int], lengths: list[int], t_max: int, temperature: float,
+                pad_id: int, with_entropy: bool):
+    """Token log-probs `[n, t_max]` (0 past each row's completion) of rows padded to their own longest, and the
+    per-token entropies when asked (same layout)."""
     device = next(model.parameters()).device
-    rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(rows), width), dtype=torch.long)
@@ -157,18 +175,52 @@ def score(
         attn[i, : len(r)] = 1
     ids, attn = ids.to(device), attn.to(device)
     logits = model(input_ids=ids, attention_mask=attn).logits.float() / temperature
-
-    t_max = max(len(c) for c in completion_ids)
-    # Completion token j of row i sits at position len(prompt_i) + j and is predicted by the logits one before.
-    starts = torch.tensor([len(p) for p in prompt_ids], device=device)
+    # Completion token j of row i sits at position start_i + j and is predicted by the logits one before.
     offs = torch.arange(t_max, device=device)
-    lengths = torch.tensor([len(c) for c in completion_ids], device=device)
-    mask = offs[None, :] < lengths[:, None]
-    target_pos = (starts[:, None] + offs[None, :]).clamp(max=width - 1)
+    mask = offs[None, :] < torch.tensor(lengths, device=device)[:, None]
+    target_pos = (torch.tensor(starts, device=device)[:, None] + offs[None, :]).clamp(max=width - 1)
     targets = ids.gather(1, target_pos)
     logp = F.log_softmax(logits.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, logits.shape[-1])), dim=-1)
-    token_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1)
+    token_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1) * mask
+    entropy = (-(logp.exp() * logp).sum(-1) * mask) if with_entropy else None
+    return token_logp, entropy
+
+
+def score(
+    model,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    *,
+    temperature: float = 1.0,
+    pad_id: int = 0,
+    with_entropy: bool = False,
+    bucketed: bool = True,
+):
+    """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask;
+    with `with_entropy`, also the summed entropy (nats) of the distributions the tokens are scored under.
+
+    With `bucketed`, rows run through the model in groups of similar length (`length_buckets`), each padded only to
+    its own longest row; the log-probs land in the same `[n, T]` layout, so every loss built on them is the one of
+    the single padded batch (`bucketed=False`, the reference; tests/backends/test_hf.py checks the gradients)."""
+    device = next(model.parameters()).device
+    rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
+    lengths = [len(c) for c in completion_ids]
+    t_max = max(lengths)
+    groups = length_buckets([len(r) for r in rows]) if bucketed and len(rows) > 1 else []
+    if len(groups) <= 1:
+        groups = [list(range(len(rows)))]  # one padded batch, in the rows' own order
+    parts = []
+    for g in groups:
+        parts.append(_score_rows(model, [rows[i] for i in g], [len(prompt_ids[i]) for i in g], [lengths[i] for i in g],
+                                 t_max, temperature, pad_id, with_entropy))
+    if len(groups) == 1:
+        token_logp, entropy = parts[0]
+    else:
+        inverse = torch.empty(len(rows), dtype=torch.long, device=device)
+        inverse[torch.tensor([i for g in groups for i in g], device=device)] = torch.arange(len(rows), device=device)
+        token_logp = torch.cat([lp for lp, _ in parts])[inverse]
+        entropy = torch.cat([e for _, e in parts])[inverse] if with_entropy else None
+    mask = torch.arange(t_max, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
     if with_entropy:
-        entropy = (-(logp.exp() * logp).sum(-1) * mask).sum()
-        return token_logp * mask, mask, float(entropy)
-    return token_logp * mask, mask
+        return token_logp, mask, float(entropy.sum())
+    return token_logp, mask
