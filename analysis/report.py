@@ -52,7 +52,9 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
     configs = data.configs()
     selection = configs[configs["arm"] != "confirm"]  # fresh-seed re-runs are reported beside, never selected
     batch = int(data.runs["batch_size"].iloc[0])
-    fit = fit_runs(data.runs, data.reference_mu, bootstrap=bootstrap, seed=seed)
+    # The model is uniform replay's (Arnal et al.): other strategies are compared in the tables, never fitted.
+    uniform = data.runs[data.runs["strategy"] == "uniform"]
+    fit = fit_runs(uniform, data.reference_mu, bootstrap=bootstrap, seed=seed)
     xb = (1.0, max(64.0, 2 * float(configs["x"].max())))
     yb = (1.0, max(8.0, 2 * float(configs["y"].max())))
     x_star, y_star, c_star = predicted_optimum(fit, xb, yb)
@@ -63,6 +65,8 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
     block = {
         "mu": data.reference_mu,
         "fit": fit.summary(),
+        "fit_configurations": int(uniform.groupby(["x", "y"]).ngroups),
+        "other_strategies": sorted(set(data.runs["strategy"]) - {"uniform"}),
         "predicted": {
             "x": x_star, "y": y_star, "compute_to_target": c_star,
             "knobs": to_knobs(x_star, y_star, batch, data.reference_mu).__dict__,
@@ -93,7 +97,10 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
 def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     """Each configuration re-run on fresh seeds (`study confirm`): its selection record beside its replication."""
     out = []
-    by_knobs = lambda r: (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"]))  # noqa: E731
+    def by_knobs(r) -> tuple:  # NaN (no horizon) never equals itself: key it as None
+        return tuple(None if isinstance(v, float) and math.isnan(v) else v
+                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"])))
+
     selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
     for _, r in configs[configs["arm"] == "confirm"].iterrows():
         sel = selection.get(by_knobs(r))
@@ -215,7 +222,7 @@ def _resolution_section(result: dict) -> list[str]:
                   "| estimator | trial | seeds (censored) | log sd | geometric mean | paired log sd | ratio to on-policy [95% CI] |",
                   "|---|---|---|---|---|---|---|"]
         for r in noise:
-            ratio = "-" if "ratio" not in r else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+            ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
             lines.append(f"| {r['estimator']} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) "
                          f"| {_fmt(r['log_sd'])} | {_fmt(r['geo_mean'])} | {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} |")
         lines.append("")
@@ -258,9 +265,12 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         *_confirmation_section(result),
         "## Fit of the bias-variance-compute model",
         "",
-        *([f"With {result['n_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
+        *([f"The model describes uniform replay: it is fitted to the {result['fit_configurations']} (x, y) configurations of the"
+           f" uniform strategy (on-policy included); {', '.join(result['other_strategies'])} are compared in the tables above,"
+           " not modelled.", ""] if result.get("other_strategies") else []),
+        *([f"With {result['fit_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
            " illustration of the pipeline, not as an estimate (run studies/replay_grid.yaml for a real fit).", ""]
-          if result["n_configurations"] < 6 else []),
+          if result["fit_configurations"] < 6 else []),
         f"Model: log C = log s + log J(x, y), {result['variance_form']}, {result['noise_model']}; censored runs enter as lower bounds (Tobit).",
         "",
         "| parameter | estimate | 95% bootstrap interval |",

@@ -69,9 +69,11 @@ def by_estimator(curves: pd.DataFrame, runs: pd.DataFrame, target: float) -> lis
         per_run[run_id] = {name: f(g["units"].tolist(), g["accuracy"].tolist(), target) for name, f in ESTIMATORS.items()}
     out = []
     configs = list(runs.groupby("trial_number", sort=True))
-    base = next((g for _, g in configs if g["baseline"].iloc[0]), None)
+    baselines = [g for _, g in configs if g["baseline"].iloc[0]]
     for name in ESTIMATORS:
         for number, g in configs:
+            # Paired against the baseline run on the most of these seeds (a confirmation arm has its own).
+            base = max(baselines, key=lambda b: len(set(b["seed"]) & set(g["seed"])), default=None)
             res = {int(s): per_run[r][name] for s, r in zip(g["seed"], g["run_id"])}
             reached = [v.value for v in res.values() if not v.censored]
             row = {"estimator": name, "trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "seeds": len(res),
