@@ -2,18 +2,14 @@
 
 import pytest
 import torch
-from backends.test_hf import toy_policy
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
 
-from workbench.backends.decode import (
-    StaticDecoder,
-    compile_available,
-    make_sampler,
-    supports,
-)
+from workbench.backends.decode import StaticDecoder, compile_available, make_sampler, supports
 from workbench.backends.hf import encode_prompts, sample
 from workbench.config import ConfigError
 from workbench.trial.checkpoint import build_char_tokenizer
+
+from support.toy import toy_policy
 
 
 def _agree(a, b, atol: float) -> None:

@@ -1,20 +1,9 @@
 import torch
 
-from workbench.config import build_config
 from workbench.backends.hf import encode_prompts, sample, score
-from workbench.trial.checkpoint import build_char_tokenizer, ensure_embedded_checkpoint
-from workbench.trial.policy import load_policy
-from workbench.trial.tasks import load_task
+from workbench.trial.checkpoint import build_char_tokenizer
 
-from support.toy import toy_dict
-
-
-def toy_policy():
-    cfg = build_config(toy_dict())
-    task = load_task(cfg.task)
-    path = ensure_embedded_checkpoint(cfg.model, cfg.task, task)
-    model, tok = load_policy(path, torch.device("cpu"), torch.float32)
-    return model, tok, task
+from support.toy import toy_policy
 
 
 def test_char_tokenizer_round_trips_and_frames_with_bos():

@@ -68,3 +68,17 @@ def tracked(cfg, tracking_uri: str):
 def rollout(uid: int, birth: int) -> Rollout:
     """A one-token rollout born at optimizer step `birth` (groups of 4 by uid), for buffer and draw tests."""
     return Rollout(uid, 0, uid // 4, [1], [2], torch.zeros(1), 0.0, 0.0, 0.0, birth)
+
+
+def toy_policy():
+    """The toy config's embedded model and tokenizer, loaded with `from_pretrained` on CPU, and its task."""
+    from workbench.config import build_config
+    from workbench.trial.checkpoint import ensure_embedded_checkpoint
+    from workbench.trial.policy import load_policy
+    from workbench.trial.tasks import load_task
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    path = ensure_embedded_checkpoint(cfg.model, cfg.task, task)
+    model, tok = load_policy(path, torch.device("cpu"), torch.float32)
+    return model, tok, task
