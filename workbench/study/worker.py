@@ -99,4 +99,34 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
             time.sleep(POLL_SECONDS)
             waited += POLL_SECONDS
             continue
-        study.optimize(objective, callbacks=[budget], catch=(Exception,), gc_after_trial=True)
+        optimize(study, objective, budget)
+
+
+class _Watched:
+    """The objective, remembering which trial it last ran and whether that run returned."""
+
+    def __init__(self, objective):
+        self.objective, self.trial_id, self.returned = objective, None, False
+
+    def __call__(self, trial: optuna.Trial):
+        self.trial_id, self.returned = trial._trial_id, False
+        value = self.objective(trial)
+        self.returned = True
+        return value
+
+
+def optimize(study: optuna.Study, objective, budget) -> None:
+    """`study.optimize` that survives its own trial being declared dead.
+
+    A worker stalled past the heartbeat grace period (suspended, swapping, a long GC) has its trial failed and
+    retried by another worker; when it wakes and finishes, Optuna cannot record the result (its tell finds a FAIL
+    trial) and raises outside `catch`. The retry owns that configuration now: drop this result and go on.
+    """
+    watched = _Watched(objective)
+    try:
+        study.optimize(watched, callbacks=[budget], catch=(Exception,), gc_after_trial=True)
+    except (ValueError, AssertionError):
+        if not (watched.returned and study._storage.get_trial(watched.trial_id).state == TrialState.FAIL):
+            raise
+        log.warning("this worker's trial was declared dead (no heartbeat within the grace period) and is retried "
+                    "elsewhere; its result is dropped")
