@@ -79,3 +79,30 @@ def test_bucketed_scoring_gives_the_padded_batch_loss_and_gradients(monkeypatch)
     assert torch.equal(m0, m1)
     assert torch.allclose(lp0, lp1, atol=1e-6) and abs(l0 - l1) < 1e-6 and abs(e0 - e1) < 1e-4
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_shared_prompt_scoring_gives_the_padded_batch_loss_and_gradients(monkeypatch):
+    import workbench.backends.hf as hf
+
+    model, tok, task = toy_policy()
+    # GRPO-shaped: 3 prompts of different lengths x 4 completions each, completions of very different lengths
+    prompts = encode_prompts(tok, [task.train[i].prompt for i in range(3)] + ["1+2=", "12+345="])
+    prompts = [p for p in prompts for _ in range(4)]
+    out = sample(model, tok, prompts, max_new_tokens=task.max_new_tokens, generator=torch.Generator().manual_seed(1))
+    completions = [c[: 2 + (i % 7) * 3] for i, c in enumerate(out.completion_ids)]
+    monkeypatch.setattr(hf, "BUCKET_OVERHEAD_TOKENS", 0)  # bucketed: completions split into several calls
+    assert len(hf.length_buckets([len(c) for c in completions])) > 2
+    results = []
+    for shared, bucketed in ((False, False), (True, False), (True, True)):
+        model.zero_grad()
+        logp, mask, entropy = score(model, out.prompt_ids, completions, pad_id=tok.pad_token_id, temperature=0.7,
+                                    with_entropy=True, bucketed=bucketed, shared_prompts=shared)
+        loss = -(logp * mask).sum() / mask.sum()
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((logp.detach(), mask, entropy, float(loss), grads))
+    ref = results[0]
+    for logp, mask, entropy, loss, grads in results[1:]:
+        assert torch.equal(mask, ref[1])
+        assert torch.allclose(logp, ref[0], atol=1e-5) and abs(loss - ref[3]) < 1e-6 and abs(entropy - ref[2]) < 1e-3
+        assert torch.allclose(grads, ref[4], atol=1e-6)

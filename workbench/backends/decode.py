@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workbench.backends.hf import Samples, assemble, gumbel_noise, left_pad, pick
+from workbench.backends.hf import Samples, assemble, distinct_prompts, gumbel_noise, left_pad, pick
 from workbench.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -201,18 +201,22 @@ class StaticDecoder:
         model = self.model
         device = next(model.parameters()).device
         eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-        ids, mask = left_pad(prompt_ids, pad_id, device)
-        n, width = ids.shape
-        length = math.ceil((width + max_new_tokens) / LENGTH_BUCKET) * LENGTH_BUCKET
+        # a GRPO batch repeats each prompt G times: prefill the distinct prompts once, copy their keys and values
+        distinct, which = distinct_prompts(prompt_ids)
+        ids, mask = left_pad(distinct, pad_id, device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        rows = torch.tensor(which, device=device)
+        mask, positions, last_logits = mask[rows], positions[rows], out.logits[rows, -1, :]
+        n, width = len(prompt_ids), ids.shape[1]
+        length = math.ceil((width + max_new_tokens) / LENGTH_BUCKET) * LENGTH_BUCKET
         dtype = out.past_key_values.layers[0].keys.dtype
         g = self.geometry
         keys, values = [], []
         for layer in out.past_key_values.layers:
             k = torch.zeros(n, g["kv_heads"], length, g["head_dim"], dtype=dtype, device=device)
             v = torch.zeros_like(k)
-            k[:, :, :width], v[:, :, :width] = layer.keys, layer.values
+            k[:, :, :width], v[:, :, :width] = layer.keys[rows], layer.values[rows]
             keys.append(k)
             values.append(v)
         new_positions = positions[:, -1:] + torch.arange(1, max_new_tokens + 1, device=device)
@@ -222,11 +226,11 @@ class StaticDecoder:
         shape = Shape(**g, temperature=float(temperature), greedy=greedy, pad_id=pad_id, eos_id=eos_id)
         step = self._step(shape)
         weights = _weights(model, g["fused"])
-        vocab = out.logits.shape[-1]
+        vocab = last_logits.shape[-1]
 
         finished = torch.zeros(n, dtype=torch.bool, device=device)
         noise = None if greedy else gumbel_noise((n, vocab), generator, device)
-        token, logp, entropy, finished = pick(out.logits[:, -1, :], finished, noise, temperature=temperature,
+        token, logp, entropy, finished = pick(last_logits, finished, noise, temperature=temperature,
                                               greedy=greedy, pad_id=pad_id, eos_id=eos_id)
         tokens, logps, entropies = [token], [logp], [entropy]
         for t in range(max_new_tokens - 1):

@@ -164,26 +164,81 @@ def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list
 
 def _score_rows(model, rows: list[list[int]], starts: list[int], lengths: list[int], t_max: int, temperature: float,
                 pad_id: int, with_entropy: bool):
-    """Token log-probs `[n, t_max]` (0 past each row's completion) of rows padded to their own longest, and the
-    per-token entropies when asked (same layout)."""
-    device = next(model.parameters()).device
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        attn[i, : len(r)] = 1
-    ids, attn = ids.to(device), attn.to(device)
+    """Token log-probs `[n, t_max]` (0 past each row's completion) of whole rows (prompt + completion) padded to
+    their own longest, and the per-token entropies when asked (same layout)."""
+    ids, attn = _right_pad(rows, pad_id, next(model.parameters()).device)
     logits = model(input_ids=ids, attention_mask=attn).logits.float() / temperature
     # Completion token j of row i sits at position start_i + j and is predicted by the logits one before.
-    offs = torch.arange(t_max, device=device)
-    mask = offs[None, :] < torch.tensor(lengths, device=device)[:, None]
-    target_pos = (torch.tensor(starts, device=device)[:, None] + offs[None, :]).clamp(max=width - 1)
-    targets = ids.gather(1, target_pos)
-    logp = F.log_softmax(logits.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, logits.shape[-1])), dim=-1)
+    offs = torch.arange(t_max, device=ids.device)
+    target_pos = (torch.tensor(starts, device=ids.device)[:, None] + offs[None, :]).clamp(max=ids.shape[1] - 1)
+    logits = logits.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, logits.shape[-1]))
+    return _token_logp(logits, ids.gather(1, target_pos), lengths, t_max, with_entropy)
+
+
+def _right_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows left-aligned in one `[n, width]` id tensor, and its attention mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _token_logp(logits: torch.Tensor, targets: torch.Tensor, lengths: list[int], t_max: int, with_entropy: bool):
+    """`[n, t_max]` log-probs of `targets` (`[n, w]`, w <= t_max) under `logits` (`[n, w, V]`, already tempered),
+    0 past each row's length; and the entropies in the same layout when asked."""
+    device = logits.device
+    mask = torch.arange(targets.shape[1], device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+    logp = F.log_softmax(logits, dim=-1)
     token_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1) * mask
     entropy = (-(logp.exp() * logp).sum(-1) * mask) if with_entropy else None
+    pad = t_max - targets.shape[1]
+    if pad:
+        token_logp = F.pad(token_logp, (0, pad))
+        entropy = F.pad(entropy, (0, pad)) if with_entropy else None
     return token_logp, entropy
+
+
+class _Prefixes:
+    """The distinct prompts of a batch run once through the model (with grad): their keys and values per layer,
+    their attention mask and lengths, and the logits at each prompt's last token (which predict the first
+    completion token). Rows that share a prompt (a GRPO group) attend to the same keys, so the prompt's forward
+    and backward are paid once per group instead of once per row."""
+
+    def __init__(self, model, prompts: list[list[int]], pad_id: int, temperature: float):
+        device = next(model.parameters()).device
+        ids, self.mask = _right_pad(prompts, pad_id, device)
+        out = model(input_ids=ids, attention_mask=self.mask, use_cache=True)
+        self.kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self.lengths = self.mask.sum(-1)
+        self.last = out.logits.gather(1, (self.lengths - 1)[:, None, None].expand(-1, 1, out.logits.shape[-1])).float() / temperature
+
+    def score(self, model, which: list[int], completions: list[list[int]], t_max: int, temperature: float, pad_id: int,
+              with_entropy: bool):
+        """Log-probs `[len(which), t_max]` of `completions` after the prompts `which` (indices into the distinct
+        prompts), and their entropies when asked."""
+        from transformers import DynamicCache
+
+        device = self.mask.device
+        idx = torch.tensor(which, device=device)
+        cache = DynamicCache([(k.index_select(0, idx), v.index_select(0, idx)) for k, v in self.kv])
+        ids, cmask = _right_pad(completions, pad_id, device)
+        width = ids.shape[1]
+        # completion token j sits at position len(prompt) + j; the prompt's padding stays masked in between
+        positions = self.lengths.index_select(0, idx)[:, None] + torch.arange(width, device=device)[None, :]
+        attn = torch.cat([self.mask.index_select(0, idx), cmask], dim=1)
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
+        logits = torch.cat([self.last.index_select(0, idx), out.logits[:, : width - 1].float() / temperature], dim=1)
+        return _token_logp(logits, ids, [len(c) for c in completions], t_max, with_entropy)
+
+
+def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """The distinct prompts in first-seen order, and each row's index among them."""
+    seen: dict[tuple[int, ...], int] = {}
+    which = [seen.setdefault(tuple(p), len(seen)) for p in prompts]
+    return [list(p) for p in seen], which
 
 
 def score(
@@ -195,24 +250,34 @@ def score(
     pad_id: int = 0,
     with_entropy: bool = False,
     bucketed: bool = True,
+    shared_prompts: bool = True,
 ):
     """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask;
     with `with_entropy`, also the summed entropy (nats) of the distributions the tokens are scored under.
 
-    With `bucketed`, rows run through the model in groups of similar length (`length_buckets`), each padded only to
-    its own longest row; the log-probs land in the same `[n, T]` layout, so every loss built on them is the one of
-    the single padded batch (`bucketed=False`, the reference; tests/backends/test_hf.py checks the gradients)."""
+    With `shared_prompts`, a batch whose rows repeat prompts (at least two rows per distinct prompt on average:
+    GRPO groups) runs each distinct prompt once and its completions after the prompt's keys and values
+    (`_Prefixes`). With `bucketed`, rows run through the model in groups of similar length (`length_buckets`),
+    each padded only to its own longest row. Either way the log-probs land in the same `[n, T]` layout, so every
+    loss built on them is the one of the single padded batch (`bucketed=False, shared_prompts=False`, the
+    reference; tests/backends/test_hf.py checks values and gradients)."""
     device = next(model.parameters()).device
-    rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
     lengths = [len(c) for c in completion_ids]
     t_max = max(lengths)
+    distinct, which = distinct_prompts(prompt_ids)
+    shared = shared_prompts and 2 * len(distinct) <= len(prompt_ids)
+    rows = completion_ids if shared else [p + c for p, c in zip(prompt_ids, completion_ids)]
     groups = length_buckets([len(r) for r in rows]) if bucketed and len(rows) > 1 else []
     if len(groups) <= 1:
         groups = [list(range(len(rows)))]  # one padded batch, in the rows' own order
+    prefixes = _Prefixes(model, distinct, pad_id, temperature) if shared else None
     parts = []
     for g in groups:
-        parts.append(_score_rows(model, [rows[i] for i in g], [len(prompt_ids[i]) for i in g], [lengths[i] for i in g],
-                                 t_max, temperature, pad_id, with_entropy))
+        if shared:
+            parts.append(prefixes.score(model, [which[i] for i in g], [rows[i] for i in g], t_max, temperature, pad_id, with_entropy))
+        else:
+            parts.append(_score_rows(model, [rows[i] for i in g], [len(prompt_ids[i]) for i in g], [lengths[i] for i in g],
+                                     t_max, temperature, pad_id, with_entropy))
     if len(groups) == 1:
         token_logp, entropy = parts[0]
     else:
@@ -222,5 +287,5 @@ def score(
         entropy = torch.cat([e for _, e in parts])[inverse] if with_entropy else None
     mask = torch.arange(t_max, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
     if with_entropy:
-        return token_logp, mask, float(entropy.sum())
+        return token_logp, mask, float(entropy.detach().sum())
     return token_logp, mask
