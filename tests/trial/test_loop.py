@@ -148,3 +148,6 @@ def test_pass_at_k_every_other_evaluation_and_always_at_the_last(tracking_uri):
     assert [m.step for m in accuracy] == [0, 1, 2, 3, 4, 5]
     assert [m.step for m in history] == [0, 2, 4, 5]  # evaluations 0, 2, 4 and the last
     assert result.metrics["final/pass_at_k"] == history[-1].value
+    # evaluation time is its own line, inside the trial's wall time and apart from generation and training
+    m = result.metrics
+    assert 0 < m["final/eval_seconds"] < m["final/wall_seconds"] - m["final/gen_seconds"] - m["final/train_seconds"]

@@ -150,8 +150,13 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     bar = _budget_bar(cfg, show_progress)
     schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
 
+    eval_seconds = 0.0
+
     def run_eval(step: int, last: bool = False) -> None:
+        nonlocal eval_seconds
+        t_eval = time.perf_counter()
         res = evaluate(policy.model, pass_k=last or len(evals) % cfg.eval.pass_k_every == 0)
+        eval_seconds += time.perf_counter() - t_eval
         row = {
             "step": step,
             "compute_units": meter.units,
@@ -253,6 +258,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 run_eval(step, last)
 
     final = _final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
+    final["final/eval_seconds"] = eval_seconds  # held-out evaluation: neither generation nor training compute
     run.log_metrics(final, step)
     run.log_text(json.dumps({"age_counts": {str(k): v for k, v in sorted(ages_seen.items())}}), tracking.AGES_ARTIFACT)
     run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
