@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
 
+from workbench.backends import decode
 from workbench.backends.decode import StaticDecoder, compile_available, make_sampler, supports
 from workbench.backends.hf import encode_prompts, sample
 from workbench.config import ConfigError
@@ -84,11 +85,34 @@ def test_unsupported_models_decode_with_transformers_or_fail_clearly(tmp_path):
 @pytest.mark.skipif(compile_available() is not None, reason="torch.compile unavailable here (no C++ compiler)")
 def test_compiled_step_gives_the_eager_tokens_and_logprobs(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(decode, "_COMPILED", {})
     model, tok, task = toy_policy()
     prompts = _prompts(tok, task)
     kw = dict(max_new_tokens=task.max_new_tokens, greedy=True)
     eager = StaticDecoder(model, compiled=False).sample(tok, prompts, **kw)
     compiled_decoder = StaticDecoder(model, compiled=True)
-    compiled = compiled_decoder.sample(tok, prompts, **kw)
+    first = compiled_decoder.sample(tok, prompts, **kw)  # eager, while the step compiles in the background
+    _agree(eager, first, atol=0)
+    compiled = compiled_decoder.sample(tok, prompts, **kw)  # waits for the compiled step and uses it
     assert compiled_decoder.compiled  # it did compile, not fall back
+    assert decode._COMPILED and all(c.fn is not None for c in decode._COMPILED.values())
     _agree(eager, compiled, atol=1e-5)
+
+
+def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
+    model, tok, task = toy_policy()
+    prompts = _prompts(tok, task)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    monkeypatch.setattr(decode.torch, "compile", broken)
+    monkeypatch.setattr(decode, "_COMPILED", {})
+    kw = {"max_new_tokens": task.max_new_tokens, "greedy": True}
+    eager = StaticDecoder(model, compiled=False).sample(tok, prompts, **kw)
+    decoder = StaticDecoder(model, compiled=True)
+    with caplog.at_level("WARNING", logger="workbench.backends.decode"):
+        outs = [decoder.sample(tok, prompts, **kw) for _ in range(2)]
+    assert not decoder.compiled and "compiling the decode step failed (RuntimeError: no compiler here)" in caplog.text
+    for out in outs:
+        _agree(eager, out, atol=0)
