@@ -2,7 +2,9 @@
 
 Useful work of one GRPO step of the default trial (B rollouts, generation then one optimizer step), counted from
 what the step really generated: every matmul of the model over non-padding tokens (2 FLOP per weight per token
-forward, 6 forward + backward) plus attention (4 x hidden x context per token and layer forward). The ceiling is
+forward, 6 forward + backward) plus attention (4 x hidden x context per token and layer forward), each distinct
+prompt once (its G completions share its keys and values; the count with every row paying its prompt is printed
+too). The ceiling is
 fp32 `torch.mm` throughput measured here at the model's own GEMM shapes (decode rows x hidden, training tokens x
 hidden, against each weight); the floor is the step's FLOPs at the best of them. Then the measured step (median of
 `--steps` after warm-up, with the configured decoder) against that floor.
@@ -45,15 +47,22 @@ def matmul_weights(model) -> list[torch.Tensor]:
     return [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def step_flops(model, prompt_lens: list[int], completion_lens: list[int]) -> dict[str, float]:
+def step_flops(model, prompt_ids: list[list[int]], completion_lens: list[int], share_prompts: bool = True) -> dict[str, float]:
+    """Useful FLOPs of generating and training on these rollouts. With `share_prompts`, a prompt repeated across
+    rows (a GRPO group) counts once, prefill and training alike: its keys and values serve every completion, and
+    the step computes it once (`hf.score`, the static decoder's prefill); without, every row pays its prompt."""
     cfg = model.config
     per_token = 2 * sum(w.numel() for w in matmul_weights(model))
     attn = lambda ctx: 4 * cfg.num_hidden_layers * cfg.hidden_size * ctx  # noqa: E731  (scores and values, forward)
     gen = train = 0.0
-    for p, c in zip(prompt_lens, completion_lens):
-        gen += p * per_token + sum(attn(p + j) for j in range(c)) + c * per_token  # prefill, then each decoded token
-        total = p + c
-        train += 3 * (total * per_token + sum(attn(j + 1) for j in range(total)))  # forward + backward = 3 x forward
+    seen: set[tuple[int, ...]] = set()
+    for ids, c in zip(prompt_ids, completion_lens):
+        p, first = len(ids), tuple(ids) not in seen or not share_prompts
+        seen.add(tuple(ids))
+        prompt = p * per_token + sum(attn(j + 1) for j in range(p)) if first else 0.0  # forward over the prompt
+        completion = c * per_token + sum(attn(p + j + 1) for j in range(c))  # each completion token after it
+        gen += prompt + completion  # prefill, then each decoded token
+        train += 3 * (prompt + completion)  # forward + backward = 3 x forward
     return {"generation": gen, "training": train}
 
 
@@ -84,7 +93,9 @@ def main() -> None:
         train_step(policy, opt, fresh, cfg, step)
         t2 = time.perf_counter()
         if step >= args.warmup:
-            f = step_flops(policy.model, [len(p) for p in out.prompt_ids], [len(c) for c in out.completion_ids])
+            lens = [len(c) for c in out.completion_ids]
+            f = step_flops(policy.model, out.prompt_ids, lens)
+            f["per_row_prompts"] = sum(step_flops(policy.model, out.prompt_ids, lens, share_prompts=False).values())
             times.append((t1 - t0, t2 - t1))
             flops.append(f)
     med = statistics.median
@@ -94,6 +105,7 @@ def main() -> None:
     result = {
         "threads": args.threads, "decode": args.decode, "gemm_gflops_by_shape": {k: round(v, 1) for k, v in ceiling.items()},
         "ceiling_gflops": round(best, 1), "step_gflop": round((gen_f + train_f) / 1e9, 2),
+        "step_gflop_every_row_its_prompt": round(med(f["per_row_prompts"] for f in flops) / 1e9, 2),
         "floor_s": round(floor_gen + floor_train, 4), "measured_s": round(gen_s + train_s, 4),
         "fraction_of_ceiling": round((floor_gen + floor_train) / (gen_s + train_s), 3),
         "generation": {"gflop": round(gen_f / 1e9, 2), "s": round(gen_s, 4), "fraction": round(floor_gen / gen_s, 3)},
