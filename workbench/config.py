@@ -204,8 +204,9 @@ class ComputeConfig(Section):
 
 
 class EvalConfig(Section):
-    every: int = Field(10, ge=1)
-    """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end)."""
+    every: int = Field(20, ge=1)
+    """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end). 20: a default
+    trial's 16 evaluations cost under 10% of its wall time (docs/performance.md)."""
     every_units: float | None = Field(None, gt=0)
     """Evaluate every this many compute units instead of `every` steps: at the first step at or past each multiple.
     Arms that spend compute at different rates are then evaluated at the same compute points (a study's arms share
@@ -216,9 +217,9 @@ class EvalConfig(Section):
     """pass@k samples per prompt (temperature = generation.temperature)."""
     pass_k_prompts: int = Field(128, ge=1)
     """Held-out prompts used for pass@k (the first ones of the held-out set)."""
-    pass_k_every: int = Field(1, ge=1)
-    """Sample pass@k at every this-many-th evaluation (and always at the last): it costs as much as the greedy
-    pass@1 of the whole held-out set, which is what compute-to-target reads."""
+    pass_k_every: int = Field(4, ge=1)
+    """Sample pass@k at every this-many-th evaluation (and always at the first and the last): it costs as much as
+    the greedy pass@1 of the whole held-out set, which is what compute-to-target reads."""
 
 
 class TrackingConfig(Section):
