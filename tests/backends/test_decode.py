@@ -1,5 +1,10 @@
 """The static decoder against transformers' own decode loop: same tokens, same log-probs, same draws."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
@@ -116,3 +121,25 @@ def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(monkeypatch
     assert not decoder.compiled and "compiling the decode step failed (RuntimeError: no compiler here)" in caplog.text
     for out in outs:
         _agree(eager, out, atol=0)
+
+
+@pytest.mark.skipif(compile_available() is not None, reason="torch.compile unavailable here (no C++ compiler)")
+def test_a_process_that_ends_while_its_step_compiles_exits_cleanly(tmp_path):
+    # the first call starts the background compilation and the process ends at once: it must wait for the compile
+    # thread, not abort ("terminate called without an active exception" from a daemon thread inside torch at exit)
+    code = (
+        "import torch\n"
+        "from support.toy import toy_policy\n"
+        "from workbench.backends.decode import StaticDecoder\n"
+        "from workbench.backends.hf import encode_prompts\n"
+        "model, tok, task = toy_policy()\n"
+        "prompts = encode_prompts(tok, [e.prompt for e in task.train[:4]])\n"
+        "StaticDecoder(model, compiled=True).sample(tok, prompts, max_new_tokens=4, greedy=True)\n"
+        "print('sampled')\n"
+    )
+    tests_dir = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "PYTHONPATH": os.pathsep.join([str(tests_dir), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sampled" in proc.stdout and "terminate called" not in proc.stderr

@@ -167,7 +167,9 @@ class _Compilation:
         self.fn, self.error = None, None
         example = tuple(a.clone() if isinstance(a, torch.Tensor) else [t.clone() for t in a] if isinstance(a, list) else a
                         for a in args)
-        self._thread = threading.Thread(target=self._build, args=(shape, example), daemon=True, name="workbench-compile")
+        # not a daemon: a process that ends while its step compiles waits for it (a daemon thread still inside
+        # torch's C++ code at interpreter exit aborts the process with std::terminate)
+        self._thread = threading.Thread(target=self._build, args=(shape, example), daemon=False, name="workbench-compile")
         self._thread.start()
 
     def _build(self, shape: Shape, example: tuple) -> None:
