@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from workbench.backends.decode import make_sampler  # noqa: E402
 from workbench.config import build_config  # noqa: E402
-from workbench.trial.cache import cache_root  # noqa: E402
+from workbench.cache import cache_root  # noqa: E402
 from workbench.trial.evaluation import Evaluator  # noqa: E402
 from workbench.trial.policy import Policy  # noqa: E402
 from workbench.trial.rollouts import PromptStream, generate_groups  # noqa: E402

@@ -26,9 +26,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set or [])
     if args.tracking_uri:
         cfg.tracking.uri = args.tracking_uri
+    from workbench.run_process import RunProcess
+
+    # MLflow loads and creates the run in a helper process while this one imports the model stack
+    run = RunProcess(cfg.tracking.uri, cfg.tracking.experiment, args.run_name)
     from workbench.trial.loop import run_trial  # deferred: the model stack loads after the config is validated
 
-    result = run_trial(cfg, run_name=args.run_name, show_progress=progress.bars_wanted(args.json, args.quiet))
+    result = run_trial(cfg, show_progress=progress.bars_wanted(args.json, args.quiet), run=run)
     m = result.metrics
     ctt = m.get(tracking.FINAL_COMPUTE_TO_TARGET)
     uri = cfg.tracking.uri

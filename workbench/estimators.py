@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit
 
 from workbench.compute import ToTarget, censored_value, to_target
 
@@ -129,6 +128,8 @@ def sustained(spent: Sequence[float], accuracy: Sequence[float], target: float) 
 def fit_sigmoid(spent: Sequence[float], accuracy: Sequence[float]) -> Sigmoid | None:
     """Least-squares fit of `Sigmoid` to one run, r0 fixed at the accuracy at the first evaluation; None if the
     curve has too few points or the fit fails. Several starting midpoints; the best residual wins."""
+    from scipy.optimize import OptimizeWarning, curve_fit  # here, not at import: a trial starts without scipy
+
     c, a = _arrays(spent, accuracy)
     r0 = float(a[0])
     keep = c > 0

@@ -160,10 +160,10 @@ class RunLogger:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, str(v))
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         self._pending.extend(Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None)
         if time.monotonic() - self._last_flush >= self.flush_every:
             self.flush()

@@ -87,59 +87,89 @@ def test_unsupported_models_decode_with_transformers_or_fail_clearly(tmp_path):
         make_sampler(model, "static", tmp_path)
 
 
-@pytest.mark.skipif(compile_available() is not None, reason="torch.compile unavailable here (no C++ compiler)")
-def test_compiled_step_gives_the_eager_tokens_and_logprobs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setattr(decode, "_COMPILED", {})
+needs_compiler = pytest.mark.skipif(compile_available() is not None, reason="AOTInductor unavailable here (no C++ compiler)")
+
+
+def _packages(cache: Path) -> list[Path]:
+    return sorted((cache / "aot").glob("decode-step-*.pt2"))
+
+
+@pytest.fixture(scope="module")
+def aot_cache(tmp_path_factory):
+    """A cache directory shared by this module's compiled tests: each package is built once (a minute or so)."""
+    return tmp_path_factory.mktemp("aot-cache")
+
+
+@needs_compiler
+def test_compiled_step_gives_the_eager_tokens_and_logprobs_from_the_first_call(aot_cache, monkeypatch):
+    tmp_path = aot_cache
+    monkeypatch.setattr(decode, "_PACKAGES", {})
     model, tok, task = toy_policy()
     prompts = _prompts(tok, task)
-    kw = dict(max_new_tokens=task.max_new_tokens, greedy=True)
-    eager = StaticDecoder(model, compiled=False).sample(tok, prompts, **kw)
-    compiled_decoder = StaticDecoder(model, compiled=True)
-    first = compiled_decoder.sample(tok, prompts, **kw)  # eager, while the step compiles in the background
-    _agree(eager, first, atol=0)
-    compiled = compiled_decoder.sample(tok, prompts, **kw)  # waits for the compiled step and uses it
-    assert compiled_decoder.compiled  # it did compile, not fall back
-    assert decode._COMPILED and all(c.fn is not None for c in decode._COMPILED.values())
-    _agree(eager, compiled, atol=1e-5)
+    compiled = StaticDecoder(model, compiled=True, cache_dir=tmp_path)
+    eager = StaticDecoder(model, compiled=False)
+    for greedy in (True, False):
+        kw = dict(max_new_tokens=task.max_new_tokens, temperature=0.8, greedy=greedy)
+        want = eager.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+        got = compiled.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+        assert compiled.compiled  # it did compile, not fall back
+        _agree(want, got, atol=1e-5)
+    assert len(_packages(tmp_path)) == 2  # one package per sampling rule (greedy, sampled)
+    # other row counts, prompt widths and temperatures: the same two packages (sizes and temperature are inputs)
+    other = [p[:-1] or p for p in _prompts(tok, task, n=5, group=7)]
+    for greedy in (True, False):
+        kw = dict(max_new_tokens=task.max_new_tokens - 2, temperature=1.3, greedy=greedy)
+        want = eager.sample(tok, other, generator=torch.Generator().manual_seed(6), **kw)
+        _agree(want, compiled.sample(tok, other, generator=torch.Generator().manual_seed(6), **kw), atol=1e-5)
+    assert len(_packages(tmp_path)) == 2 and len(decode._PACKAGES) == 2
 
 
-def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(monkeypatch, caplog):
+@needs_compiler
+def test_a_built_step_is_loaded_by_a_new_process_without_compiling(aot_cache):
+    # a process builds the package (unless the test above did); a new one must load it (compiling is made to fail
+    # there) and decode the same tokens
+    tmp_path = aot_cache
+    code = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from support.toy import toy_policy\n"
+        "from workbench.backends import aot, decode\n"
+        "from workbench.backends.hf import encode_prompts\n"
+        "if sys.argv[2] == 'load':\n"
+        "    def refuse(*a, **k): raise AssertionError('compiled again')\n"
+        "    aot.build = refuse\n"
+        "model, tok, task = toy_policy()\n"
+        "prompts = encode_prompts(tok, [e.prompt for e in task.train[:6]])\n"
+        "d = decode.StaticDecoder(model, compiled=True, cache_dir=Path(sys.argv[1]))\n"
+        "out = d.sample(tok, prompts, max_new_tokens=6, greedy=True)\n"
+        "assert d.compiled\n"
+        "print(out.completion_ids)\n"
+    )
+    tests_dir = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), os.environ.get("PYTHONPATH", "")])}
+    outs = []
+    for mode in ("build", "load") if not _packages(tmp_path) else ("load", "load"):
+        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), mode], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(proc.stdout.strip().splitlines()[-1])
+    assert outs[0] == outs[1] and len(_packages(tmp_path)) in (1, 2)  # greedy (and the sampled one of the test above)
+
+
+def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(tmp_path, monkeypatch, caplog):
     model, tok, task = toy_policy()
     prompts = _prompts(tok, task)
 
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler here\nsecond line")
 
-    monkeypatch.setattr(decode.torch, "compile", broken)
-    monkeypatch.setattr(decode, "_COMPILED", {})
+    monkeypatch.setattr(decode.aot, "build", broken)
+    monkeypatch.setattr(decode, "_PACKAGES", {})
     kw = {"max_new_tokens": task.max_new_tokens, "greedy": True}
     eager = StaticDecoder(model, compiled=False).sample(tok, prompts, **kw)
-    decoder = StaticDecoder(model, compiled=True)
+    decoder = StaticDecoder(model, compiled=True, cache_dir=tmp_path)
     with caplog.at_level("WARNING", logger="workbench.backends.decode"):
         outs = [decoder.sample(tok, prompts, **kw) for _ in range(2)]
-    assert not decoder.compiled and "compiling the decode step failed (RuntimeError: no compiler here)" in caplog.text
+    assert not decoder.compiled and caplog.text.count("compiling the decode step failed (RuntimeError: no compiler here)") == 1
+    assert not _packages(tmp_path)  # nothing half-built left behind
     for out in outs:
         _agree(eager, out, atol=0)
-
-
-@pytest.mark.skipif(compile_available() is not None, reason="torch.compile unavailable here (no C++ compiler)")
-def test_a_process_that_ends_while_its_step_compiles_exits_cleanly(tmp_path):
-    # the first call starts the background compilation and the process ends at once: it must wait for the compile
-    # thread, not abort ("terminate called without an active exception" from a daemon thread inside torch at exit)
-    code = (
-        "import torch\n"
-        "from support.toy import toy_policy\n"
-        "from workbench.backends.decode import StaticDecoder\n"
-        "from workbench.backends.hf import encode_prompts\n"
-        "model, tok, task = toy_policy()\n"
-        "prompts = encode_prompts(tok, [e.prompt for e in task.train[:4]])\n"
-        "StaticDecoder(model, compiled=True).sample(tok, prompts, max_new_tokens=4, greedy=True)\n"
-        "print('sampled')\n"
-    )
-    tests_dir = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "PYTHONPATH": os.pathsep.join([str(tests_dir), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "sampled" in proc.stdout and "terminate called" not in proc.stderr

@@ -6,8 +6,9 @@ its keys and values are copied into buffers sized once per call (rounded up, so 
 shapes), and each new token runs one function of the model's weights: RMSNorm, fused q/k/v, RoPE from the
 model's own rotary embedding, attention over the buffer, fused gate/up, and then the sampling itself (tempered
 log-softmax, Gumbel-max choice from noise drawn outside with the trial's generator, the chosen token's log-prob,
-the entropy). Under `torch.compile` that function is one graph per (rows, buffer length); inductor's cache lives
-in the workbench's cache directory, so a machine compiles each shape once, not every trial.
+the entropy). Compiled, that function is built ahead of time into an AOTInductor package (`aot`) with the rows and
+the buffer length left symbolic: one package per model and sampling rule (greedy or sampled), built once per
+machine into the workbench's cache directory and loaded by every later process in milliseconds.
 
 Supported: the `llama`, `mistral` and `qwen2` model types with SiLU MLPs (what `supports` checks); anything else
 decodes with `hf.sample`. The result is the same `Samples`, token for token (tests/backends/test_decode.py checks
@@ -16,19 +17,23 @@ greedy tokens and log-probs against `hf.sample` within 1e-5, and the same draws 
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 import math
 import os
 import shutil
-import threading
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import asdict, dataclass
+from functools import cache, partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
+from workbench.backends import aot
 from workbench.backends.hf import Samples, assemble, distinct_prompts, gumbel_noise, left_pad, pick
+from workbench.cache import cache_root
 from workbench.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -38,7 +43,10 @@ FUSE_MAX_PARAMETERS = 100_000_000
 """Up to this size the q/k/v and gate/up weights are concatenated once per call (fewer, larger matmuls); larger
 models use their projections as they are, so decoding never holds a second copy of big weights."""
 LENGTH_BUCKET = 16
-"""Buffer lengths are rounded up to a multiple of this, so prompts of slightly different widths share one graph."""
+"""Buffer lengths are rounded up to a multiple of this (the compiled step's buffer length is symbolic in these
+buckets)."""
+MAX_ROWS, MAX_BUCKETS, MAX_STEPS = 1 << 16, 1 << 12, 1 << 16
+"""The ranges the compiled step accepts (rows and tokens to generate from 2; fewer decode eagerly)."""
 
 
 def supports(model) -> str | None:
@@ -56,16 +64,17 @@ def supports(model) -> str | None:
 
 
 def compile_available() -> str | None:
-    """Why `torch.compile` cannot be used here, or None: inductor on CPU needs a C++ compiler."""
-    if not hasattr(torch, "compile"):
-        return "this torch has no torch.compile"
+    """Why the decode step cannot be compiled here, or None: AOTInductor on CPU needs a C++ compiler."""
+    reason = aot.available()
+    if reason is not None:
+        return reason
     if not torch.cuda.is_available() and shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
         return "no C++ compiler on PATH (inductor needs one on CPU)"
     return None
 
 
 def use_compile_cache(cache_dir: Path) -> None:
-    """Keep inductor's and autograd's compile caches under the workbench cache (unless the user chose a place)."""
+    """Keep inductor's own compile caches under the workbench cache (unless the user chose a place)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
 
 
@@ -79,7 +88,6 @@ class Shape:
     inter: int
     eps: float
     scaling: float
-    temperature: float
     greedy: bool
     pad_id: int
     eos_id: int
@@ -98,11 +106,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _decode_step(s: Shape, weights, token, finished, keys, values, slot, t, cos_all, sin_all, bias, noise):
+def _decode_step(s: Shape, weights, token, finished, keys, values, slot, t, cos_all, sin_all, bias, noise, temperature):
     """One token for every row: the model's next-token distribution and the choice from it.
 
     `keys`/`values`: per layer `[n, kv_heads, L, head_dim]` buffers, written at `slot`; `bias`: `[n, 1, 1, L]`,
-    0 where a key is visible, -inf elsewhere (this step's slot is opened here). Returns the next token, its
+    0 where a key is visible, -inf elsewhere (this step's slot is opened here); `temperature`: a 0-d tensor, so
+    evaluation and training share one compiled step whatever their temperatures. Returns the next token, its
     log-prob, the entropy of the distribution it was drawn from (0 for finished rows) and the finished flags."""
     embed, layers, norm, head = weights
     n = token.shape[0]
@@ -135,7 +144,7 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, slot, t, cos_
             gate, up = F.linear(h, w["gate"]), F.linear(h, w["up"])
         x = x + F.linear(F.silu(gate) * up, w["down"])
     logits = F.linear(_rms(x, norm, s.eps)[:, 0], head)
-    return pick(logits, finished, noise, temperature=s.temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id)
+    return pick(logits, finished, noise, temperature=temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id)
 
 
 def _weights(model, fused: bool):
@@ -158,55 +167,79 @@ def _weights(model, fused: bool):
     return inner.embed_tokens.weight, layers, inner.norm.weight, model.lm_head.weight
 
 
-class _Compilation:
-    """One compiled decode step, built in a background thread: `torch.compile` of the step, then one call on copies
-    of the first call's arguments (the buffers the step writes into are cloned), which traces the step and compiles
-    it or loads it from inductor's cache."""
-
-    def __init__(self, shape: Shape, args: tuple):
-        self.fn, self.error = None, None
-        example = tuple(a.clone() if isinstance(a, torch.Tensor) else [t.clone() for t in a] if isinstance(a, list) else a
-                        for a in args)
-        # not a daemon: a process that ends while its step compiles waits for it (a daemon thread still inside
-        # torch's C++ code at interpreter exit aborts the process with std::terminate)
-        self._thread = threading.Thread(target=self._build, args=(shape, example), daemon=False, name="workbench-compile")
-        self._thread.start()
-
-    def _build(self, shape: Shape, example: tuple) -> None:
-        try:
-            fn = torch.compile(partial(_decode_step, shape), dynamic=False, fullgraph=True)
-            with torch.no_grad():  # grad mode is per thread: trace the step as `sample` runs it
-                fn(*example)
-            self.fn = fn
-        except Exception as err:  # noqa: BLE001  (compilation unavailable after all: the caller decodes eagerly)
-            self.error = err
-
-    def result(self):
-        """The compiled step (waits for it), or raises what compiling raised."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.fn
+@cache
+def _source_digest() -> str:
+    """The decode step's own code: a package built from older code is never loaded."""
+    code = "".join(inspect.getsource(f) for f in (_decode_step, _rms, _rotate, pick))
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
-_COMPILED: dict[tuple, _Compilation] = {}
-"""Per process, by (sampling rule and geometry, rows, buffer length): a study worker compiles (or loads from the
-on-disk cache) once for all its trials."""
+def _tensors(args) -> list[torch.Tensor]:
+    return [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+
+
+def _package_key(shape: Shape, args: tuple) -> dict:
+    """Everything the compiled step is specialised on: the geometry, the sampling rule, the weights' sizes, every
+    input's rank and dtype, the device and the step's code."""
+    return {"step": _source_digest(), "shape": asdict(shape), "device": args[1].device.type,
+            "weights": [(tuple(w.shape), str(w.dtype)) for w in _tensors(args[0])],
+            "inputs": [(x.dim(), str(x.dtype)) for x in _tensors(args[1:])]}
+
+
+def _symbolic(args: tuple) -> tuple:
+    """Which sizes stay symbolic in the compiled step: the rows, the buffer length (in buckets) and the number of
+    tokens the RoPE tables hold; the weights, `slot`, `t` and the temperature are static."""
+    rows = torch.export.Dim("rows", min=2, max=MAX_ROWS)
+    length = LENGTH_BUCKET * torch.export.Dim("buckets", min=1, max=MAX_BUCKETS)
+    steps = torch.export.Dim("steps", min=2, max=MAX_STEPS)
+    weights, _, _, keys, values, _, _, _, _, _, noise, _ = args
+    return (pytree.tree_map(lambda _: None, weights), {0: rows}, {0: rows}, [{0: rows, 2: length} for _ in keys],
+            [{0: rows, 2: length} for _ in values], None, None, {0: rows, 1: steps}, {0: rows, 1: steps},
+            {0: rows, 3: length}, None if noise is None else {0: rows}, None)
+
+
+def _example(args: tuple) -> tuple:
+    """Arguments to export the step on: the call's weights, each symbolic size set to a typical value (the compiler
+    tunes for it) that no other size here takes (a coincidence would let export tie the two together)."""
+    taken = {d for x in _tensors(args) for d in x.shape}
+
+    def free(start: int) -> int:
+        v = next(v for v in range(start, 1 << 16) if v not in taken and v * LENGTH_BUCKET not in taken)
+        taken.update({v, v * LENGTH_BUCKET})
+        return v
+
+    rows, buckets, steps = free(127), free(4), free(29)
+    weights, token, finished, keys, values, slot, t, cos_all, sin_all, bias, noise, temperature = args
+    n, length = rows, buckets * LENGTH_BUCKET
+
+    def zeros(x, *size):
+        return torch.zeros(size, dtype=x.dtype, device=x.device)
+
+    cos = zeros(cos_all, n, steps, cos_all.shape[-1])
+    return (weights, zeros(token, n), zeros(finished, n), [zeros(k, n, k.shape[1], length, k.shape[3]) for k in keys],
+            [zeros(v, n, v.shape[1], length, v.shape[3]) for v in values], torch.zeros_like(slot), torch.zeros_like(t),
+            cos, cos.clone(), zeros(bias, n, 1, 1, length), None if noise is None else zeros(noise, n, noise.shape[1]),
+            temperature.clone())
+
+
+_PACKAGES: dict[Path, aot.Package] = {}
+"""Per process: the decode steps loaded so far, by package path (a study worker loads each once for all its trials)."""
 
 
 class StaticDecoder:
     """`sample` with static KV buffers and a decode step that is compiled (`compiled=True`) or run eagerly.
 
-    Compiled: the first call of each shape decodes eagerly while the step compiles in a background thread (a cold
-    compile takes 20-40 s here, loading a warm one ~3 s), so a trial starts at once; every later call of that shape
-    waits for the compiled step and uses it. The rule depends on call order only, never on timing, so a seed's run
-    is the same every time."""
+    Compiled: every call decodes with the package of its sampling rule, loaded from `cache_dir` (milliseconds) or,
+    the first time on a machine, built there first (about a minute on 2 cores, logged); calls of fewer than 2 rows
+    decode eagerly. Which code decodes a call never depends on timing or on the cache's state, so a seed's run is the
+    same every time. If building or loading fails, one warning, and the decoder goes on eagerly."""
 
-    def __init__(self, model, *, compiled: bool):
+    def __init__(self, model, *, compiled: bool, cache_dir: Path | None = None):
         reason = supports(model)
         if reason is not None:
             raise ValueError(f"generation.decode: static decoding does not support this model: {reason}")
         self.model, self.compiled = model, compiled
+        self.cache_dir = cache_dir if cache_dir is not None else cache_root()
         cfg = model.config
         attn = model.model.layers[0].self_attn
         self.geometry = dict(
@@ -217,25 +250,26 @@ class StaticDecoder:
         )
 
     def _step(self, shape: Shape, args: tuple):
-        """The step for this call: eager, or compiled when this shape's compilation was started by an earlier call."""
+        """The step for this call: the compiled package of its sampling rule, or eager."""
         eager = partial(_decode_step, shape)
-        if not self.compiled:
-            return eager
-        token, keys = args[1], args[3]
-        key = (shape, token.shape[0], keys[0].shape[2])
-        if key not in _COMPILED:
-            _COMPILED[key] = _Compilation(shape, args)
+        if not self.compiled or args[1].shape[0] < 2:
             return eager
         try:
-            return _COMPILED[key].result()
-        except Exception as err:  # noqa: BLE001
-            self._give_up(key, err)
+            path = aot.package_path(self.cache_dir, "decode-step", _package_key(shape, args))
+            if path not in _PACKAGES:
+                if not path.exists():
+                    use_compile_cache(self.cache_dir)
+                    log.info(f"generation.decode: compiling the decode step ahead of time ({'greedy' if shape.greedy else 'sampled'}; "
+                             f"once per machine and model, about a minute) into {path}")
+                _PACKAGES[path] = aot.load_or_build(path, eager, lambda: _example(args), _symbolic(args))
+            return _PACKAGES[path]
+        except Exception as err:  # noqa: BLE001  (compilation unavailable after all: decode eagerly)
+            self._give_up(err)
             return eager
 
-    def _give_up(self, key: tuple, err: Exception) -> None:
+    def _give_up(self, err: Exception) -> None:
         log.warning(f"generation.decode: compiling the decode step failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); decoding eagerly")
         self.compiled = False
-        _COMPILED.pop(key, None)
 
     @torch.no_grad()
     def sample(self, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
@@ -265,7 +299,8 @@ class StaticDecoder:
         cos_all, sin_all = model.model.rotary_emb(keys[0], new_positions)  # [n, T, d], the model's own RoPE
         bias = torch.full((n, 1, 1, length), float("-inf"), dtype=dtype, device=device)
         bias[:, 0, 0, :width] = torch.where(mask.bool(), 0.0, float("-inf"))
-        shape = Shape(**g, temperature=float(temperature), greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        shape = Shape(**g, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
         weights = _weights(model, g["fused"])
         vocab = last_logits.shape[-1]
 
@@ -280,7 +315,7 @@ class StaticDecoder:
                 break
             noise = None if greedy else gumbel_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
-            args = (weights, token, finished, keys, values, index + width, index, cos_all, sin_all, bias, noise)
+            args = (weights, token, finished, keys, values, index + width, index, cos_all, sin_all, bias, noise, tempered)
             if step is None:
                 step = self._step(shape, args)
             try:
@@ -288,7 +323,7 @@ class StaticDecoder:
             except Exception as err:  # noqa: BLE001  (a compiled step that fails at run time: eager from here on)
                 if not self.compiled:
                     raise
-                self._give_up((shape, n, length), err)
+                self._give_up(err)
                 step = partial(_decode_step, shape)
                 token, logp, entropy, finished = step(*args)
             tokens.append(token)
@@ -318,6 +353,4 @@ def make_sampler(model, mode: str, cache_dir: Path):
         compiled = why_not is None
         if why_not:
             log.info(f"generation.decode auto: static decoding without compilation ({why_not})")
-    if compiled:
-        use_compile_cache(cache_dir)
-    return StaticDecoder(model, compiled=compiled).sample
+    return StaticDecoder(model, compiled=compiled, cache_dir=cache_dir).sample

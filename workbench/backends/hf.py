@@ -61,7 +61,7 @@ def gumbel_noise(shape: tuple[int, int], generator: torch.Generator | None, devi
     return -torch.log(-torch.log(u.to(device)))
 
 
-def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | None, *, temperature: float, greedy: bool,
+def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | None, *, temperature: float | torch.Tensor, greedy: bool,
          pad_id: int, eos_id: int):
     """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
     log-softmax), its log-prob, the entropy of that distribution (0 for rows already finished, whose token is

@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workbench.backends.hf import encode_prompts, sample, score
 from workbench.config import ModelConfig, TaskConfig
-from workbench.trial.cache import build_once, cache_root
+from workbench.cache import build_once, cache_root
 from workbench.trial.tasks import Task
 
 log = logging.getLogger(__name__)

@@ -71,9 +71,12 @@ def run_trial(
     on_run_created: Callable[[str], None] | None = None,
     on_eval: Callable[[dict[str, float]], None] | None = None,
     show_progress: bool = False,
+    run: tracking.RunLogger | None = None,
 ) -> TrialResult:
     """Run one trial to its budget, logging to `cfg.tracking`; a crash ends the run FAILED (KILLED on Ctrl-C) and
-    re-raises. `show_progress` draws a bar of the budget on the terminal (log lines report the evaluations)."""
+    re-raises. `show_progress` draws a bar of the budget on the terminal (log lines report the evaluations).
+    `run`: a run already opened for this trial (`workbench train` opens it in a helper process,
+    `run_process.RunProcess`); by default a new in-process run."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -83,9 +86,11 @@ def run_trial(
         f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} objective={cfg.objective.name}"
         f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
     )
-    run = tracking.RunLogger(cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags)
+    if run is None:
+        run = tracking.RunLogger(cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags)
+    run_id = run.run_id  # a run that could not be created raises here, before the trial starts
     if on_run_created:
-        on_run_created(run.run_id)
+        on_run_created(run_id)
     with tracking.run_lifecycle(run):
         run.log_params(flatten(cfg))
         return _train(cfg, task, run, observer, on_eval, show_progress)

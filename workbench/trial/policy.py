@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from workbench.backends.decode import make_sampler
 from workbench.backends.hf import encode_prompts
 from workbench.config import TrialConfig
-from workbench.trial.cache import cache_root
+from workbench.cache import cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
 from workbench.trial.tasks import Task
 

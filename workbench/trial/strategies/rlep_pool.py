@@ -24,7 +24,7 @@ import torch
 
 from workbench.backends.hf import encode_prompts
 from workbench.config import TrialConfig, build_config
-from workbench.trial.cache import build_once, cache_root
+from workbench.cache import build_once, cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
 from workbench.trial.policy import Policy
 from workbench.trial.rollouts import PromptStream, generate_groups

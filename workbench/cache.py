@@ -1,4 +1,5 @@
-"""The on-disk cache of things built once and shared by every trial: the embedded checkpoint, RLEP pools."""
+"""The on-disk cache of things built once and shared by every trial: the embedded checkpoint, RLEP pools, the
+decode step compiled ahead of time."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Callable
 from workbench.config import ModelConfig
 
 
-def cache_root(model_cfg: ModelConfig) -> Path:
+def cache_root(model_cfg: ModelConfig | None = None) -> Path:
     """`model.cache_dir`, else `$WORKBENCH_CACHE`, else `~/.cache/replay-workbench`."""
-    root = model_cfg.cache_dir or os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "replay-workbench"
+    root = (model_cfg.cache_dir if model_cfg is not None else None) or os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "replay-workbench"
     return Path(root).expanduser()
 
 
