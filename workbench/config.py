@@ -147,6 +147,12 @@ class ReplayConfig(Section):
     `rlep`, `dgg`)."""
     with_replacement: bool = False
     """Draw the batch with replacement (the setting of Theorem 4.4). Never the baseline: see design §1."""
+    warmup: Literal["borrow", "fill"] = "borrow"
+    """How the buffer fills at the start. `borrow`: fresh rollouts arrive at B / y per step from the first step (the
+    first batch borrows credit), so while the buffer fills the earliest rollouts are drawn far more than y times
+    (at y 2, x 8: ~5.8 times for the first batch). `fill`: B fresh rollouts per step until the buffer holds its
+    capacity, then B / y (the extra generation is real and counted), so no rollout is used much more than y times
+    (~2.7 for the first batch at x 8). Supported by `uniform` (docs/measurement.md, "The buffer's warm-up")."""
 
     @model_validator(mode="after")
     def _strategy_sections(self) -> "ReplayConfig":

@@ -203,6 +203,50 @@ def test_uniform_draws_distinct_rollouts_and_keeps_them():
     assert len(seen) == 64  # every rollout is reachable
 
 
+def _uses_by_birth(warmup: str, steps: int = 60, seed: int = 0) -> tuple[dict[int, float], list[int]]:
+    """Drive the uniform strategy at B 16, G 4, y 2, x 8 for `steps` steps: mean draws per rollout by birth step,
+    and the rollouts generated each step."""
+    cfg = build_config(toy_dict(batch_size=16, group_size=4, replay={"ratio": 2, "capacity": 128, "warmup": warmup}))
+    strategy = STRATEGIES["uniform"](cfg)
+    rng, uid, uses, born, generated = np.random.default_rng(seed), 0, {}, {}, []
+    for step in range(steps):
+        fresh = [rollout(uid + i, step) for i in range(strategy.groups(step) * 4)]
+        uid += len(fresh)
+        generated.append(len(fresh))
+        born.update({r.uid: step for r in fresh})
+        for r in strategy.batch(fresh, step, rng):
+            uses[r.uid] = uses.get(r.uid, 0) + 1
+    by_birth: dict[int, list[int]] = {}
+    for u, step in born.items():
+        if step < steps - 20:  # rollouts that lived their whole life in the run
+            by_birth.setdefault(step, []).append(uses.get(u, 0))
+    return {step: float(np.mean(v)) for step, v in by_birth.items()}, generated
+
+
+def _mean_uses(warmup: str, seeds: int = 20) -> tuple[dict[int, float], list[int]]:
+    runs = [_uses_by_birth(warmup, seed=s) for s in range(seeds)]
+    return {step: float(np.mean([r[0][step] for r in runs])) for step in runs[0][0]}, runs[0][1]
+
+
+def test_warmup_fill_keeps_the_first_rollouts_from_being_overused():
+    borrow, gen_borrow = _mean_uses("borrow")
+    fill, gen_fill = _mean_uses("fill")
+    # borrow: the first batch is trained on twice in a row, then drawn from a small buffer: ~5-6 uses, not y = 2
+    assert borrow[0] > 4.5 and gen_borrow[:3] == [16, 0, 8]
+    # fill: B fresh per step until the buffer holds its capacity (8 steps), then B / y; the first batch ~H(8) = 2.7
+    assert gen_fill[:9] == [16] * 8 + [8] and set(gen_fill[9:]) == {8}
+    assert fill[0] < 3.3 and max(fill.values()) < 3.3
+    # later rollouts: about y uses in both
+    assert abs(np.mean([fill[s] for s in range(20, 40)]) - 2) < 0.2 and abs(np.mean([borrow[s] for s in range(20, 40)]) - 2) < 0.2
+
+
+def test_warmup_fill_is_refused_by_strategies_that_do_not_implement_it():
+    with pytest.raises(ConfigError, match=r"^replay.warmup: fill is not supported by replay.strategy prioritized"):
+        build_config(toy_dict(replay={"strategy": "prioritized", "warmup": "fill"}))
+    with pytest.raises(ConfigError, match=r"^replay.warmup: "):
+        build_config(toy_dict(replay={"warmup": "prefill"}))
+
+
 def test_uniform_with_capacity_equal_to_batch_returns_exactly_the_fresh_rollouts():
     buf = ReplayBuffer(capacity=8)
     old = [rollout(i, 0) for i in range(8)]

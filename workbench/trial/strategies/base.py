@@ -58,6 +58,8 @@ class Strategy(ABC):
     """The strategy's own parameter section, `replay.<name>` in the config (None: it has none)."""
     fresh_anchored = False
     """Generates a whole fresh batch (B rollouts) whenever it needs one; `replay.ratio` must then stay 1."""
+    fills = False
+    """Implements `replay.warmup: fill`."""
 
     def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         self.cfg, self.ctx = cfg, ctx
@@ -75,6 +77,8 @@ class Strategy(ABC):
         """Raise ValueError("field: reason") if the config does not suit this strategy."""
         if cls.fresh_anchored and cfg.replay.ratio != 1:
             raise ValueError(f"replay.ratio: must be 1 with replay.strategy {cls.name} (its reuse is set by replay.{cls.name}.*)")
+        if cfg.replay.warmup == "fill" and not cls.fills:
+            raise ValueError(f"replay.warmup: fill is not supported by replay.strategy {cls.name} (uniform supports it)")
 
     @classmethod
     def params(cls, cfg: TrialConfig):

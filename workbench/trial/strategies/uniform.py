@@ -14,9 +14,12 @@ class Uniform(Strategy):
     """Arnal et al.: a FIFO buffer of capacity N; each step B rollouts drawn uniformly, kept for later batches.
 
     Fresh rollouts arrive at R = B / y per step through the fresh credit; the first batches borrow credit so the
-    buffer holds B distinct rollouts. With ratio 1 and capacity B the batch is exactly the fresh rollouts:
+    buffer holds B distinct rollouts (`replay.warmup: borrow`), or the buffer fills at B fresh rollouts per step
+    before the rate drops to R (`fill`). With ratio 1 and capacity B the batch is exactly the fresh rollouts:
     on-policy GRPO.
     """
+
+    fills = True
 
     def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
@@ -34,6 +37,12 @@ class Uniform(Strategy):
 
     def groups(self, step: int) -> int:
         groups = self.credit.accrue()
+        capacity = self.buffer.capacity
+        if self.cfg.replay.warmup == "fill" and step < math.ceil(capacity / self.B):
+            # filling: B fresh rollouts this step (at most what the buffer still lacks), on top of the credit, not
+            # borrowed from later steps: the fill's extra generation is spent now and counted as compute
+            want = math.ceil(min(self.B, max(capacity - self.size(), 0)) / self.G)
+            return max(groups, want)
         short = self.B - self.size() - groups * self.G  # the first batches need B distinct rollouts in the buffer
         if short > 0 and not self.cfg.replay.with_replacement:
             extra = math.ceil(short / self.G)
