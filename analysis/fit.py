@@ -1,5 +1,8 @@
 """Fit the bias-variance-compute model to measured compute-to-target (docs/theory.md, replay-papers §6.3).
 
+This is the `thm45` model of `analysis.models` with the fields the report and `study verify` read (alpha, tau0,
+rho); `analysis.models` fits and compares every registered model with the same likelihood.
+
 Model: the compute a configuration needs to reach the target is proportional to Theorem 4.5's objective,
 
     log C(x, y) = log s + log J(x, y; mu, rho, alpha, tau0) + eps,     eps ~ N(0, sigma²),
@@ -21,8 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import optimize
 
+from analysis.models import log_likelihood
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
 
 PARAMS = ("log_scale", "alpha", "log_tau0", "log_rho", "log_sigma")
@@ -78,16 +82,7 @@ def predict(params: dict[str, float], x, y, mu: float, with_replacement: bool = 
 def _neg_log_lik(theta, x, y, logc, censored, mu, with_replacement, bracket=None):
     p = dict(zip(PARAMS, theta))
     pred = np.log(predict(p, x, y, mu, with_replacement))
-    sigma = math.exp(p["log_sigma"])
-    z = (logc - pred) / sigma
-    ll = np.where(censored, stats.norm.logsf(z), stats.norm.logpdf(z) - math.log(sigma))
-    if bracket is not None:
-        loglow, loghigh = bracket
-        bracketed = ~censored & (loglow < loghigh - 1e-9)
-        if bracketed.any():
-            mass = stats.norm.cdf((loghigh - pred) / sigma) - stats.norm.cdf((loglow - pred) / sigma)
-            ll = np.where(bracketed, np.log(np.maximum(mass, 1e-300)), ll)
-    return -float(np.sum(ll))
+    return -float(np.sum(log_likelihood(pred, logc, censored, math.exp(p["log_sigma"]), bracket)))
 
 
 def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = False, starts: int = 12, seed: int = 0, init: dict | None = None,

@@ -19,6 +19,7 @@ from markdown_it import MarkdownIt
 from analysis import plots
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import fit_runs, predicted_optimum
+from analysis.models import compare, optimum
 from analysis.resolution import by_estimator, resolution
 from analysis.theory import to_knobs
 
@@ -48,7 +49,7 @@ def _nearest(configs: pd.DataFrame, x: float, y: float):
     return configs.loc[d.idxmin()]
 
 
-def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
+def _optimum_block(data: StudyData, bootstrap: int, seed: int, models: bool = True) -> dict:
     configs = data.configs()
     selection = configs[configs["arm"] != "confirm"]  # fresh-seed re-runs are reported beside, never selected
     batch = int(data.runs["batch_size"].iloc[0])
@@ -80,6 +81,7 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
             {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]), "predicted_now": float(fit.predict(r["x"], r["y"]))}
             for _, r in configs[configs["arm"] == "predicted"].iterrows()
         ],
+        "models": _models(uniform, data.reference_mu, xb, yb, bootstrap, seed) if models else [],
     }
     if len(base):
         b = base.iloc[0]
@@ -92,6 +94,46 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int) -> dict:
             "predicted": 1 - c_star / float(fit.predict(b["x"], b["y"])),
         }
     return block, fit
+
+
+MODEL_MIN_CONFIGURATIONS = 4
+"""Fewer uniform configurations than this: the models are not compared (most would have more parameters than
+configurations)."""
+
+
+def _models(uniform: pd.DataFrame, mu: float, xb, yb, bootstrap: int, seed: int) -> list[dict]:
+    """Every registered model fitted to uniform replay's runs, best first (`analysis.models.compare`), each with its
+    optimum or the reason it refuses one."""
+    if uniform.groupby(["x", "y"]).ngroups < MODEL_MIN_CONFIGURATIONS:
+        return []
+    return [{**f.summary(), "optimum": optimum(f, xb, yb)} for f in compare(uniform, mu, bootstrap=min(bootstrap, 30), seed=seed)]
+
+
+def _models_section(result: dict) -> list[str]:
+    models = result.get("models") or []
+    if not models:
+        return []
+    lines = [
+        "## Models compared",
+        "",
+        "Every registered model of compute-to-target (`analysis.models`; equations in docs/theory.md, \"Models of "
+        "compute-to-target\") fitted to the same runs with the same censored likelihood, best first by the "
+        "leave-one-configuration-out error (a model's prediction for a configuration it was not fitted on, against that "
+        "configuration's median), then AIC. A parameter is *unidentified* when its 95% profile-likelihood interval runs into "
+        "a bound; an optimum is refused when the predicted compute is flat around it.",
+        "",
+        "| model | parameters | AIC | LOCO median abs log error (configurations) | R² (log) | unidentified | predicted optimum |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in models:
+        loco = m["loco"]
+        held = f"{_fmt(loco['median_abs_log_error'])} ({loco['n']})" if loco.get("n") else "-"
+        o = m["optimum"]
+        best = f"refused: {o['refused']}" if "refused" in o else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}: {_fmt(o['compute'])}"
+        params = ", ".join(f"{k} {_fmt(v)}" for k, v in m["params"].items() if k != "scale")
+        lines.append(f"| `{m['model']}` | {params} | {_fmt(m['aic'])} | {held} | {_fmt(m['r2_log'])} | "
+                     f"{', '.join(m['unidentified']) or 'none'} | {best} |")
+    return lines + [""]
 
 
 def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
@@ -138,7 +180,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         "whatif": {},
     }
     for mu in whatif_mu:
-        w, _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed)
+        w, _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed, models=False)
         result["whatif"][f"{mu:g}"] = w
     return result, data, fit
 
@@ -284,6 +326,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         f"Goodness of fit: R² (log, uncensored) = {_fmt(f['r2_log'])}, median |log error| = {_fmt(f['median_abs_log_error'])}; "
         f"leave-one-configuration-out: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in f['loco'].items()})}.",
         "",
+        *_models_section(result),
         "## Predicted against empirical optimum",
         "",
         "| | x = N/R | y = B/R | capacity | compute to target (measured) | predicted |",

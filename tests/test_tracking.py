@@ -70,3 +70,15 @@ def test_kill_run_tree_ends_a_run_and_its_running_children(store):
         run = c.get_run(run_id)
         assert run.info.status == "KILLED" and run.data.tags[tracking.FAILURE] == "worker lost"
     assert c.get_run(done.run_id).info.status == "FINISHED"  # a finished child is left as it was
+
+
+def test_a_sqlite_store_keeps_its_artifacts_beside_the_database_not_in_the_working_directory(tmp_path, monkeypatch):
+    store_dir, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store_dir.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # a study run from some other directory (a worktree, a scratch dir)
+    run = tracking.RunLogger(f"sqlite:///{store_dir / 'mlflow.db'}", "artifacts-here")
+    run.log_text("curve", "curve.json")
+    run.end(tracking.STATUS_FINISHED)
+    assert list(store_dir.glob("mlruns/artifacts-here/*/artifacts/curve.json"))
+    assert not (elsewhere / "mlruns").exists()
+    assert tracking.artifact_location("postgresql://u:p@host/db", "x") is None  # a server store decides its own

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -105,6 +107,20 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Where a new experiment keeps its artifacts: for a SQLite store, `mlruns/<experiment>/` beside the database
+    file (the name with anything but letters, digits, `.`, `_` and `-` replaced by `_`), so the
+    store and its artifacts (every run's curve) stay together whatever directory a study ran from (MLflow's own
+    default is `./mlruns` under the working directory of the process that created the experiment). None: the
+    store's default (a tracking server decides its own)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    if str(db) in ("", ":memory:"):
+        return None
+    return (db.parent.resolve() / "mlruns" / re.sub(r"[^A-Za-z0-9._-]", "_", experiment)).as_uri()
+
+
 def redact_url(url: str) -> str:
     """The URL with any password replaced by `***` (safe to print, log or tag)."""
     try:
@@ -140,7 +156,7 @@ class RunLogger:
         self.client = client(tracking_uri)
         self.tracking_uri = tracking_uri
         exp = self.client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment, artifact_location=artifact_location(tracking_uri, experiment))
         all_tags = dict(tags or {})
         if parent_run_id:
             all_tags[PARENT_RUN] = parent_run_id

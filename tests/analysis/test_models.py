@@ -1,0 +1,104 @@
+"""The model registry: each model recovers itself from its own data with censoring, unidentified parameters are
+flagged, a flat-ridge optimum is refused, and the comparison prefers the model that made the data."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.models import MODELS, ModelFit, compare, fit_model_runs, log_likelihood, optimum
+
+MU = 0.85
+GRID = [(x, y) for x in (1, 2, 4, 8, 16) for y in (1, 2, 4) if x >= y]
+TRUTH = {
+    "thm45": {"log_scale": 2.0, "alpha": 0.25, "log_tau0": math.log(3.0), "log_rho": math.log(0.4)},
+    "with_replacement": {"log_scale": 2.0, "alpha": 0.25, "log_tau0": math.log(3.0), "log_rho": math.log(0.4)},
+    "extended": {"log_scale": 3.0, "alpha": 0.2, "log_tau0": math.log(4.0), "log_c": math.log(2.0), "log_rho": math.log(0.3),
+                 "log_vstar": math.log(6.0)},
+}
+
+
+def _runs(model: str, params: dict, grid=GRID, seeds: int = 4, noise: float = 0.08, budget: float | None = None, lrs=(None,),
+          seed: int = 0) -> pd.DataFrame:
+    """Per-seed runs drawn from `model` itself: log-normal scatter, censored at `budget` (the run spent its whole
+    budget and never reached the target)."""
+    rng = np.random.default_rng(seed)
+    truth = ModelFit(model, {**params, "log_sigma": math.log(noise)}, MU, 1.0, 0, 0, 0.0)
+    rows = []
+    for lr in lrs:
+        for x, y in grid:
+            c_true = float(truth.predict(x, y, lr))
+            for s in range(seeds):
+                c = c_true * math.exp(rng.normal(0, noise))
+                censored = budget is not None and c > budget
+                rows.append({"x": float(x), "y": float(y), "seed": s, "compute_to_target": budget * 1.3 if censored else c,
+                             "censored": int(censored), "total_units": budget if censored else c,
+                             **({} if lr is None else {"lr": lr})})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("model", ["thm45", "with_replacement", "extended"])
+def test_each_model_recovers_its_own_data_with_censoring(model):
+    runs = _runs(model, TRUTH[model])
+    budget = float(np.quantile(runs["compute_to_target"], 0.85))
+    runs = _runs(model, TRUTH[model], budget=budget)
+    assert runs["censored"].sum() > 0
+    fit = fit_model_runs(model, runs, MU, bootstrap=8)
+    truth = ModelFit(model, {**TRUTH[model], "log_sigma": math.log(0.08)}, MU, 1.0, 0, 0, 0.0)
+    xs, ys = np.array([g[0] for g in GRID], float), np.array([g[1] for g in GRID], float)
+    err = np.abs(np.log(fit.predict(xs, ys)) - np.log(truth.predict(xs, ys)))
+    assert np.median(err) < 0.05 and err.max() < 0.15  # the censored corner included
+    assert fit.sigma == pytest.approx(0.08, rel=0.35)
+    assert fit.loco["n"] >= 8 and fit.loco["median_abs_log_error"] < 0.12
+
+
+def test_the_learning_rate_aware_model_recovers_the_noise_floor_from_three_learning_rates():
+    params = TRUTH["extended"]
+    runs = _runs("extended_lr", params, lrs=(0.5, 1.0, 2.0), seeds=3)
+    fit = fit_model_runs("extended_lr", runs, MU, bootstrap=0)
+    truth = ModelFit("extended_lr", {**params, "log_sigma": math.log(0.08)}, MU, 1.0, 0, 0, 0.0)
+    for lr in (0.5, 1.0, 2.0):
+        got, want = fit.predict(8.0, 2.0, lr), truth.predict(8.0, 2.0, lr)
+        assert abs(math.log(got / want)) < 0.1
+    assert fit.reported()["vstar"] == pytest.approx(6.0, rel=0.3)  # the floor, seen through the learning rates
+
+
+def test_a_parameter_the_data_cannot_see_is_flagged_unidentified():
+    # at y = 1 only, Theorem 4.5's rho multiplies the scale: (1 + y/mu)(1/y + rho) = (1 + 1/mu)(1 + rho)
+    runs = _runs("thm45", TRUTH["thm45"], grid=[(x, 1) for x in (1, 2, 4, 8, 16)])
+    fit = fit_model_runs("thm45", runs, MU, bootstrap=0)
+    assert "rho" in fit.unidentified
+    full = fit_model_runs("thm45", _runs("thm45", TRUTH["thm45"]), MU, bootstrap=0)
+    assert "rho" not in full.unidentified
+
+
+def test_an_optimum_on_a_flat_ridge_is_refused_with_the_reason():
+    # alpha 0: sigma_bar² is 1 at every x and the distinct-draw objective does not depend on x at all
+    flat = ModelFit("thm45", {"log_scale": 0.0, "alpha": 0.0, "log_tau0": 0.0, "log_rho": math.log(0.3), "log_sigma": -2.0}, MU, 1.0, 0, 0, 0.0)
+    out = optimum(flat)
+    assert "flat ridge" in out["refused"] and out["near_x"][1] / out["near_x"][0] > 4
+    shaped = ModelFit("with_replacement", {"log_scale": 0.0, "alpha": 0.4, "log_tau0": 0.0, "log_rho": math.log(0.1), "log_sigma": -2.0},
+                      MU, 1.0, 0, 0, 0.0)
+    out = optimum(shaped)
+    assert "refused" not in out and 1 <= out["y"] <= out["x"]
+    grid_best = min(float(shaped.predict(x, y)) for x in np.geomspace(1, 64, 300) for y in np.geomspace(1, 16, 300) if x >= y)
+    assert out["compute"] <= grid_best * 1.01
+
+
+def test_compare_prefers_the_model_that_made_the_data():
+    runs = _runs("extended", TRUTH["extended"], seeds=3)
+    fits = compare(runs, MU, bootstrap=0)
+    assert [f.model for f in fits][0] == "extended"
+    by = {f.model: f for f in fits}
+    assert by["extended"].aic < by["thm45"].aic - 10
+    assert "extended_lr" not in by  # one learning rate: the lr-aware form would be the same model
+
+
+def test_the_censored_likelihood_is_the_survival_beyond_the_bound():
+    pred, sigma = np.array([1.0]), 0.5
+    ll = log_likelihood(pred, np.array([1.5]), np.array([True]), sigma)
+    from scipy import stats
+
+    assert float(ll[0]) == pytest.approx(float(stats.norm.logsf(1.0)))
+    assert set(MODELS) >= {"thm45", "with_replacement", "extended", "extended_lr"}
