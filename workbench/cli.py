@@ -198,6 +198,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}")
     print(f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
           f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}")
+    for m in result.get("models", []):  # best first (analysis.models.compare)
+        o, loco = m["optimum"], m["loco"]
+        where = f"refused ({o['refused']})" if "refused" in o else f"x {o['x']:.3g}, y {o['y']:.3g}"
+        held = f"{loco['median_abs_log_error']:.3g} over {loco['n']}" if loco.get("n") else "-"
+        print(f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
+              f"{', '.join(m['unidentified']) or 'none'}; optimum {where}")
     print(f"wrote {out / 'analysis.json'}")
     return 0
 
