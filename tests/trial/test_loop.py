@@ -151,3 +151,14 @@ def test_pass_at_k_every_other_evaluation_and_always_at_the_last(tracking_uri):
     # evaluation time is its own line, inside the trial's wall time and apart from generation and training
     m = result.metrics
     assert 0 < m["final/eval_seconds"] < m["final/wall_seconds"] - m["final/gen_seconds"] - m["final/train_seconds"]
+
+
+def test_lr_warmup_rises_linearly_then_holds(tracking_uri):
+    cfg = build_config(toy_dict(lr=1e-3, lr_warmup_steps=3, budget={"compute_units": None, "steps": 6}))
+    records = []
+    run_trial(tracked(cfg, tracking_uri), observer=records.append)
+    lrs = [rec.metrics["train/lr"] for rec in records]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
+    plain = []
+    run_trial(tracked(build_config(toy_dict(lr=1e-3, budget={"compute_units": None, "steps": 2})), tracking_uri), observer=plain.append)
+    assert [rec.metrics["train/lr"] for rec in plain] == pytest.approx([1e-3, 1e-3])

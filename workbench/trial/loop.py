@@ -132,6 +132,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
     B, G = cfg.batch_size, cfg.group_size
     optimizer = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    warmup = cfg.lr_warmup_steps
+    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
     strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
@@ -213,6 +215,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 stats = batch_stats(batch, step)
                 ages_seen.update(stats.ages)
                 updates += int(applied)
+                metrics["train/lr"] = lr_schedule.get_last_lr()[0]
+                lr_schedule.step()
                 metrics.update({
                     "train/loss": float(obj.loss.detach()),
                     "train/grad_norm": grad_norm,
