@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
 
 from workbench import stats, tracking
 from workbench.compute import units
@@ -88,6 +89,38 @@ def compute_to_target(curves: pd.DataFrame, target: float, mu: float, estimator:
     return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units", "low_units", "high_units"])
 
 
+def _curve(client, run_id: str, tmp: str) -> list[dict]:
+    """A run's evaluations: its curve artifact, or, where the artifact store was lost, the same rows rebuilt from the
+    run's metric history (the evaluation at step s follows s optimizer steps, whose cumulative counts are logged at
+    step s - 1)."""
+    try:
+        with open(client.download_artifacts(run_id, tracking.CURVE_ARTIFACT, tmp)) as f:
+            return json.load(f)
+    except (OSError, MlflowException):
+        pass
+
+    def history(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run_id, key)}
+
+    acc, pass_k = history(tracking.EVAL_ACCURACY), history(tracking.EVAL_PASS_AT_K)
+    gen, train = history("compute/gen_rollouts"), history("compute/train_rollouts")
+    gen_s, train_s = history("compute/gen_seconds"), history("compute/train_seconds")
+    if not acc or not gen:
+        raise ConfigError(f"study: run {run_id} has neither its curve artifact nor the metric history to rebuild it")
+    rows = []
+    for step in sorted(acc):
+        before = step - 1
+        rows.append({
+            "step": step,
+            "accuracy": acc[step],
+            "pass_at_k": pass_k.get(step),
+            "gen_rollouts": gen.get(before, 0.0),
+            "train_rollouts": train.get(before, 0.0),
+            "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),
+        })
+    return rows
+
+
 def load_study(name: str, tracking_uri: str) -> StudyData:
     """Read every finished seed run of study `name` (MLflow experiment of the same name)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per downloaded curve otherwise
@@ -154,11 +187,13 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "target": float(p["eval.target_accuracy"]),
                 "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
             })
-            with open(client.download_artifacts(r.info.run_id, tracking.CURVE_ARTIFACT, tmp)) as f:
-                for e in json.load(f):
-                    curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
-            with open(client.download_artifacts(r.info.run_id, tracking.AGES_ARTIFACT, tmp)) as f:
-                ages[r.info.run_id] = {int(k): v for k, v in json.load(f)["age_counts"].items()}
+            for e in _curve(client, r.info.run_id, tmp):
+                curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
+            try:
+                with open(client.download_artifacts(r.info.run_id, tracking.AGES_ARTIFACT, tmp)) as f:
+                    ages[r.info.run_id] = {int(k): v for k, v in json.load(f)["age_counts"].items()}
+            except (OSError, MlflowException):
+                pass  # artifacts lost: the staleness histogram leaves this run out, the curve comes from metrics
             logged = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, tracking.COMPUTE_UNITS)}
             for mm in client.get_metric_history(r.info.run_id, tracking.POLICY_ENTROPY):
                 entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)})

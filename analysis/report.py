@@ -10,13 +10,14 @@ import base64
 import html
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from analysis import plots
+from analysis import laws, plots
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import fit_runs, predicted_optimum
 from analysis.models import compare, optimum
@@ -136,6 +137,33 @@ def _models_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def _laws(data: StudyData, models: list[dict]) -> list[dict]:
+    """The paper's laws that this study can test (`analysis.laws`); F2's predicted minimum uses thm45's fitted rho."""
+    rho = next((m["params"].get("rho") for m in models if m["model"] == "thm45"), None)
+    verdicts = [laws.f1_sqrt_mu(data), laws.f2_u_shape(data, rho=rho)]
+    return [asdict(v) | {"line": v.line()} for v in verdicts if v.verdict != "not testable"]
+
+
+def _laws_section(result: dict) -> list[str]:
+    verdicts = result.get("laws") or []
+    if not verdicts:
+        return []
+    lines = ["## The paper's laws", "",
+             "Falsification tests of replay-papers §6.4 (`analysis.laws`), with a bootstrap over the seeds every configuration "
+             "ran: *holds*, *falsified*, or *unresolved* when the data cannot tell.", ""]
+    lines += [f"- **{v['line']}**" for v in verdicts]
+    f1 = next((v for v in verdicts if v["law"] == "F1"), None)
+    if f1:
+        lines += ["", "F1: one grid re-accounted at each mu (the learning curves do not depend on mu in the synchronous setting).", "",
+                  "| mu | optimum x | optimum y | its compute | y 95% interval | share of draws where each (x, y) is optimal |",
+                  "|---|---|---|---|---|---|"]
+        for r in f1["rows"]:
+            share = ", ".join(f"({k}) {100 * v:.0f}%" for k, v in r["optimum_share"].items())
+            lines.append(f"| {_fmt(r['mu'])} | {_fmt(r['x'])} | {_fmt(r['y'])} | {_fmt(r['compute_to_target'])} | "
+                         f"[{_fmt(r['y_low'])}, {_fmt(r['y_high'])}] | {share} |")
+    return lines + [""]
+
+
 def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     """Each configuration re-run on fresh seeds (`study confirm`): its selection record beside its replication."""
     out = []
@@ -178,6 +206,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         "configurations": [_config_record(r) for _, r in configs.iterrows()],
         "confirmations": _confirmations(data, configs),
         "whatif": {},
+        "laws": _laws(data, block.get("models") or []),
     }
     for mu in whatif_mu:
         w, _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed, models=False)
@@ -327,6 +356,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         f"leave-one-configuration-out: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in f['loco'].items()})}.",
         "",
         *_models_section(result),
+        *_laws_section(result),
         "## Predicted against empirical optimum",
         "",
         "| | x = N/R | y = B/R | capacity | compute to target (measured) | predicted |",

@@ -204,6 +204,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         held = f"{loco['median_abs_log_error']:.3g} over {loco['n']}" if loco.get("n") else "-"
         print(f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
               f"{', '.join(m['unidentified']) or 'none'}; optimum {where}")
+    for law in result.get("laws", []):
+        print(law["line"])
     print(f"wrote {out / 'analysis.json'}")
     return 0
 
