@@ -176,6 +176,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "y": ratio,
                 "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": B / ratio,
+                "lr": float(p.get("lr", "nan")),
                 "baseline": trial_run in baseline_trials,
                 "arm": arm,
                 "predicted_when_run": predicted_at.get(trial_run, np.nan),

@@ -10,8 +10,11 @@
 
 Every verdict comes from a bootstrap over seeds (the same seeds drawn for every configuration, so the comparison
 stays paired), with the expanded percentiles of `workbench.stats`: **holds**, **falsified** or **unresolved**
-(the data cannot tell). F3 (the best lr falls as y rises) needs lr searched in the study; F6 (noise non-decreasing
-with age) needs the probe's sigma²(tau).
+(the data cannot tell).
+- **F3, the learning-rate prescription.** The best learning rate scales with b / (sigma_bar²(x)[1 + y(rho + 1/x)]):
+  it falls as y rises; falsified if it is independent of y. Needs a study that varies lr.
+
+F6 (noise non-decreasing with age) needs the probe's sigma²(tau).
 """
 
 from __future__ import annotations
@@ -45,17 +48,20 @@ class Verdict:
         return f"{self.law} ({self.claim}): {self.verdict}. {self.reason}"
 
 
-def _log_table(data: StudyData, mus) -> tuple[pd.DataFrame, list]:
-    """log compute-to-target per (mu, x, y) row and seed column, uniform replay's selection runs and the baseline
-    (censored runs at their total: a bound), restricted to the seeds every configuration ran."""
+def _log_table(data: StudyData, mus, keys=None) -> tuple[pd.DataFrame, list]:
+    """log compute-to-target per (mu, *keys) row and seed column, uniform replay's selection runs and the baseline
+    (censored runs at their total: a bound), restricted to the seeds every configuration ran. Keys: (x, y), and lr
+    when the study varies it (the laws then take each configuration at its best learning rate, as the paper does)."""
     runs = data.runs[(data.runs["arm"] == "sampler") & (data.runs["strategy"] == "uniform")]
+    if keys is None:
+        keys = ("x", "y", "lr") if "lr" in runs and runs["lr"].nunique() > 1 else ("x", "y")
     data = StudyData(data.name, data.reference_mu, data.target, data.estimator, runs, data.curves, data.entropy, data.ages)
     frames = []
     for mu in mus:
         r = reaccount(data, mu).runs
         value = np.where(r["censored"] > 0, r["total_units"], r["compute_to_target"])
-        frames.append(r.assign(mu=mu, log_c=np.log(value.astype(float)))[["mu", "x", "y", "seed", "log_c"]])
-    table = pd.concat(frames).pivot_table(index=["mu", "x", "y"], columns="seed", values="log_c", aggfunc="mean")
+        frames.append(r.assign(mu=mu, log_c=np.log(value.astype(float)))[["mu", *keys, "seed", "log_c"]])
+    table = pd.concat(frames).pivot_table(index=["mu", *keys], columns="seed", values="log_c", aggfunc="mean")
     seeds = [s for s in table.columns if table[s].notna().all()]
     return table[seeds], seeds
 
@@ -125,20 +131,22 @@ def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int 
     rows = []
     for mu in mus:
         for x in sorted({k[1] for k in keys if k[0] == mu}):
-            cols = [i for i, k in enumerate(keys) if k[0] == mu and k[1] == x]
-            y = np.array([keys[i][2] for i in cols])
-            if len(cols) < 3:
+            ys = sorted({k[2] for k in keys if k[0] == mu and k[1] == x})
+            if len(ys) < 3:
                 continue
-            arg = boot[:, cols].argmin(axis=1)
+            y = np.array(ys)
+            # each y at its best learning rate (when the study varies it), in every draw
+            at_y = np.column_stack([boot[:, [i for i, k in enumerate(keys) if k[:3] == (mu, x, yy)]].min(axis=1) for yy in ys])
+            arg = at_y.argmin(axis=1)
             interior = (y[arg] > y.min()) & (y[arg] < y.max())
             # Monotone, resolved: each step along y worse than the one before in >= 97.5% of draws (or better).
-            steps = np.diff(boot[:, cols][:, np.argsort(y)], axis=1)
+            steps = np.diff(at_y, axis=1)
             up, down = float(np.mean((steps > 0).all(axis=1))), float(np.mean((steps < 0).all(axis=1)))
             pred = float(y_star(x, mu, rho, with_replacement=False)) if rho is not None else math.nan
             y_best = float(y[arg[0]])
             rows.append({"mu": mu, "x": x, "y_best": y_best, "interior_share": float(np.mean(interior[1:])),
                          "increasing_share": up, "decreasing_share": down, "y_predicted": pred,
-                         "curve": {f"{yy:g}": float(math.exp(boot[0, c])) for yy, c in zip(y, cols)}})
+                         "curve": {f"{yy:g}": float(math.exp(at_y[0, j])) for j, yy in enumerate(ys)}})
     if not rows:
         return Verdict("F2", claim, "not testable", "needs three or more replay ratios at one x")
     _, hi_q = stats.expanded_quantiles(len(seeds))
@@ -159,3 +167,38 @@ def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int 
         verdict = "unresolved"
         why = "no x has a minimum over y resolved as interior or a resolved monotone trend where the law puts its minimum inside the grid"
     return Verdict("F2", claim, verdict, f"{why}; {len(seeds)} paired seeds.", rows, {"seeds": seeds, "rho": rho})
+
+
+def f3_lr_falls_with_y(data: StudyData, n_boot: int = N_BOOT, seed: int = 0) -> Verdict:
+    """F3: at every (x, y) run at two or more learning rates, the best one; the slope of log lr_opt on log y over
+    those cells (pooled) with its interval. Holds when it is below 0, falsified when it is resolved at or above 0
+    (the best lr does not fall as y rises: the paper's criterion is "independent of y")."""
+    claim = "the best learning rate falls as the replay ratio rises"
+    runs = data.runs
+    if "lr" not in runs or runs["lr"].nunique() < 2:
+        return Verdict("F3", claim, "not testable", "needs a study that runs two or more learning rates")
+    table, seeds = _log_table(data, (data.reference_mu,), keys=("x", "y", "lr"))
+    keys = list(table.index)
+    cells: dict[tuple, list[int]] = {}
+    for i, (_, x, y, lr) in enumerate(keys):
+        cells.setdefault((x, y), []).append(i)
+    cells = {c: idx for c, idx in cells.items() if len(idx) >= 2}
+    if len({c[1] for c in cells}) < 2 or len(seeds) < 2:
+        return Verdict("F3", claim, "not testable", f"needs two or more learning rates at two or more replay ratios and 2 or more common seeds ({len(seeds)})")
+    boot = _boot_means(table, n_boot, seed)
+    log_y = np.log(np.array([c[1] for c in cells], float))
+    log_y -= log_y.mean()
+    lr_opt = np.column_stack([np.log(np.array([keys[i][3] for i in idx])[boot[:, idx].argmin(axis=1)]) for idx in cells.values()])
+    slopes = (lr_opt - lr_opt.mean(axis=1, keepdims=True)) @ log_y / float(log_y @ log_y)
+    low, high = _interval(slopes[1:], len(seeds))
+    slope = float(slopes[0])
+    rows = [{"x": c[0], "y": c[1], "lr_best": float(math.exp(lr_opt[0, j])),
+             "by_lr": {f"{keys[i][3]:g}": float(math.exp(boot[0, i])) for i in idx}} for j, (c, idx) in enumerate(cells.items())]
+    what = f"slope of log lr_opt on log y {slope:.2f} [{low:.2f}, {high:.2f}] over {len(cells)} (x, y) cells"
+    if high < 0:
+        verdict, why = "holds", what
+    elif low >= 0:
+        verdict, why = "falsified", f"the best lr does not fall as y rises: {what}"
+    else:
+        verdict, why = "unresolved", f"{what} contains 0"
+    return Verdict("F3", claim, verdict, f"{why}; {len(seeds)} paired seeds.", rows, {"slope": slope, "slope_low": low, "slope_high": high, "seeds": seeds})

@@ -140,7 +140,7 @@ def _models_section(result: dict) -> list[str]:
 def _laws(data: StudyData, models: list[dict]) -> list[dict]:
     """The paper's laws that this study can test (`analysis.laws`); F2's predicted minimum uses thm45's fitted rho."""
     rho = next((m["params"].get("rho") for m in models if m["model"] == "thm45"), None)
-    verdicts = [laws.f1_sqrt_mu(data), laws.f2_u_shape(data, rho=rho)]
+    verdicts = [laws.f1_sqrt_mu(data), laws.f2_u_shape(data, rho=rho), laws.f3_lr_falls_with_y(data)]
     return [asdict(v) | {"line": v.line()} for v in verdicts if v.verdict != "not testable"]
 
 

@@ -68,3 +68,28 @@ def test_f2_monotone_where_the_law_puts_the_minimum_inside_the_grid_is_falsified
     assert v.verdict == "falsified" and "monotone" in v.reason
     # the same data where the law itself puts the minimum at the grid's edge: no contradiction
     assert laws.f2_u_shape(_study(steps={1: 10, 2: 30, 4: 90}, jitter=1), rho=100.0, mus=(5.28,)).verdict == "unresolved"
+
+
+def _lr_study(best_lr: dict[float, float], seeds=(0, 1, 2)) -> StudyData:
+    """Every (y, lr) cell of a grid at x 8: compute-to-target is smallest at best_lr[y] and grows with
+    |log(lr / best)|; a little seed noise."""
+    runs = []
+    for y, best in best_lr.items():
+        for lr in (1e-5, 2e-5, 4e-5):
+            for seed in seeds:
+                c = 20 * y ** 0.3 * (1 + abs(math.log(lr / best))) * (1 + 0.01 * seed)
+                runs.append({"run_id": f"{y}-{lr}-{seed}", "arm": "sampler", "strategy": "uniform", "x": 8.0, "y": float(y),
+                             "lr": lr, "seed": seed, "baseline": False, "compute_to_target": c, "censored": 0, "total_units": 200.0,
+                             "low_units": c, "high_units": c})
+    return StudyData("lr", 1.0, 0.8, "first", pd.DataFrame(runs), pd.DataFrame(), pd.DataFrame(), {})
+
+
+def test_f3_the_best_learning_rate_falling_with_y_holds_and_a_constant_one_is_falsified(monkeypatch):
+    # compute-to-target read straight from the runs (no curves to re-account in this synthetic study)
+    monkeypatch.setattr(laws, "reaccount", lambda data, mu: data)
+    v = laws.f3_lr_falls_with_y(_lr_study({1: 4e-5, 2: 2e-5, 4: 1e-5}))
+    assert v.verdict == "holds" and v.numbers["slope"] == pytest.approx(-1.0)
+    assert [r["lr_best"] for r in v.rows] == pytest.approx([4e-5, 2e-5, 1e-5])
+    v = laws.f3_lr_falls_with_y(_lr_study({1: 2e-5, 2: 2e-5, 4: 2e-5}))
+    assert v.verdict == "falsified" and v.numbers["slope"] == 0
+    assert laws.f3_lr_falls_with_y(_study()).verdict == "not testable"  # one learning rate
