@@ -340,14 +340,23 @@ RIDGE_SPAN_X, RIDGE_SPAN_Y = 4.0, 2.0
 """A prediction is refused when the near-optimal set spans more than these factors in x or in y."""
 
 
-def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True, lr=None) -> dict:
+def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True, lr=None, lr_bounds=None) -> dict:
     """The fitted model's argmin over the knobs (y >= 1; x >= y for distinct draws) as {x, y, compute}, or
     {refused: reason} when the minimum lies on a flat ridge (every configuration within 5% of the minimum, spanning
-    more than 4x in x or 2x in y) or at the searched range's upper edge in x or y (the model does not bound it)."""
+    more than 4x in x or 2x in y) or at the searched range's upper edge in x or y (the model does not bound it).
+    A model that uses the learning rate is minimised over lr in `lr_bounds` too (default: lr_ref/4 to 4 lr_ref)
+    unless `lr` fixes it, and the optimum carries `lr`."""
     xs = np.exp(np.linspace(math.log(x_bounds[0]), math.log(x_bounds[1]), 161))
     ys = np.exp(np.linspace(math.log(y_bounds[0]), math.log(y_bounds[1]), 161))
-    X, Y = np.meshgrid(xs, ys)
-    C = fit.predict(X, Y, lr)
+    search_lr = MODELS[fit.model].uses_lr and lr is None
+    if search_lr:
+        lo, hi = lr_bounds or (fit.lr_ref / 4, fit.lr_ref * 4)
+        lrs = np.exp(np.linspace(math.log(lo), math.log(hi), 41))
+        L, Y, X = np.meshgrid(lrs, ys, xs, indexing="ij")
+        C = fit.predict(X, Y, L)
+    else:
+        X, Y = np.meshgrid(xs, ys)
+        C = fit.predict(X, Y, lr)
     feasible = np.isfinite(C) & ((X >= Y) if distinct else True)
     C = np.where(feasible, C, np.inf)
     i = np.unravel_index(np.argmin(C), C.shape)
@@ -356,6 +365,12 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
     x_span, y_span = X[near].max() / X[near].min(), Y[near].max() / Y[near].min()
     out = {"x": x, "y": y, "compute": c, "near_x": [float(X[near].min()), float(X[near].max())],
            "near_y": [float(Y[near].min()), float(Y[near].max())]}
+    if search_lr:
+        out |= {"lr": float(L[i]), "near_lr": [float(L[near].min()), float(L[near].max())]}
+        if out["lr"] in (float(lrs[0]), float(lrs[-1])):
+            out["refused"] = (f"the best learning rate is at the edge of the searched range ({out['lr']:.3g}; searched"
+                              f" {lrs[0]:.3g} to {lrs[-1]:.3g}): the model does not bound it")
+            return out
     if x >= x_bounds[1] * 0.999 or y >= y_bounds[1] * 0.999:
         out["refused"] = (f"the minimum is at the edge of the searched range (x {x:.3g}, y {y:.3g}; searched x <= {x_bounds[1]:g},"
                           f" y <= {y_bounds[1]:g}): the model does not bound the optimum")

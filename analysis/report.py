@@ -107,7 +107,8 @@ def _models(uniform: pd.DataFrame, mu: float, xb, yb, bootstrap: int, seed: int)
     optimum or the reason it refuses one."""
     if uniform.groupby(["x", "y"]).ngroups < MODEL_MIN_CONFIGURATIONS:
         return []
-    return [{**f.summary(), "optimum": optimum(f, xb, yb)} for f in compare(uniform, mu, bootstrap=min(bootstrap, 30), seed=seed)]
+    lr_bounds = (float(uniform["lr"].min()), float(uniform["lr"].max())) if "lr" in uniform else None  # never extrapolated
+    return [{**f.summary(), "optimum": optimum(f, xb, yb, lr_bounds=lr_bounds)} for f in compare(uniform, mu, bootstrap=min(bootstrap, 30), seed=seed)]
 
 
 def _models_section(result: dict) -> list[str]:
@@ -130,7 +131,8 @@ def _models_section(result: dict) -> list[str]:
         loco = m["loco"]
         held = f"{_fmt(loco['median_abs_log_error'])} ({loco['n']})" if loco.get("n") else "-"
         o = m["optimum"]
-        best = f"refused: {o['refused']}" if "refused" in o else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}: {_fmt(o['compute'])}"
+        at_lr = f", lr {_fmt(o['lr'])}" if "lr" in o else ""
+        best = f"refused: {o['refused']}" if "refused" in o else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}{at_lr}: {_fmt(o['compute'])}"
         params = ", ".join(f"{k} {_fmt(v)}" for k, v in m["params"].items() if k != "scale")
         lines.append(f"| `{m['model']}` | {params} | {_fmt(m['aic'])} | {held} | {_fmt(m['r2_log'])} | "
                      f"{', '.join(m['unidentified']) or 'none'} | {best} |")

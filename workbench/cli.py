@@ -200,7 +200,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
           f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}")
     for m in result.get("models", []):  # best first (analysis.models.compare)
         o, loco = m["optimum"], m["loco"]
-        where = f"refused ({o['refused']})" if "refused" in o else f"x {o['x']:.3g}, y {o['y']:.3g}"
+        where = f"refused ({o['refused']})" if "refused" in o else f"x {o['x']:.3g}, y {o['y']:.3g}" + (f", lr {o['lr']:.3g}" if "lr" in o else "")
         held = f"{loco['median_abs_log_error']:.3g} over {loco['n']}" if loco.get("n") else "-"
         print(f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
               f"{', '.join(m['unidentified']) or 'none'}; optimum {where}")

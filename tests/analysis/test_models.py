@@ -102,3 +102,20 @@ def test_the_censored_likelihood_is_the_survival_beyond_the_bound():
 
     assert float(ll[0]) == pytest.approx(float(stats.norm.logsf(1.0)))
     assert set(MODELS) >= {"thm45", "with_replacement", "extended", "extended_lr"}
+
+
+def test_the_learning_rate_aware_optimum_predicts_the_learning_rate_with_x_and_y():
+    # compute ∝ cost(y)/(lam(1 - lam V/V*)) is smallest at lam = V*/(2 V): the best lr falls as the noise V rises
+    from analysis.theory import shifted_power_law_sigma_bar_sq
+
+    p = TRUTH["extended"]
+    truth = ModelFit("extended_lr", {**p, "log_sigma": math.log(0.08)}, MU, 1e-4, 0, 0, 0.0)
+    o = optimum(truth, lr_bounds=(1e-6, 1e-2))
+    assert "refused" not in o
+    v = shifted_power_law_sigma_bar_sq(p["alpha"], math.exp(p["log_tau0"]))(o["x"]) * (
+        1 + math.exp(p["log_c"]) * o["y"] / o["x"] + math.exp(p["log_rho"]) * o["y"])
+    assert o["lr"] == pytest.approx(1e-4 * math.exp(p["log_vstar"]) / (2 * v), rel=0.15)
+    fixed = optimum(truth, lr=1e-4)
+    assert "lr" not in fixed and fixed["compute"] >= o["compute"]
+    narrow = optimum(truth, lr_bounds=(1e-9, 2e-9))
+    assert "refused" in narrow and "learning rate" in narrow["refused"]
