@@ -14,6 +14,7 @@ TOY = {
     "batch_size": 16,
     "group_size": 4,
     "lr": 1e-4,  # toy trials are 4-10 steps: a step size that moves the tiny model visibly within them
+    "lr_warmup_steps": 0,  # ... from the first step
     "threads": 1,
     "task": {"digits": 2, "n_eval": 64},
     "model": {"warm_start": {"target_accuracy": 0.2}},
