@@ -1,0 +1,80 @@
+"""The probe's noise-by-age estimators against a linear regression whose per-sample gradient noise is known."""
+
+import math
+
+import numpy as np
+import pytest
+
+from workbench import noise
+
+D, S2, DECAY = 20, 0.25, 0.8
+DELTA0 = np.linspace(1.0, -1.0, D) / 2
+
+
+def _stale_gradients(now: int, ages, per_age: int, seed: int = 0):
+    """Least squares y = x·w* + e, x ~ N(0, I), e ~ N(0, S2), on a trajectory w_t = w* + DECAY^t DELTA0. A sample
+    born at step b keeps its residual from w_b (as a rollout keeps its behaviour log-probs and advantage), so its
+    gradient x(x·w_b - y) = x(x·Delta_b - e) has mean Delta_b and covariance trace (D + 1)|Delta_b|² + D·S2."""
+    rng = np.random.default_rng(seed)
+    grads, tags = [], []
+    for age in ages:
+        delta = DECAY ** (now - age) * DELTA0
+        x = rng.normal(size=(per_age, D))
+        e = rng.normal(0, math.sqrt(S2), size=per_age)
+        grads.append(x * (x @ delta - e)[:, None])
+        tags += [age] * per_age
+    return np.vstack(grads), np.array(tags)
+
+
+def _truth(now: int, age: int) -> float:
+    return (D + 1) * float(np.sum((DECAY ** (now - age) * DELTA0) ** 2)) + D * S2
+
+
+def test_noise_by_age_recovers_the_computable_truth():
+    grads, ages = _stale_gradients(now=10, ages=range(9), per_age=600)
+    measured = noise.noise_by_age(grads, ages)
+    assert [a.age for a in measured] == list(range(9))
+    for a in measured:
+        assert abs(a.sigma2 - _truth(10, a.age)) < 4 * a.se
+        assert a.se < 0.1 * a.sigma2
+    # older rollouts carry larger residuals here: the noise grows with age, and the fit says so (F6 holds)
+    growth = noise.fit_noise_growth(measured)
+    assert growth.alpha > 0 and growth.non_decreasing
+
+
+def test_the_growth_fit_recovers_a_shifted_power_law():
+    rng = np.random.default_rng(0)
+    truth = dict(sigma0_sq=2.0, tau0=3.0, alpha=0.4)
+    points = [noise.AgeNoise(t, 500, truth["sigma0_sq"] * (1 + t / truth["tau0"]) ** (2 * truth["alpha"]) * (1 + 0.01 * rng.normal()),
+                             0.02 * truth["sigma0_sq"], np.zeros(3)) for t in range(0, 17)]
+    got = noise.fit_noise_growth(points)
+    assert got.alpha == pytest.approx(0.4, rel=0.15) and got.tau0 == pytest.approx(3.0, rel=0.3)
+    assert got.sigma0_sq == pytest.approx(2.0, rel=0.05) and got.non_decreasing
+
+
+def test_a_random_projection_keeps_the_noise_and_the_bias():
+    grads, ages = _stale_gradients(now=10, ages=(0, 4, 8), per_age=800, seed=1)
+    full = noise.noise_by_age(grads, ages)
+    projected = noise.noise_by_age(grads @ noise.projection(D, 512, seed=2), ages)
+    for a, b in zip(full, projected):
+        assert b.sigma2 == pytest.approx(a.sigma2, rel=0.15)
+    kappa = noise.staleness_bias(full)
+    for age in (4, 8):  # |Delta_b - Delta_now| / |Delta_now|, sampling error of the means included
+        want = abs(DECAY ** (-age) - 1)
+        assert kappa[age] == pytest.approx(want, rel=0.25)
+
+
+def test_noise_that_falls_with_age_fails_f6():
+    grads, ages = _stale_gradients(now=10, ages=range(9), per_age=600, seed=3)
+    reversed_ages = 8 - ages  # the same samples, labelled so that the oldest are the least noisy
+    growth = noise.fit_noise_growth(noise.noise_by_age(grads, reversed_ages))
+    assert growth.alpha < 0 and not growth.non_decreasing
+
+
+def test_within_group_correlation():
+    rng = np.random.default_rng(0)
+    shared = np.repeat(rng.normal(size=(50, 30)), 8, axis=0)  # 50 groups of 8 sharing a component
+    grads = shared + rng.normal(size=(400, 30))
+    groups = np.repeat(np.arange(50), 8)
+    assert noise.within_group_correlation(grads, groups) == pytest.approx(0.5, abs=0.06)
+    assert abs(noise.within_group_correlation(rng.normal(size=(400, 30)), groups)) < 0.03

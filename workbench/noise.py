@@ -1,0 +1,114 @@
+"""Gradient noise by rollout age, measured from per-rollout gradients (the probe's estimators; replay-papers §6.3).
+
+The model of Arnal et al. needs sigma²(tau), the variance of a single rollout's gradient at age tau (Assumption
+4.3), and the coupling of rollouts through the iterate path. Measured directly: take the per-rollout gradients of
+the training objective at the current parameters (or a random projection of them: a Gaussian matrix with
+variance 1/k keeps squared norms and inner products in expectation, Johnson-Lindenstrauss), group them by age and
+read the spread within each group. Torch-free: the probe hands in arrays.
+
+- `noise_by_age`: sigma²(tau) = the unbiased trace of the per-rollout gradient covariance at age tau, with its
+  standard error; the mean gradient per age (for the staleness bias).
+- `staleness_bias`: kappa(tau) = |mean gradient at tau - mean at age 0| / |mean at age 0|.
+- `fit_noise_growth`: sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) (replay-papers §6.2) by weighted least squares
+  on the log, for the models' alpha and tau0.
+- `within_group_correlation`: gamma, the mean correlation of centred gradients of rollouts from one prompt's group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AgeNoise:
+    age: int
+    n: int
+    sigma2: float
+    """Unbiased trace of the per-rollout gradient covariance: E|g - E g|²."""
+    se: float
+    """Its standard error (from the spread of the squared deviations)."""
+    mean: np.ndarray
+    """The mean gradient of this age."""
+
+
+def noise_by_age(grads, ages, min_count: int = 3) -> list[AgeNoise]:
+    """sigma²(tau) per age with at least `min_count` rollouts: (n / (n - 1)) · mean |g_i - mean|², i.e. the
+    unbiased trace of the covariance of one rollout's gradient. `grads`: (n, d) per-rollout gradients (or
+    projections), `ages`: (n,) ints."""
+    grads, ages = np.asarray(grads, float), np.asarray(ages)
+    out = []
+    for age in np.unique(ages):
+        g = grads[ages == age]
+        n = len(g)
+        if n < min_count:
+            continue
+        mean = g.mean(axis=0)
+        sq = np.sum((g - mean) ** 2, axis=1) * n / (n - 1)
+        out.append(AgeNoise(int(age), n, float(sq.mean()), float(sq.std(ddof=1) / math.sqrt(n)), mean))
+    return out
+
+
+def staleness_bias(noise: list[AgeNoise]) -> dict[int, float]:
+    """kappa(tau) = |mean gradient at age tau - at the youngest age| / |mean at the youngest age|."""
+    if not noise:
+        return {}
+    ref = min(noise, key=lambda a: a.age).mean
+    scale = float(np.linalg.norm(ref)) or math.nan
+    return {a.age: float(np.linalg.norm(a.mean - ref)) / scale for a in noise}
+
+
+@dataclass(frozen=True)
+class NoiseGrowth:
+    sigma0_sq: float
+    tau0: float
+    alpha: float
+    non_decreasing: bool
+    """F6: sigma²(tau) fitted non-decreasing (alpha >= 0) and no age reads resolvably below a younger one."""
+
+
+def fit_noise_growth(noise: list[AgeNoise]) -> NoiseGrowth:
+    """sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) fitted to the measured points by least squares on log sigma²
+    weighted by each point's relative precision (a grid over tau0, closed form for the rest)."""
+    from scipy import optimize
+
+    tau = np.array([a.age for a in noise], float)
+    s2 = np.array([a.sigma2 for a in noise], float)
+    w = np.array([(a.sigma2 / a.se) ** 2 if a.se > 0 else 1.0 for a in noise], float)
+    y = np.log(s2)
+
+    def solve(log_tau0: float):
+        X = np.column_stack([np.ones_like(tau), np.log1p(tau / math.exp(log_tau0))])
+        coef, *_ = np.linalg.lstsq(X * np.sqrt(w)[:, None], y * np.sqrt(w), rcond=None)
+        return coef, float(np.sum(w * (y - X @ coef) ** 2))
+
+    res = optimize.minimize_scalar(lambda lt: solve(lt)[1], bounds=(math.log(0.05), math.log(1e3)), method="bounded")
+    coef, _ = solve(res.x)
+    # F6: every older age at least as noisy as every younger one, within two standard errors.
+    ordered = sorted(noise, key=lambda a: a.age)
+    drops = [b.sigma2 < a.sigma2 - 2 * math.hypot(a.se, b.se) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+    alpha = float(coef[1] / 2)
+    return NoiseGrowth(float(math.exp(coef[0])), float(math.exp(res.x)), alpha, alpha >= 0 and not any(drops))
+
+
+def within_group_correlation(grads, groups) -> float:
+    """gamma: the mean cosine between the centred gradients of two different rollouts of the same group (the
+    GRPO group's shared prompt and baseline correlate them); 0 for independent rollouts."""
+    grads, groups = np.asarray(grads, float), np.asarray(groups)
+    centred = grads - grads.mean(axis=0)
+    unit = centred / np.maximum(np.linalg.norm(centred, axis=1, keepdims=True), 1e-30)
+    cos = []
+    for g in np.unique(groups):
+        u = unit[groups == g]
+        if len(u) < 2:
+            continue
+        c = u @ u.T
+        cos.append((c.sum() - np.trace(c)) / (len(u) * (len(u) - 1)))
+    return float(np.mean(cos)) if cos else math.nan
+
+
+def projection(d: int, k: int, seed: int = 0) -> np.ndarray:
+    """A (d, k) Gaussian random projection with variance 1/k: |g P|² estimates |g|² without bias."""
+    return np.random.default_rng(seed).normal(0.0, 1.0 / math.sqrt(k), size=(d, k)).astype(np.float32)
