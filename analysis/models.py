@@ -119,9 +119,14 @@ def _thm45(with_replacement: bool):
     return log_compute
 
 
+def _v_eff(p, x, y):
+    """The extended model's effective noise: sigma_bar²(x)(1 + c·y/x + rho·y)."""
+    return _sigma_bar(p, x) * (1.0 + math.exp(p["log_c"]) * y / x + math.exp(p["log_rho"]) * y)
+
+
 @np.errstate(divide="ignore", over="ignore")
 def _extended(p, x, y, lam, mu):
-    v_eff = _sigma_bar(p, x) * (1.0 + math.exp(p["log_c"]) * y / x + math.exp(p["log_rho"]) * y)
+    v_eff = _v_eff(p, x, y)
     room = np.logaddexp(0.0, SHARPNESS * (1.0 - lam * v_eff / math.exp(p["log_vstar"]))) / SHARPNESS
     return p["log_scale"] + np.log((1.0 + mu / y) / (1.0 + mu)) - np.log(lam) - np.log(room)
 
@@ -378,3 +383,20 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
         out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
                           f" [{X[near].min():.3g}, {X[near].max():.3g}] and y in [{Y[near].min():.3g}, {Y[near].max():.3g}]")
     return out
+
+
+def tuned_lr_optimum(alpha: float, tau0: float, c: float, rho: float, mu: float, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0)) -> dict:
+    """The extended model's optimum when the learning rate is re-tuned per configuration (regime A, what Theorem
+    4.5 assumes): at lam* = V*/(2 V_eff) the compute to target is ∝ cost(y)·V_eff(x, y), so the optimum needs no
+    V* and no scale, only parameters a probe measures (`workbench probe`). Minimised over 1 <= y <= x on a grid;
+    {x, y, lr_factor}: lr_factor is the predicted best lr relative to on-policy's, V_eff(1, 1)/V_eff(x*, y*)."""
+    p = {"alpha": alpha, "log_tau0": math.log(tau0), "log_c": math.log(max(c, 1e-12)), "log_rho": math.log(max(rho, 1e-12))}
+    xs = np.exp(np.linspace(math.log(x_bounds[0]), math.log(x_bounds[1]), 241))
+    ys = np.exp(np.linspace(math.log(y_bounds[0]), math.log(y_bounds[1]), 241))
+    X, Y = np.meshgrid(xs, ys)
+    C = np.where(X >= Y, (1.0 + mu / Y) / (1.0 + mu) * _v_eff(p, X, Y), np.inf)
+    i = np.unravel_index(np.argmin(C), C.shape)
+    on_policy = float((1.0 + mu) / (1.0 + mu) * _v_eff(p, np.array(1.0), np.array(1.0)))
+    x, y = float(X[i]), float(Y[i])
+    return {"x": x, "y": y, "relative_compute": float(C[i]) / on_policy, "lr_factor": on_policy / float(_v_eff(p, np.array(x), np.array(y))),
+            "at_edge": x >= x_bounds[1] * 0.999 or y >= y_bounds[1] * 0.999}

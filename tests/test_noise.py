@@ -78,3 +78,25 @@ def test_within_group_correlation():
     groups = np.repeat(np.arange(50), 8)
     assert noise.within_group_correlation(grads, groups) == pytest.approx(0.5, abs=0.06)
     assert abs(noise.within_group_correlation(rng.normal(size=(400, 30)), groups)) < 0.03
+
+
+def test_count_sketch_keeps_norms_and_reuse_correlation_reads_repeated_noise():
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=(200, 5000))
+    idx, sign = noise.count_sketch(5000, 1024, seed=1)
+    sk = np.zeros((200, 1024))
+    for i in range(200):
+        np.add.at(sk[i], idx, g[i] * sign)
+    assert np.mean(np.sum(sk**2, axis=1)) == pytest.approx(np.mean(np.sum(g**2, axis=1)), rel=0.03)
+    later = 0.8 * g + 0.6 * rng.normal(size=g.shape)  # the same rollouts' noise, partly renewed: correlation 0.8
+    assert noise.reuse_correlation(g, later) == pytest.approx(0.8, abs=0.02)
+    assert abs(noise.reuse_correlation(g, rng.normal(size=g.shape))) < 0.02
+
+
+def test_the_staleness_bias_is_corrected_for_the_noise_of_few_rollouts():
+    rng = np.random.default_rng(4)
+    mean = np.ones(50)
+    grads = mean + 3.0 * rng.normal(size=(16 * 8, 50))  # no bias at all: every age has the same mean
+    ages = np.repeat(np.arange(16), 8)
+    kappa = noise.staleness_bias(noise.noise_by_age(grads, ages))
+    assert np.nanmedian(list(kappa.values())) < 0.35  # uncorrected, |mean_tau - mean_0| / |mean_0| reads ~1.5

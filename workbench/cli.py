@@ -220,6 +220,67 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    """One short replay run that measures mu, sigma²(tau), kappa, gamma and rho, and the optimum they predict."""
+    from workbench.config import load_yaml_mapping, parse_override, set_dotted
+
+    for name, low in (("x", 1.0), ("ratio", 1.0), ("steps", 1), ("every", 1), ("lag", 1), ("sketch", 16)):
+        value = getattr(args, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
+            raise ConfigError(f"--{name}: must be >= {low:g} (got {value})")
+    data = load_yaml_mapping(args.config) if args.config else {}
+    for item in args.set or []:
+        set_dotted(data, *parse_override(item))
+    data.setdefault("tracking", {}).setdefault("experiment", "probe")
+    if args.tracking_uri:
+        data["tracking"]["uri"] = args.tracking_uri
+    from analysis.models import tuned_lr_optimum
+    from analysis.theory import to_knobs
+    from workbench.trial.probe import probe_config, run_probe
+
+    cfg = probe_config(data, x=args.x, ratio=args.ratio, steps=args.steps)
+    res, result = run_probe(cfg, every=args.every, lag=args.lag, sketch=args.sketch,
+                            show_progress=progress.bars_wanted(args.json, args.quiet))
+    out = res.summary()
+    g = res.growth
+    c = max(res.gamma, 0.0) * (cfg.group_size - 1)
+    if not g:
+        out["predicted"] = {"refused": "sigma²(tau) could not be fitted (fewer than three ages with a spread)"}
+    elif not (math.isfinite(res.rho) and res.rho > 0 and math.isfinite(res.mu) and res.mu > 0):
+        out["predicted"] = {"refused": f"rho ({res.rho:.3g}) or mu ({res.mu:.3g}) not measured"}
+    else:
+        o = tuned_lr_optimum(max(g["alpha"], 0.0), g["tau0"], c, res.rho, res.mu)
+        k = to_knobs(o["x"], o["y"], cfg.batch_size, res.mu)
+        out["predicted"] = {**o, "c": c, "capacity": k.capacity, "ratio": o["y"], "lr": cfg.lr * o["lr_factor"]}
+        if o["at_edge"]:
+            why = "the noise does not grow with age (alpha <= 0)" if g["alpha"] <= 0 else "the model does not bound it"
+            out["predicted"]["refused"] = f"the optimum is at the edge of the searched range (x {o['x']:.3g}, y {o['y']:.3g}): {why}"
+    client = tracking.client(cfg.tracking.uri)
+    for key in ("mu", "gamma", "rho"):
+        client.log_metric(result.run_id, f"probe/{key}", float(out[key]))
+    for key in ("alpha", "tau0", "sigma0_sq"):
+        if g:
+            client.log_metric(result.run_id, f"probe/{key}", float(g[key]))
+    client.log_dict(result.run_id, json.loads(json.dumps(out, default=float)), "probe/probe.json")
+    if args.json:
+        print(json.dumps(out, default=float))
+        return 0
+    print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({res.compute_units:.1f} compute units), {res.probes} probes;"
+          f" MLflow run {result.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
+    print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; gamma (within group) {res.gamma:.3g} -> c {c:.3g}")
+    print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
+    if g:
+        print(f"  fitted sigma0² {g['sigma0_sq']:.3g}, tau0 {g['tau0']:.3g}, alpha {g['alpha']:.3g};"
+              f" F6 (noise non-decreasing with age): {'holds' if g['non_decreasing'] else 'falsified'}")
+    p = out["predicted"]
+    if "refused" in p:
+        print(f"  no prediction: {p['refused']}")
+    else:
+        print(f"  predicted optimum at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['capacity']}), lr x{p['lr_factor']:.2f}"
+              f" ({p['lr']:.3g}), {p['relative_compute']:.2f}x on-policy's compute" + (" (at the searched range's edge)" if p["at_edge"] else ""))
+    return 0
+
+
 def cmd_theory(args: argparse.Namespace) -> int:
     """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
     from analysis.theory import closed_form_optimum, to_knobs
@@ -406,6 +467,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--estimator", choices=["first", "interpolated", "sustained", "fitted"],
                        help="read compute-to-target with this estimator instead of the study's")
         p.set_defaults(func=func)
+
+    probe = sub.add_parser("probe", help="one short replay run that measures the model's parameters and predicts the optimum")
+    probe.add_argument("--config", help="YAML trial config (the probe sets the replay section and the step budget)")
+    probe.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    probe.add_argument("--x", type=float, default=16.0, help="buffer horizon N/R of the probe run (default 16)")
+    probe.add_argument("--ratio", type=float, default=2.0, help="replay ratio y of the probe run (default 2)")
+    probe.add_argument("--steps", type=int, default=48, help="optimizer steps (default 48)")
+    probe.add_argument("--every", type=int, default=4, help="probe every k steps once the buffer holds every age (default 4)")
+    probe.add_argument("--lag", type=int, default=1, help="steps between a rollout's two gradients for rho (default 1)")
+    probe.add_argument("--sketch", type=int, default=2048, help="CountSketch size of a gradient (default 2048)")
+    probe.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    probe.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")
+    probe.add_argument("--quiet", action="store_true", help="no progress lines")
+    probe.set_defaults(func=cmd_probe)
 
     theory = sub.add_parser("theory", help="closed-form optimal staleness horizon and replay ratio (Arnal et al.)")
     theory.add_argument("--mu", type=float, required=True, help="generation cost / training cost of a rollout")

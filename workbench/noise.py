@@ -52,12 +52,21 @@ def noise_by_age(grads, ages, min_count: int = 3) -> list[AgeNoise]:
 
 
 def staleness_bias(noise: list[AgeNoise]) -> dict[int, float]:
-    """kappa(tau) = |mean gradient at age tau - at the youngest age| / |mean at the youngest age|."""
+    """kappa(tau) = |mean gradient at age tau - at the youngest age| / |mean at the youngest age|, both squared norms
+    corrected for the sampling noise of the means (E|mean|² = |E g|² + sigma²/n): a handful of rollouts per age
+    would otherwise read a large bias where there is none. NaN where the youngest mean is not resolved from 0."""
     if not noise:
         return {}
-    ref = min(noise, key=lambda a: a.age).mean
-    scale = float(np.linalg.norm(ref)) or math.nan
-    return {a.age: float(np.linalg.norm(a.mean - ref)) / scale for a in noise}
+    ref = min(noise, key=lambda a: a.age)
+    signal = float(ref.mean @ ref.mean) - ref.sigma2 / ref.n
+    if signal <= 0:
+        return {a.age: math.nan for a in noise}
+    out = {}
+    for a in noise:
+        d = a.mean - ref.mean
+        gap = float(d @ d) - (0.0 if a is ref else a.sigma2 / a.n + ref.sigma2 / ref.n)
+        out[a.age] = math.sqrt(max(gap, 0.0) / signal)
+    return out
 
 
 @dataclass(frozen=True)
@@ -71,12 +80,18 @@ class NoiseGrowth:
 
 def fit_noise_growth(noise: list[AgeNoise]) -> NoiseGrowth:
     """sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) fitted to the measured points by least squares on log sigma²
-    weighted by each point's relative precision (a grid over tau0, closed form for the rest)."""
+    weighted by each point's relative precision (a grid over tau0, closed form for the rest). Ages whose rollouts
+    all had the same gradient (sigma² 0: e.g. every group of that age had one reward, so no advantage) are left
+    out; fewer than three ages left: ValueError."""
     from scipy import optimize
+
+    noise = [a for a in noise if a.sigma2 > 0 and a.se > 0]
+    if len(noise) < 3:
+        raise ValueError(f"fit_noise_growth: needs three or more ages with a non-zero spread (got {len(noise)})")
 
     tau = np.array([a.age for a in noise], float)
     s2 = np.array([a.sigma2 for a in noise], float)
-    w = np.array([(a.sigma2 / a.se) ** 2 if a.se > 0 else 1.0 for a in noise], float)
+    w = np.array([(a.sigma2 / a.se) ** 2 for a in noise], float)
     y = np.log(s2)
 
     def solve(log_tau0: float):
@@ -107,6 +122,25 @@ def within_group_correlation(grads, groups) -> float:
         c = u @ u.T
         cos.append((c.sum() - np.trace(c)) / (len(u) * (len(u) - 1)))
     return float(np.mean(cos)) if cos else math.nan
+
+
+def count_sketch(d: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A CountSketch of R^d into R^k: coordinate i goes to bucket h(i) with sign s(i). Inner products and squared
+    norms are kept without bias (variance ~ |a|²|b|²/k), at the memory of two length-d index arrays, so the probe
+    can sketch the gradient of a model of any size."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, k, size=d), rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=d)
+
+
+def reuse_correlation(before, after) -> float:
+    """The mean correlation between the centred gradients of the same rollouts at two parameter versions (rows
+    aligned): how much of a replayed rollout's noise is the same noise again (rho of the model, replay-papers §6.2:
+    1 when each reuse repeats it, 0 when reuse were as good as a fresh draw)."""
+    a, b = np.asarray(before, float), np.asarray(after, float)
+    a, b = a - a.mean(axis=0), b - b.mean(axis=0)
+    num = np.sum(a * b, axis=1)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return float(np.mean(num / np.maximum(den, 1e-30)))
 
 
 def projection(d: int, k: int, seed: int = 0) -> np.ndarray:

@@ -70,13 +70,16 @@ def run_trial(
     observer: Callable[[StepRecord], None] | None = None,
     on_run_created: Callable[[str], None] | None = None,
     on_eval: Callable[[dict[str, float]], None] | None = None,
+    inspect: Callable[[int, list[Rollout], Policy], dict[str, float] | None] | None = None,
     show_progress: bool = False,
     run: tracking.RunLogger | None = None,
 ) -> TrialResult:
     """Run one trial to its budget, logging to `cfg.tracking`; a crash ends the run FAILED (KILLED on Ctrl-C) and
     re-raises. `show_progress` draws a bar of the budget on the terminal (log lines report the evaluations).
     `run`: a run already opened for this trial (`workbench train` opens it in a helper process,
-    `run_process.RunProcess`); by default a new in-process run."""
+    `run_process.RunProcess`); by default a new in-process run. `inspect(step, batch, policy)` is called before
+    each optimizer step with the batch about to be trained (the probe measures gradients there); it must leave the
+    model as it found it, and the metrics it returns are logged with the step's."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -93,7 +96,7 @@ def run_trial(
         on_run_created(run_id)
     with tracking.run_lifecycle(run):
         run.log_params(flatten(cfg))
-        return _train(cfg, task, run, observer, on_eval, show_progress)
+        return _train(cfg, task, run, observer, on_eval, show_progress, inspect)
 
 
 def _budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter) -> bool:
@@ -126,7 +129,7 @@ def _budget_bar(cfg: TrialConfig, enabled: bool):
     return progress.bar(cfg.budget.steps, "trial", "steps", enabled)
 
 
-def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool) -> TrialResult:
+def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool, inspect=None) -> TrialResult:
     t_start = time.perf_counter()
     policy = Policy(cfg, task)
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
@@ -206,6 +209,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             with meter.timed("train"):  # a strategy may score rollouts (rlep): training-side compute
                 batch = strategy.batch(fresh, step, replay_rng)
             metrics: dict[str, float] = {}
+            if batch and inspect is not None:
+                metrics.update(inspect(step, batch, policy) or {})  # outside the meter: not training compute
             if batch:
                 with meter.timed("train"):
                     obj, grad_norm, applied = train_step(policy, optimizer, batch, cfg, step, strategy.gate)

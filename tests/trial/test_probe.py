@@ -1,0 +1,34 @@
+"""The probe measures a real replay run without changing it."""
+
+import math
+
+from mlflow import MlflowClient
+
+from workbench.trial.loop import run_trial
+from workbench.trial.probe import probe_config, run_probe
+
+from support.toy import toy_dict, tracked
+
+
+def _cfg(tracking_uri):
+    over = toy_dict()
+    over.pop("budget")
+    return tracked(probe_config(over, x=4, ratio=2, steps=14), tracking_uri)
+
+
+def test_the_probe_reads_noise_by_age_and_leaves_the_run_as_an_unprobed_one(tracking_uri):
+    cfg = _cfg(tracking_uri)
+    assert cfg.replay.strategy == "uniform" and cfg.replay.warmup == "fill" and cfg.replay.capacity == 32
+    res, probed = run_probe(cfg, every=2, sketch=256)
+    assert res.probes >= 3 and res.steps == 14
+    ages = [a["age"] for a in res.noise]
+    assert len(ages) >= 3 and min(ages) == 0 and max(ages) <= 4
+    assert all(a["sigma2"] >= 0 and a["n"] >= 2 for a in res.noise)
+    assert -1.0 <= res.rho <= 1.0 and math.isfinite(res.gamma) and res.mu > 0
+
+    plain = run_trial(_cfg(tracking_uri))
+    client = MlflowClient(tracking_uri)
+    loss = lambda run_id: [m.value for m in sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)]  # noqa: E731
+    assert loss(probed.run_id) == loss(plain.run_id)  # gradients measured in eval mode, no random draws consumed
+    assert probed.metrics["final/accuracy"] == plain.metrics["final/accuracy"]
+    assert client.get_metric_history(probed.run_id, "probe/reuse_correlation")
