@@ -271,7 +271,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
     if g:
         print(f"  fitted sigma0² {g['sigma0_sq']:.3g}, tau0 {g['tau0']:.3g}, alpha {g['alpha']:.3g};"
-              f" F6 (noise non-decreasing with age): {'holds' if g['non_decreasing'] else 'falsified'}")
+              f" F6 (noise non-decreasing with age): {'holds' if g['non_decreasing'] else 'falsified'}"
+              f" (log sigma² per step of age {g['log_slope']:+.3f} ± {1.96 * g['log_slope_se']:.3f})")
+    resolved = {t: k for t, k in res.kappa.items() if math.isfinite(k)}
+    print("  kappa(tau), staleness bias: " + (", ".join(f"{t}: {k:.2f}" for t, k in resolved.items()) if resolved else
+                                              "not resolved (the mean gradient at age 0 is within the noise of its estimate)"))
     p = out["predicted"]
     if "refused" in p:
         print(f"  no prediction: {p['refused']}")

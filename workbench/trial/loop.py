@@ -70,16 +70,17 @@ def run_trial(
     observer: Callable[[StepRecord], None] | None = None,
     on_run_created: Callable[[str], None] | None = None,
     on_eval: Callable[[dict[str, float]], None] | None = None,
-    inspect: Callable[[int, list[Rollout], Policy], dict[str, float] | None] | None = None,
+    inspect: Callable[[int, list[Rollout], list[Rollout], Policy], dict[str, float] | None] | None = None,
     show_progress: bool = False,
     run: tracking.RunLogger | None = None,
 ) -> TrialResult:
     """Run one trial to its budget, logging to `cfg.tracking`; a crash ends the run FAILED (KILLED on Ctrl-C) and
     re-raises. `show_progress` draws a bar of the budget on the terminal (log lines report the evaluations).
     `run`: a run already opened for this trial (`workbench train` opens it in a helper process,
-    `run_process.RunProcess`); by default a new in-process run. `inspect(step, batch, policy)` is called before
-    each optimizer step with the batch about to be trained (the probe measures gradients there); it must leave the
-    model as it found it, and the metrics it returns are logged with the step's."""
+    `run_process.RunProcess`); by default a new in-process run. `inspect(step, batch, held, policy)` is called
+    before each optimizer step with the batch about to be trained and the rollouts the strategy holds (the probe
+    measures gradients there); it must leave the model as it found it, and the metrics it returns are logged with
+    the step's."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -210,7 +211,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 batch = strategy.batch(fresh, step, replay_rng)
             metrics: dict[str, float] = {}
             if batch and inspect is not None:
-                metrics.update(inspect(step, batch, policy) or {})  # outside the meter: not training compute
+                metrics.update(inspect(step, batch, strategy.held(), policy) or {})  # outside the meter: not training compute
             if batch:
                 with meter.timed("train"):
                     obj, grad_norm, applied = train_step(policy, optimizer, batch, cfg, step, strategy.gate)

@@ -2,10 +2,10 @@
 13; replay-papers §6.3).
 
 A uniform replay trial with a large buffer (default x 16, y 2, filled at B per step) runs for a few dozen steps.
-From the step after which the buffer holds every age up to x, every `every` steps the probe takes the batch about
-to be trained and computes each rollout's gradient of the trial's own objective at the current parameters
-(CountSketch-compressed, `workbench.noise.count_sketch`, so the cost does not depend on the model's size), then
-`lag` steps later the same rollouts' gradients again. From these:
+From the step after which the buffer holds every age up to x, every `every` steps the probe takes the whole buffer
+(R rollouts of each age) and computes each rollout's gradient of the trial's own objective at the current
+parameters (CountSketch-compressed, `workbench.noise.count_sketch`, so the memory does not depend on the model's
+size), then `lag` steps later the gradients of that step's batch again. From these:
 
 - sigma²(tau): the per-rollout gradient noise by age (`noise_by_age`, pooled over probe steps), and the shifted
   power law fitted to it (alpha, tau0; F6: non-decreasing with age);
@@ -40,8 +40,8 @@ from workbench.trial.step import objective_input
 log = logging.getLogger(__name__)
 
 DEFAULTS: dict[str, Any] = {"x": 16, "ratio": 2, "steps": 48, "every": 4, "lag": 1, "sketch": 2048}
-"""x 16, y 2: every age from 0 to 15 in each batch (8 rollouts of each at B 128); 48 steps: 8 to fill the buffer,
-16 for the ages to spread, then probes at 24, 28, ..., 44 (6 probes, ~50 rollouts of each age)."""
+"""x 16, y 2: a buffer of 16 ages, 64 rollouts of each at B 128; 48 steps: 8 to fill the buffer, 16 for the ages to
+spread, then probes at 24, 28, ..., 44 (6 probes, ~380 rollouts of each age)."""
 
 
 def probe_config(overrides: dict[str, Any] | None = None, x: float = DEFAULTS["x"], ratio: float = DEFAULTS["ratio"],
@@ -109,17 +109,21 @@ class _Probe:
             policy.model.train(was_training)
         return out
 
-    def __call__(self, step: int, batch: list[Rollout], policy: Policy) -> dict[str, float]:
+    def __call__(self, step: int, batch: list[Rollout], held: list[Rollout], policy: Policy) -> dict[str, float]:
         metrics: dict[str, float] = {}
         if step in self.pending:
             rollouts, before = self.pending.pop(step)
             self.reuse.append(noise.reuse_correlation(before, self.gradients(policy, rollouts)))
             metrics["probe/reuse_correlation"] = self.reuse[-1]
         if step >= self.start and (step - self.start) % self.every == 0:
-            g = self.gradients(policy, batch)
-            ages = np.array([r.age(step) for r in batch])
-            self.samples.append((g, ages, np.array([r.group for r in batch])))
-            self.pending[step + self.lag] = (list(batch), g)
+            # The whole buffer (every age x R times) when the strategy exposes it: a batch holds only B/x of each.
+            rollouts = held or batch
+            g = self.gradients(policy, rollouts)
+            ages = np.array([r.age(step) for r in rollouts])
+            self.samples.append((g, ages, np.array([r.group for r in rollouts])))
+            in_batch = {r.uid for r in batch}
+            rows = [i for i, r in enumerate(rollouts) if r.uid in in_batch]  # rho on the batch: the rollouts being reused
+            self.pending[step + self.lag] = ([rollouts[i] for i in rows], g[rows])
             fresh = [a for a in noise.noise_by_age(g, ages, min_count=2) if a.age == 0]
             if fresh:
                 metrics["probe/sigma2_age0"] = fresh[0].sigma2

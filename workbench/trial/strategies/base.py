@@ -106,6 +106,10 @@ class Strategy(ABC):
         """Rollouts held for replay now."""
         return 0
 
+    def held(self) -> list[Rollout]:
+        """The rollouts held for replay now (read-only; the probe measures their gradients)."""
+        return []
+
     def metrics(self) -> dict[str, float]:
         return self._metrics
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from workbench.config import TrialConfig
-from workbench.trial.replay import FreshCredit, ReplayBuffer
+from workbench.trial.replay import FreshCredit, ReplayBuffer, Rollout
 from workbench.trial.strategies.base import Strategy, StrategyContext, register_strategy, uniform_draw
 
 
@@ -57,3 +57,6 @@ class Uniform(Strategy):
 
     def size(self) -> int:
         return len(self.buffer)
+
+    def held(self) -> list[Rollout]:
+        return list(self.buffer.items)
