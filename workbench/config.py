@@ -33,12 +33,13 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    name: Literal["arithmetic", "jsonl"] = "arithmetic"
-    """`arithmetic`: built-in n-digit addition with a worked scratchpad; `jsonl`: GSM8K-style `question`/`answer`."""
+    name: Literal["arithmetic", "split", "jsonl"] = "arithmetic"
+    """`arithmetic`: built-in n-digit addition with a worked scratchpad; `split`: write N as a sum of two n-digit
+    numbers (many correct answers per prompt); `jsonl`: GSM8K-style `question`/`answer`."""
     digits: int = Field(3, ge=1, le=6)
-    """Operand digits of the arithmetic task."""
+    """Operand digits of the arithmetic and split tasks."""
     scratchpad: bool = True
-    """Arithmetic completions show the column additions before the answer (`7+8=15,3+4+1=8;85`)."""
+    """Arithmetic and split completions show the column additions before the answer (`7+8=15,3+4+1=8;85`)."""
     path: str | None = None
     """JSONL file for `name: jsonl` (one object per line with `question` and `answer`, answer ending `#### N`)."""
     n_eval: int = Field(500, ge=1)

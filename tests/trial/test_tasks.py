@@ -9,6 +9,7 @@ from workbench.trial.tasks import (
     load_task,
     numbers_equal,
     read_jsonl_examples,
+    split_completion,
     write_sample_jsonl,
 )
 
@@ -31,6 +32,44 @@ def test_arithmetic_task_is_deterministic_with_a_fixed_held_out_set():
     assert a.reward(ex.demonstration[:-1] + "x", ex, finished=True) == 0.0
     # only the final answer counts, not the scratchpad
     assert a.reward("garbage;" + ex.answer, ex, finished=True) == 1.0
+
+
+def test_split_completion_works_the_columns_then_writes_the_pair():
+    assert split_completion(158, 279, 3, True) == "8+9=17,5+7+1=13,1+2+1=4;158+279"
+    assert split_completion(37, 48, 2, False) == "37+48"
+
+
+def test_split_task_accepts_every_well_formed_split_and_nothing_else():
+    task = load_task(TaskConfig(name="split", digits=2, n_eval=50))
+    assert len(task.eval) == 50 and len(task.train) == 179 - 50  # N from 20 to 198
+    assert not {e.prompt for e in task.eval} & {e.prompt for e in task.train}
+    ex = next(e for e in task.eval if 60 <= int(e.answer) <= 150)
+    n = int(ex.answer)
+    splits = [(a, n - a) for a in range(10, 100) if 10 <= n - a <= 99]
+    assert len(splits) > 20  # many distinct correct completions for one prompt
+    assert all(task.reward(split_completion(a, b, 2, True), ex, finished=True) == 1.0 for a, b in splits)
+    assert task.reward(ex.demonstration, ex, finished=True) == 1.0
+    assert task.reward(ex.demonstration, ex, finished=False) == 0.0
+    a, b = splits[0]
+    assert task.reward(f"junk;{a}+{b + 1}", ex, finished=True) == 0.0  # wrong sum
+    assert task.reward(f"junk;{b}+{a}", ex, finished=True) == 1.0  # only the pair counts
+    assert task.reward(f"junk;0{a}+{b}", ex, finished=True) == 0.0  # three digits
+    assert task.reward(f"junk;{n - 5}+5", ex, finished=True) == 0.0  # one digit
+    assert task.reward(f"junk;{n}", ex, finished=True) == 0.0  # the sum is not a split
+    # the warm start's noise replaces the second number: a wrong pair with the same format
+    assert ex.demonstration.endswith("+" + task.answer_tail(ex))
+
+
+def test_split_demonstrations_differ_across_prompts_and_are_fixed_by_the_split_seed():
+    one, again = load_task(TaskConfig(name="split", split_seed=3)), load_task(TaskConfig(name="split", split_seed=3))
+    assert one.eval == again.eval and one.train[:20] == again.train[:20]
+    firsts = {e.demonstration.rsplit(";", 1)[1].split("+")[0] for e in one.eval}
+    assert len(firsts) > 300  # the first number is drawn per prompt, not a fixed rule
+
+
+def test_split_task_needs_a_held_out_set_smaller_than_its_prompts():
+    with pytest.raises(ConfigError, match="task.n_eval"):
+        load_task(TaskConfig(name="split", digits=2))  # 179 sums, 500 held out by default
 
 
 def test_numeric_equivalence_of_final_answers():

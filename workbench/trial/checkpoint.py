@@ -89,10 +89,10 @@ def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, flo
         batch = rng.sample(task.train, min(ws.batch_size, len(task.train)))
         completions = []
         for ex in batch:
-            demo = ex.demonstration
-            if rng.random() < ws.noise and demo.endswith(ex.answer):
-                wrong = "".join(rng.choice("0123456789") for _ in ex.answer)
-                demo = demo[: len(demo) - len(ex.answer)] + wrong
+            demo, tail = ex.demonstration, task.answer_tail(ex)
+            if rng.random() < ws.noise and demo.endswith(tail):
+                wrong = "".join(rng.choice("0123456789") for _ in tail)
+                demo = demo[: len(demo) - len(tail)] + wrong
             completions.append(demo)
         prompt_ids = encode_prompts(tokenizer, [e.prompt for e in batch])
         completion_ids = [ids[1:] + [tokenizer.eos_token_id] for ids in encode_prompts(tokenizer, completions)]

@@ -1,7 +1,8 @@
-"""Tasks with verifiable rewards: the built-in arithmetic task and GSM8K-style JSONL files.
+"""Tasks with verifiable rewards: the built-in arithmetic and split tasks and GSM8K-style JSONL files.
 
 A task is data plus a checker: deterministic train prompts, a fixed held-out set, a demonstration per example
-(for the supervised warm start) and `reward(completion, example)` in {0, 1}.
+(for the supervised warm start) and `reward(completion, example)` in {0, 1}. Tasks are registered by name
+(`register_task`); `task.name` picks one.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import functools
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -44,22 +45,36 @@ class LazyExamples(Sequence):
         return self._make(self._keys[i])
 
 
+def _answer_is_tail(example: Example) -> str:
+    return example.answer
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
     train: Sequence[Example]
     eval: list[Example]
     max_new_tokens: int
-    checker: str
-    """`exact`: the text before EOS equals the target completion's answer; `numeric`: GSM8K final-answer match."""
+    check: Callable[[str, Example], bool]
+    """Whether a finished completion's final answer is right for the example."""
+    answer_tail: Callable[[Example], str] = _answer_is_tail
+    """The part of an example's demonstration that the warm start's `noise` replaces by random digits (its final
+    answer, at the demonstration's end)."""
 
     def reward(self, completion: str, example: Example, finished: bool) -> float:
         """1.0 if the completion ended (EOS) and its final answer is right, else 0.0."""
-        if not finished:
-            return 0.0
-        if self.checker == "exact":
-            return float(arithmetic_final_answer(completion) == example.answer)
-        return float(numbers_equal(extract_final_number(completion), example.answer))
+        return float(finished and self.check(completion, example))
+
+
+TASKS: dict[str, Callable[[TaskConfig], Task]] = {}
+"""Every task by name (`task.name`)."""
+
+
+def register_task(name: str):
+    def add(make: Callable[[TaskConfig], Task]) -> Callable[[TaskConfig], Task]:
+        TASKS[name] = make
+        return make
+    return add
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -84,13 +99,23 @@ def arithmetic_final_answer(completion: str) -> str:
     return completion.rsplit(";", 1)[-1].strip()
 
 
+def _exact(completion: str, example: Example) -> bool:
+    return arithmetic_final_answer(completion) == example.answer
+
+
+def _operand_range(digits: int) -> tuple[int, int]:
+    """The smallest operand and the number of operands with `digits` digits (one digit: 0-9)."""
+    lo = 10 ** (digits - 1) if digits > 1 else 0
+    return lo, 10**digits - lo
+
+
+@register_task("arithmetic")
 def arithmetic_task(cfg: TaskConfig) -> Task:
     """`digits`-digit operand pairs in an order fixed by `split_seed`; the first `n_eval` are held out.
 
     All pairs when there are at most 200,000 (up to 2 digits), else a deterministic sample of 200,000.
     """
-    lo = 10 ** (cfg.digits - 1) if cfg.digits > 1 else 0
-    width = 10**cfg.digits - lo
+    lo, width = _operand_range(cfg.digits)
     total = width * width
     if cfg.n_eval >= min(total, 200_000):
         raise ConfigError(f"task.n_eval: must be < {min(total, 200_000)} ({cfg.digits}-digit pairs)")
@@ -103,7 +128,67 @@ def arithmetic_task(cfg: TaskConfig) -> Task:
     largest = 10**cfg.digits - 1  # all columns carry: the longest completion
     longest = len(arithmetic_completion(largest, largest, cfg.digits, cfg.scratchpad))
     held_out = [example(k) for k in order[: cfg.n_eval]]
-    return Task("arithmetic", LazyExamples(order[cfg.n_eval :], example), held_out, longest + 2, "exact")
+    return Task("arithmetic", LazyExamples(order[cfg.n_eval :], example), held_out, longest + 2, _exact)
+
+
+# ---------------------------------------------------------------- split: many correct completions per prompt
+
+
+def split_completion(a: int, b: int, digits: int, scratchpad: bool) -> str:
+    """A worked split of a + b: the column additions of `a+b` (as in the arithmetic task), then the pair
+    (`8+9=17,5+7+1=13,1+2+1=4;158+279` for 437)."""
+    pair = f"{a}+{b}"
+    if not scratchpad:
+        return pair
+    return arithmetic_completion(a, b, digits, True).rsplit(";", 1)[0] + ";" + pair
+
+
+_PAIR = re.compile(r"(\d+)\+(\d+)")
+
+
+def split_pair(completion: str) -> tuple[str, str] | None:
+    """The pair a split completion ends with (after the last `;`), as written; None if it is not `a+b`."""
+    found = _PAIR.fullmatch(arithmetic_final_answer(completion))
+    return (found.group(1), found.group(2)) if found else None
+
+
+@register_task("split")
+def split_task(cfg: TaskConfig) -> Task:
+    """Write the prompt's number N as a sum of two `digits`-digit numbers: `437=` -> any `a+b` with a + b = 437
+    and both a and b of exactly `digits` digits (no leading zero). Most prompts have hundreds of correct answers
+    (at 3 digits, min(999, N - 100) - max(100, N - 999) + 1 of them: up to 900), unlike the arithmetic task, where every correct
+    completion is one scratchpad string; replaying successes is then no longer close to supervised learning on
+    gold answers. The demonstration of N is one split drawn at random (fixed by `split_seed`), worked like the
+    arithmetic task's scratchpad, so the warm-started model samples many different a for one N.
+
+    Every reachable N is a prompt (2 * lo .. 2 * (10^digits - 1)), in an order fixed by `split_seed`; the first
+    `n_eval` are held out.
+    """
+    lo, width = _operand_range(cfg.digits)
+    hi = lo + width - 1
+    sums = list(range(2 * lo, 2 * hi + 1))
+    if cfg.n_eval >= len(sums):
+        raise ConfigError(f"task.n_eval: must be < {len(sums)} (the sums of two {cfg.digits}-digit numbers)")
+    random.Random(cfg.split_seed).shuffle(sums)
+
+    def example(n: int) -> Example:
+        a = random.Random(f"{cfg.split_seed}:{n}").randint(max(lo, n - hi), min(hi, n - lo))
+        return Example(f"{n}=", str(n), split_completion(a, n - a, cfg.digits, cfg.scratchpad))
+
+    def check(completion: str, example: Example) -> bool:
+        pair = split_pair(completion)
+        if pair is None:
+            return False
+        a, b = pair
+        well_formed = all(len(v) == cfg.digits and (cfg.digits == 1 or v[0] != "0") for v in pair)
+        return well_formed and int(a) + int(b) == int(example.answer)
+
+    def tail(example: Example) -> str:  # the second number: noise there makes a wrong pair
+        return example.demonstration.rsplit("+", 1)[-1]
+
+    longest = len(split_completion(hi, hi, cfg.digits, cfg.scratchpad))
+    held_out = [example(n) for n in sums[: cfg.n_eval]]
+    return Task("split", LazyExamples(sums[cfg.n_eval :], example), held_out, longest + 2, check, tail)
 
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
@@ -164,13 +249,18 @@ def read_jsonl_examples(path: str | Path) -> list[Example]:
     return examples
 
 
+def _numeric(completion: str, example: Example) -> bool:
+    return numbers_equal(extract_final_number(completion), example.answer)
+
+
+@register_task("jsonl")
 def jsonl_task(cfg: TaskConfig) -> Task:
     examples = read_jsonl_examples(cfg.path)  # type: ignore[arg-type]
     if cfg.n_eval >= len(examples):
         raise ConfigError(f"task.n_eval: must be < the {len(examples)} examples in {cfg.path}")
     random.Random(cfg.split_seed).shuffle(examples)
     longest = max(len(e.demonstration) for e in examples)
-    return Task("jsonl", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 8, "numeric")
+    return Task("jsonl", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 8, _numeric)
 
 
 def load_task(cfg: TaskConfig) -> Task:
@@ -182,7 +272,7 @@ def load_task(cfg: TaskConfig) -> Task:
 @functools.lru_cache(maxsize=4)
 def _load_task(cfg_json: str, _stamp: int) -> Task:
     cfg = TaskConfig.model_validate_json(cfg_json)
-    return arithmetic_task(cfg) if cfg.name == "arithmetic" else jsonl_task(cfg)
+    return TASKS[cfg.name](cfg)
 
 
 # ---------------------------------------------------------------- a sample JSONL file the project writes itself
