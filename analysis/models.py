@@ -385,18 +385,51 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
     return out
 
 
-def tuned_lr_optimum(alpha: float, tau0: float, c: float, rho: float, mu: float, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0)) -> dict:
-    """The extended model's optimum when the learning rate is re-tuned per configuration (regime A, what Theorem
-    4.5 assumes): at lam* = V*/(2 V_eff) the compute to target is ∝ cost(y)·V_eff(x, y), so the optimum needs no
-    V* and no scale, only parameters a probe measures (`workbench probe`). Minimised over 1 <= y <= x on a grid;
-    {x, y, lr_factor}: lr_factor is the predicted best lr relative to on-policy's, V_eff(1, 1)/V_eff(x*, y*)."""
-    p = {"alpha": alpha, "log_tau0": math.log(tau0), "log_c": math.log(max(c, 1e-12)), "log_rho": math.log(max(rho, 1e-12))}
-    xs = np.exp(np.linspace(math.log(x_bounds[0]), math.log(x_bounds[1]), 241))
-    ys = np.exp(np.linspace(math.log(y_bounds[0]), math.log(y_bounds[1]), 241))
-    X, Y = np.meshgrid(xs, ys)
-    C = np.where(X >= Y, (1.0 + mu / Y) / (1.0 + mu) * _v_eff(p, X, Y), np.inf)
-    i = np.unravel_index(np.argmin(C), C.shape)
-    on_policy = float((1.0 + mu) / (1.0 + mu) * _v_eff(p, np.array(1.0), np.array(1.0)))
-    x, y = float(X[i]), float(Y[i])
-    return {"x": x, "y": y, "relative_compute": float(C[i]) / on_policy, "lr_factor": on_policy / float(_v_eff(p, np.array(x), np.array(y))),
-            "at_edge": x >= x_bounds[1] * 0.999 or y >= y_bounds[1] * 0.999}
+def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size: int, y_max: float = 16.0) -> dict:
+    """The optimum a probe's measurements predict, at a learning rate re-tuned per configuration (what Theorem 4.5
+    assumes). By the descent lemma a step along a batch mean g_bar with noise V improves the objective by at most
+    (g_0·g_bar)²/(2L(|g_bar|² + V)) at the best step size, where g_0 is the fresh gradient; so
+
+        compute to target ∝ cost(y) · (|g_bar_x|² + V(x, y)/B) / (g_0·g_bar_x)²,
+        V(x, y) = sigma_bar²(x) · (1 + c·y/x) · (1 + (y - 1)·rho),   cost(y) = (1 + mu/y)/(1 + mu),
+
+    with g_bar_x the mean gradient over ages 0..x-1 (`workbench.noise.horizon_terms`: the staleness bias enters
+    through its projection on g_0 and its norm), c·y/x the within-group correlation a batch keeps when it holds
+    y/x of each group (1 + c at on-policy, where a batch is whole groups), and (y - 1)·rho the noise a rollout
+    repeats over its y uses (none on-policy; replay-papers §6.2 writes rho·y, which charges on-policy a coupling it
+    does not have). L cancels against on-policy (x 1, y 1). `terms`: dicts with x, sigma2_bar, signal, mixed, cross.
+
+    Returns {x, y, relative_compute, lr_factor, near_x, near_y} (lr_factor: the best lr relative to on-policy's), with
+    `refused` and the reason when the fresh gradient is not resolved from its noise, when the minimum is at the
+    largest measured horizon (the probe's buffer does not bound it) or when every point within 5% of the minimum
+    spans more than 4x in x or 2x in y (a flat ridge)."""
+    rows = sorted(terms, key=lambda t: t["x"])
+    if not rows or rows[0]["x"] != 1 or rows[0]["signal"] <= 0:
+        return {"refused": "the fresh mean gradient is not resolved from its sampling noise (|g_0|² <= 0 after the correction)"}
+    on = rows[0]
+    v_on = on["sigma2_bar"] * (1.0 + c) / batch_size
+    base = (on["signal"] + v_on) / on["signal"] ** 2
+    ys = np.exp(np.linspace(0.0, math.log(y_max), 121))
+    best, grid = None, []
+    for t in rows:
+        if t["cross"] <= 0:
+            continue  # the stale mean gradient does not descend along the fresh one
+        y = ys[ys <= t["x"] + 1e-9]
+        v = t["sigma2_bar"] * (1.0 + c * y / t["x"]) * (1.0 + (y - 1.0) * rho) / batch_size
+        rel = (1.0 + mu / y) / (1.0 + mu) * (max(t["mixed"], 0.0) + v) / t["cross"] ** 2 / base
+        lr = t["cross"] / (max(t["mixed"], 0.0) + v) / (on["signal"] / (on["signal"] + v_on))
+        for yy, r, f in zip(y, rel, lr):
+            grid.append((float(r), t["x"], float(yy), float(f)))
+    best = min(grid)
+    rel, x, y, lr = best
+    near = [g for g in grid if g[0] <= rel * (1 + RIDGE_TOLERANCE)]
+    nx, ny = [g[1] for g in near], [g[2] for g in near]
+    out = {"x": float(x), "y": y, "relative_compute": rel, "lr_factor": lr, "near_x": [float(min(nx)), float(max(nx))],
+           "near_y": [min(ny), max(ny)], "at_edge": x >= rows[-1]["x"] and x > 1}
+    if out["at_edge"]:
+        out["refused"] = (f"the minimum is at the largest horizon the probe measured (x {x:g}): a longer buffer might"
+                          f" be better still; probe with a larger --x")
+    elif max(nx) / min(nx) > RIDGE_SPAN_X or max(ny) / min(ny) > RIDGE_SPAN_Y:
+        out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
+                          f" [{min(nx):g}, {max(nx):g}] and y in [{min(ny):.3g}, {max(ny):.3g}]")
+    return out

@@ -100,3 +100,27 @@ def test_the_staleness_bias_is_corrected_for_the_noise_of_few_rollouts():
     ages = np.repeat(np.arange(16), 8)
     kappa = noise.staleness_bias(noise.noise_by_age(grads, ages))
     assert np.nanmedian(list(kappa.values())) < 0.35  # uncorrected, |mean_tau - mean_0| / |mean_0| reads ~1.5
+
+
+def test_horizon_terms_are_unbiased_for_the_computable_truth():
+    now, ages = 10, range(6)
+    means = {a: DECAY ** (now - a) * DELTA0 for a in ages}  # the mean gradient of a sample born at now - age
+    reps = [noise.horizon_terms(noise.noise_by_age(*_stale_gradients(now, ages, per_age=8, seed=s))) for s in range(300)]
+    assert [t.x for t in reps[0]] == [1, 2, 3, 4, 5, 6]
+    for x in (1, 3, 6):
+        bar = sum(means[a] for a in range(x)) / x
+        got = {k: np.mean([getattr(r[x - 1], k) for r in reps]) for k in ("signal", "mixed", "cross")}
+        se = {k: np.std([getattr(r[x - 1], k) for r in reps]) / math.sqrt(len(reps)) for k in got}
+        for key, want in (("signal", means[0] @ means[0]), ("mixed", bar @ bar), ("cross", means[0] @ bar)):
+            assert abs(got[key] - want) < 4 * se[key], (x, key, got[key], want)
+        assert np.mean([r[x - 1].sigma2_bar for r in reps]) == pytest.approx(np.mean([_truth(now, a) for a in range(x)]), rel=0.05)
+    # uncorrected, 8 rollouts a mean read |m_0|² several times its truth: the correction is what makes it usable
+    naive = np.mean([float(r[0].signal) + _truth(now, 0) / 8 for r in reps])
+    assert naive > 3 * float(means[0] @ means[0])
+
+
+def test_horizon_terms_stop_at_the_first_missing_age():
+    grads, ages = _stale_gradients(now=10, ages=(0, 1, 3), per_age=20)
+    assert [t.x for t in noise.horizon_terms(noise.noise_by_age(grads, ages))] == [1, 2]
+    grads, ages = _stale_gradients(now=10, ages=(1, 2), per_age=20)
+    assert noise.horizon_terms(noise.noise_by_age(grads, ages)) == []

@@ -226,6 +226,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     for name, low in (("x", 1.0), ("ratio", 1.0), ("steps", 1), ("every", 1), ("lag", 1), ("sketch", 16)):
         value = getattr(args, name)
+        if value is None and name == "lag":
+            continue
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
             raise ConfigError(f"--{name}: must be >= {low:g} (got {value})")
     data = load_yaml_mapping(args.config) if args.config else {}
@@ -234,7 +236,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     data.setdefault("tracking", {}).setdefault("experiment", "probe")
     if args.tracking_uri:
         data["tracking"]["uri"] = args.tracking_uri
-    from analysis.models import tuned_lr_optimum
+    from analysis.models import probe_optimum
     from analysis.theory import to_knobs
     from workbench.trial.probe import probe_config, run_probe
 
@@ -244,17 +246,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
     out = res.summary()
     g = res.growth
     c = max(res.gamma, 0.0) * (cfg.group_size - 1)
-    if not g:
-        out["predicted"] = {"refused": "sigma²(tau) could not be fitted (fewer than three ages with a spread)"}
-    elif not (math.isfinite(res.rho) and res.rho > 0 and math.isfinite(res.mu) and res.mu > 0):
+    if not (math.isfinite(res.rho) and math.isfinite(res.mu) and res.mu > 0):
         out["predicted"] = {"refused": f"rho ({res.rho:.3g}) or mu ({res.mu:.3g}) not measured"}
     else:
-        o = tuned_lr_optimum(max(g["alpha"], 0.0), g["tau0"], c, res.rho, res.mu)
-        k = to_knobs(o["x"], o["y"], cfg.batch_size, res.mu)
-        out["predicted"] = {**o, "c": c, "capacity": k.capacity, "ratio": o["y"], "lr": cfg.lr * o["lr_factor"]}
-        if o["at_edge"]:
-            why = "the noise does not grow with age (alpha <= 0)" if g["alpha"] <= 0 else "the model does not bound it"
-            out["predicted"]["refused"] = f"the optimum is at the edge of the searched range (x {o['x']:.3g}, y {o['y']:.3g}): {why}"
+        o = probe_optimum(res.horizon, c, min(max(res.rho, 0.0), 1.0), res.mu, cfg.batch_size)
+        out["predicted"] = {**o, "c": c}
+        if "x" in o:
+            out["predicted"] |= {"capacity": to_knobs(o["x"], o["y"], cfg.batch_size, res.mu).capacity, "ratio": o["y"],
+                                 "lr": cfg.lr * o["lr_factor"]}
     client = tracking.client(cfg.tracking.uri)
     for key in ("mu", "gamma", "rho"):
         client.log_metric(result.run_id, f"probe/{key}", float(out[key]))
@@ -276,12 +275,17 @@ def cmd_probe(args: argparse.Namespace) -> int:
     resolved = {t: k for t, k in res.kappa.items() if math.isfinite(k)}
     print("  kappa(tau), staleness bias: " + (", ".join(f"{t}: {k:.2f}" for t, k in resolved.items()) if resolved else
                                               "not resolved (the mean gradient at age 0 is within the noise of its estimate)"))
+    shown = [t for t in res.horizon if t["x"] in (1, 2, 4, 8, 16, 32, 64)]
+    if shown and res.horizon[0]["signal"] > 0:
+        print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one): "
+              + ", ".join(f"x {t['x']}: {t['cross'] / res.horizon[0]['signal']:.2f}" for t in shown))
     p = out["predicted"]
+    if "x" in p:
+        print(f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
+              f" (capacity {p['capacity']}), lr x{p['lr_factor']:.2f} ({p['lr']:.3g}), {p['relative_compute']:.2f}x on-policy's"
+              f" compute; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}")
     if "refused" in p:
         print(f"  no prediction: {p['refused']}")
-    else:
-        print(f"  predicted optimum at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['capacity']}), lr x{p['lr_factor']:.2f}"
-              f" ({p['lr']:.3g}), {p['relative_compute']:.2f}x on-policy's compute" + (" (at the searched range's edge)" if p["at_edge"] else ""))
     return 0
 
 
@@ -479,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--ratio", type=float, default=2.0, help="replay ratio y of the probe run (default 2)")
     probe.add_argument("--steps", type=int, default=48, help="optimizer steps (default 48)")
     probe.add_argument("--every", type=int, default=4, help="probe every k steps once the buffer holds every age (default 4)")
-    probe.add_argument("--lag", type=int, default=1, help="steps between a rollout's two gradients for rho (default 1)")
+    probe.add_argument("--lag", type=int, default=None, help="steps between a rollout's two gradients for rho (default x/y, the mean gap between two uses)")
     probe.add_argument("--sketch", type=int, default=2048, help="CountSketch size of a gradient (default 2048)")
     probe.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     probe.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")

@@ -12,6 +12,9 @@ read the spread within each group. Torch-free: the probe hands in arrays.
 - `fit_noise_growth`: sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) (replay-papers §6.2) by weighted least squares
   on the log, for the models' alpha and tau0.
 - `within_group_correlation`: gamma, the mean correlation of centred gradients of rollouts from one prompt's group.
+- `horizon_terms`: per horizon x, what a batch drawn from ages 0..x-1 gives the descent: its mean gradient's
+  squared norm, its projection on the fresh gradient, and the mean noise (the staleness bias in the form the
+  probe's prediction uses).
 """
 
 from __future__ import annotations
@@ -66,6 +69,41 @@ def staleness_bias(noise: list[AgeNoise]) -> dict[int, float]:
         d = a.mean - ref.mean
         gap = float(d @ d) - (0.0 if a is ref else a.sigma2 / a.n + ref.sigma2 / ref.n)
         out[a.age] = math.sqrt(max(gap, 0.0) / signal)
+    return out
+
+
+@dataclass(frozen=True)
+class HorizonTerms:
+    x: int
+    """Ages 0..x-1, equally represented (a FIFO buffer whose rollouts live x steps)."""
+    sigma2_bar: float
+    """Mean per-rollout noise over those ages."""
+    signal: float
+    """|E g_0|²: the fresh mean gradient's squared norm."""
+    mixed: float
+    """|E g_bar_x|²: the squared norm of the mean gradient over ages 0..x-1."""
+    cross: float
+    """E g_0 · E g_bar_x: how much of the mixed gradient points where the fresh one does."""
+
+
+def horizon_terms(noise: list[AgeNoise]) -> list[HorizonTerms]:
+    """For x = 1, 2, ... while ages 0..x-1 are all measured: the terms of the tuned-step descent lemma for a batch
+    whose rollouts are spread evenly over those ages. Each is unbiased for its expectation: a mean over n rollouts
+    carries sampling noise of squared norm sigma²/n, subtracted from |m_0|², from |mean of the m_tau|² (sum over
+    ages of sigma²_tau/n_tau, over x²) and from m_0 · (mean of the m_tau) (sigma²_0/n_0, over x). Sums of these over
+    several probes stay unbiased."""
+    by_age = {a.age: a for a in noise}
+    if 0 not in by_age:
+        return []
+    ref = by_age[0]
+    out, total, spread, s2 = [], np.zeros_like(ref.mean), 0.0, 0.0
+    x = 0
+    while x in by_age:
+        a = by_age[x]
+        total, spread, s2, x = total + a.mean, spread + a.sigma2 / a.n, s2 + a.sigma2, x + 1
+        bar = total / x
+        out.append(HorizonTerms(x, s2 / x, float(ref.mean @ ref.mean) - ref.sigma2 / ref.n,
+                                float(bar @ bar) - spread / x**2, float(ref.mean @ bar) - ref.sigma2 / (ref.n * x)))
     return out
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.models import MODELS, ModelFit, compare, fit_model_runs, log_likelihood, optimum
+from analysis.models import MODELS, ModelFit, compare, fit_model_runs, log_likelihood, optimum, probe_optimum
 
 MU = 0.85
 GRID = [(x, y) for x in (1, 2, 4, 8, 16) for y in (1, 2, 4) if x >= y]
@@ -119,3 +119,40 @@ def test_the_learning_rate_aware_optimum_predicts_the_learning_rate_with_x_and_y
     assert "lr" not in fixed and fixed["compute"] >= o["compute"]
     narrow = optimum(truth, lr_bounds=(1e-9, 2e-9))
     assert "refused" in narrow and "learning rate" in narrow["refused"]
+
+
+def _terms(xs, bias: float = 0.0, sigma2: float = 20.0, signal: float = 0.05):
+    """Horizon terms of a probe: the mean gradient over ages 0..x-1 keeps a share 1 - bias·(x - 1) of the fresh
+    one (and that squared norm), the noise is flat in age."""
+    keep = lambda x: 1.0 - bias * (x - 1)  # noqa: E731
+    return [{"x": x, "sigma2_bar": sigma2, "signal": signal, "mixed": signal * keep(x) ** 2, "cross": signal * keep(x)} for x in xs]
+
+
+def test_the_probe_optimum_is_the_descent_lemma_at_a_tuned_step_by_hand():
+    terms, c, rho, mu, b = _terms(range(1, 17), bias=0.06), 1.0, 0.1, 10.0, 128
+    got = probe_optimum(terms, c, rho, mu, b)
+    x, y = int(got["x"]), got["y"]
+    t = terms[x - 1]
+    v = t["sigma2_bar"] * (1 + c * y / x) * (1 + (y - 1) * rho) / b
+    v_on = 20.0 * (1 + c) / b
+    want = (1 + mu / y) / (1 + mu) * (t["mixed"] + v) / t["cross"] ** 2 / ((0.05 + v_on) / 0.05**2)
+    assert got["relative_compute"] == pytest.approx(want, rel=1e-9) and got["relative_compute"] < 1
+    assert 1 < x < 16 and 1 < y <= x and "refused" not in got  # bias bounds x; mu over rho pays for reuse
+    assert got["lr_factor"] == pytest.approx(t["cross"] / (t["mixed"] + v) / (0.05 / (0.05 + v_on)), rel=1e-9)
+
+
+def test_the_probe_optimum_moves_with_what_it_measures():
+    no_bias = probe_optimum(_terms(range(1, 17)), 3.0, 0.5, 2.0, 128)
+    assert no_bias["x"] == 16 and "largest horizon" in no_bias["refused"]  # nothing bounds the buffer
+    strong = probe_optimum(_terms(range(1, 17), bias=0.06), 3.0, 0.5, 2.0, 128)
+    weak = probe_optimum(_terms(range(1, 17), bias=0.01), 3.0, 0.5, 2.0, 128)
+    assert strong["x"] < weak["x"]
+    cheap = probe_optimum(_terms(range(1, 17), bias=0.03), 3.0, 1.0, 0.3, 128)  # mu 0.3, reuse repeats all its noise
+    assert cheap["y"] == pytest.approx(1.0)  # reuse does not pay when generation is cheap
+    dear = probe_optimum(_terms(range(1, 17), bias=0.03), 3.0, 0.1, 10.0, 128)
+    assert dear["y"] > 2
+
+
+def test_the_probe_refuses_when_the_fresh_gradient_is_not_resolved():
+    got = probe_optimum(_terms(range(1, 9), signal=-0.01), 3.0, 0.5, 2.0, 128)
+    assert "not resolved" in got["refused"] and "x" not in got

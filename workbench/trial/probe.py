@@ -9,10 +9,13 @@ size), then `lag` steps later the gradients of that step's batch again. From the
 
 - sigma²(tau): the per-rollout gradient noise by age (`noise_by_age`, pooled over probe steps), and the shifted
   power law fitted to it (alpha, tau0; F6: non-decreasing with age);
-- kappa(tau): the staleness bias, |mean gradient at age tau - at age 0| / |mean at age 0|;
+- kappa(tau): the staleness bias, |mean gradient at age tau - at age 0| / |mean at age 0|, and per horizon x the
+  terms the prediction needs (`noise.horizon_terms`: the mean gradient over ages 0..x-1, its norm and its
+  projection on the fresh one, averaged over probes);
 - gamma: the within-group correlation of centred gradients;
 - rho: the correlation of a rollout's centred gradient with itself `lag` steps later (how much of a reuse's noise
-  is the same noise again: the coupling of Theorem 4.4, 1 when reuse adds nothing new);
+  is the same noise again: the coupling of Theorem 4.4, 1 when reuse adds nothing new); by default at the mean gap
+  between two uses of a rollout in the probe's buffer, x/y steps;
 - mu: the run's own measured generation/training cost ratio.
 
 The gradients are computed in eval mode outside the compute meter and the trial's random streams are not touched,
@@ -39,9 +42,10 @@ from workbench.trial.step import objective_input
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, Any] = {"x": 16, "ratio": 2, "steps": 48, "every": 4, "lag": 1, "sketch": 2048}
+DEFAULTS: dict[str, Any] = {"x": 16, "ratio": 2, "steps": 48, "every": 4, "lag": None, "sketch": 2048}
 """x 16, y 2: a buffer of 16 ages, 64 rollouts of each at B 128; 48 steps: 8 to fill the buffer, 16 for the ages to
-spread, then probes at 24, 28, ..., 44 (6 probes, ~380 rollouts of each age)."""
+spread, then probes at 24, 28, ..., 44 (6 probes, ~380 rollouts of each age; rho from those whose batch is seen
+again before the run ends); lag None: x/y steps, the mean gap between two uses of a rollout."""
 
 
 def probe_config(overrides: dict[str, Any] | None = None, x: float = DEFAULTS["x"], ratio: float = DEFAULTS["ratio"],
@@ -71,6 +75,8 @@ class ProbeResult:
     growth: dict = field(default_factory=dict)
     """sigma0_sq, tau0, alpha, non_decreasing (F6)."""
     kappa: dict[int, float] = field(default_factory=dict)
+    horizon: list[dict] = field(default_factory=list)
+    """Per horizon x: sigma2_bar, signal, mixed, cross (`noise.HorizonTerms`), averaged over probes."""
     gamma: float = math.nan
     rho: float = math.nan
     rho_lag: int = 1
@@ -130,37 +136,43 @@ class _Probe:
         return metrics
 
 
-def _pooled(samples) -> tuple[list[noise.AgeNoise], dict[int, float]]:
-    """sigma²(tau) pooled over probe steps (each step centred on its own means: the mean gradient moves), and kappa
-    averaged over them."""
+def _pooled(samples) -> tuple[list[noise.AgeNoise], dict[int, float], list[dict]]:
+    """sigma²(tau) pooled over probe steps (each step centred on its own means: the mean gradient moves), kappa and
+    the horizon terms averaged over them."""
     by_age: dict[int, list[noise.AgeNoise]] = {}
     kappas: dict[int, list[float]] = {}
+    horizon: dict[int, list[noise.HorizonTerms]] = {}
     for g, ages, _ in samples:
         per = noise.noise_by_age(g, ages, min_count=2)
         for a in per:
             by_age.setdefault(a.age, []).append(a)
         for age, k in noise.staleness_bias(per).items():
             kappas.setdefault(age, []).append(k)
+        for t in noise.horizon_terms(per):
+            horizon.setdefault(t.x, []).append(t)
     pooled = []
     for age, parts in sorted(by_age.items()):
         n = sum(p.n for p in parts)
         sigma2 = sum(p.n * p.sigma2 for p in parts) / n
         se = math.sqrt(sum((p.n * p.se) ** 2 for p in parts)) / n
         pooled.append(noise.AgeNoise(age, n, sigma2, se, np.zeros(0)))
-    return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}
+    terms = [{"x": x, **{k: float(np.mean([getattr(t, k) for t in ts])) for k in ("sigma2_bar", "signal", "mixed", "cross")}}
+             for x, ts in sorted(horizon.items()) if len(ts) == len(samples)]
+    return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}, terms
 
 
-def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
+def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
               start: int | None = None, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
     """Run the probe's trial (`probe_config`) and read the model's parameters from it."""
     fill_steps = math.ceil(cfg.replay.capacity / cfg.batch_size)
     horizon = math.ceil(cfg.replay.capacity / cfg.fresh_per_step)
     start = fill_steps + horizon if start is None else start
+    lag = max(1, round(cfg.replay.capacity / cfg.batch_size)) if lag is None else lag  # x/y: N/R · R/B = N/B
     hook = _Probe(cfg, start, every, lag, sketch)
     result = run_trial(cfg, inspect=hook, **run_kwargs)
     if not hook.samples:
         raise ValueError(f"steps: the probe needs more than {start} steps to see every age of its buffer (got {cfg.budget.steps})")
-    pooled, kappa = _pooled(hook.samples)
+    pooled, kappa, terms = _pooled(hook.samples)
     try:
         growth = noise.fit_noise_growth(pooled)
     except ValueError as err:
@@ -172,7 +184,7 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int = DEFAU
         run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=cfg.replay.capacity / cfg.fresh_per_step,
         y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
         probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
-        growth=asdict(growth) if growth else {}, kappa=kappa, gamma=gamma,
+        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, gamma=gamma,
         rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
     )
     log.info(f"probe: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f}, gamma {gamma:.3f}, mu {out.mu:.3f}")
