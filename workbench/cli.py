@@ -236,6 +236,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     data.setdefault("tracking", {}).setdefault("experiment", "probe")
     if args.tracking_uri:
         data["tracking"]["uri"] = args.tracking_uri
+    import numpy as np
+
     from analysis.models import probe_optimum
     from analysis.theory import to_knobs
     from workbench.trial.probe import probe_config, run_probe
@@ -244,13 +246,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
     res, result = run_probe(cfg, every=args.every, lag=args.lag, sketch=args.sketch,
                             show_progress=progress.bars_wanted(args.json, args.quiet))
     out = res.summary()
+    out.pop("horizon_draws")
     g = res.growth
     c = max(res.gamma, 0.0) * (cfg.group_size - 1)
     if not (math.isfinite(res.rho) and math.isfinite(res.mu) and res.mu > 0):
         out["predicted"] = {"refused": f"rho ({res.rho:.3g}) or mu ({res.mu:.3g}) not measured"}
     else:
-        o = probe_optimum(res.horizon, c, min(max(res.rho, 0.0), 1.0), res.mu, cfg.batch_size)
+        rho = min(max(res.rho, 0.0), 1.0)
+        o = probe_optimum(res.horizon, c, rho, res.mu, cfg.batch_size)
         out["predicted"] = {**o, "c": c}
+        draws = [probe_optimum(d, c, rho, res.mu, cfg.batch_size) for d in res.horizon_draws]
+        points = [(d["x"], round(d["y"], 2)) for d in draws if "x" in d]
+        if "x" in o and points:
+            xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+            out["predicted"]["stability"] = {
+                "draws": len(draws), "same_point": sum(p == (o["x"], round(o["y"], 2)) for p in points) / len(draws),
+                "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
+                "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))]}
         if "x" in o:
             out["predicted"] |= {"capacity": to_knobs(o["x"], o["y"], cfg.batch_size, res.mu).capacity, "ratio": o["y"],
                                  "lr": cfg.lr * o["lr_factor"]}
@@ -284,6 +296,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
               f" (capacity {p['capacity']}), lr x{p['lr_factor']:.2f} ({p['lr']:.3g}), {p['relative_compute']:.2f}x on-policy's"
               f" compute; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}")
+    if "stability" in p:
+        st = p["stability"]
+        print(f"  stability over {st['draws']} bootstrap resamples of the probe's groups: the same point in {st['same_point']:.0%};"
+              f" 95% of draws within x {st['x_95'][0]:g}-{st['x_95'][1]:g}, y {st['y_95'][0]:.3g}-{st['y_95'][1]:.3g}")
     if "refused" in p:
         print(f"  no prediction: {p['refused']}")
     return 0

@@ -77,6 +77,9 @@ class ProbeResult:
     kappa: dict[int, float] = field(default_factory=dict)
     horizon: list[dict] = field(default_factory=list)
     """Per horizon x: sigma2_bar, signal, mixed, cross (`noise.HorizonTerms`), averaged over probes."""
+    horizon_draws: list[list[dict]] = field(default_factory=list)
+    """The same from bootstrap resamples of each probe's GRPO groups (a group's rollouts are correlated, so groups,
+    not rollouts, are the units), for the prediction's stability."""
     gamma: float = math.nan
     rho: float = math.nan
     rho_lag: int = 1
@@ -141,29 +144,51 @@ def _pooled(samples) -> tuple[list[noise.AgeNoise], dict[int, float], list[dict]
     the horizon terms averaged over them."""
     by_age: dict[int, list[noise.AgeNoise]] = {}
     kappas: dict[int, list[float]] = {}
-    horizon: dict[int, list[noise.HorizonTerms]] = {}
     for g, ages, _ in samples:
         per = noise.noise_by_age(g, ages, min_count=2)
         for a in per:
             by_age.setdefault(a.age, []).append(a)
         for age, k in noise.staleness_bias(per).items():
             kappas.setdefault(age, []).append(k)
-        for t in noise.horizon_terms(per):
-            horizon.setdefault(t.x, []).append(t)
     pooled = []
     for age, parts in sorted(by_age.items()):
         n = sum(p.n for p in parts)
         sigma2 = sum(p.n * p.sigma2 for p in parts) / n
         se = math.sqrt(sum((p.n * p.se) ** 2 for p in parts)) / n
         pooled.append(noise.AgeNoise(age, n, sigma2, se, np.zeros(0)))
-    terms = [{"x": x, **{k: float(np.mean([getattr(t, k) for t in ts])) for k in ("sigma2_bar", "signal", "mixed", "cross")}}
-             for x, ts in sorted(horizon.items()) if len(ts) == len(samples)]
-    return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}, terms
+    return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}, _horizon(samples)
+
+
+def _horizon(samples, resample=None) -> list[dict]:
+    """The horizon terms averaged over probes; `resample(ages, groups)` picks the rows of each probe to use."""
+    horizon: dict[int, list[noise.HorizonTerms]] = {}
+    for g, ages, groups in samples:
+        rows = resample(ages, groups) if resample else slice(None)
+        for t in noise.horizon_terms(noise.noise_by_age(g[rows], ages[rows], min_count=2)):
+            horizon.setdefault(t.x, []).append(t)
+    return [{"x": x, **{k: float(np.mean([getattr(t, k) for t in ts])) for k in ("sigma2_bar", "signal", "mixed", "cross")}}
+            for x, ts in sorted(horizon.items()) if len(ts) == len(samples)]
+
+
+def _horizon_draws(samples, draws: int, seed: int) -> list[list[dict]]:
+    """`draws` bootstrap replicates of the horizon terms: per probe and age, the groups resampled with replacement."""
+    rng = np.random.default_rng(seed)
+
+    def resample(ages, groups):
+        rows = []
+        for age in np.unique(ages):
+            members = {gid: np.flatnonzero((ages == age) & (groups == gid)) for gid in np.unique(groups[ages == age])}
+            keys = list(members)
+            rows += [members[keys[i]] for i in rng.integers(0, len(keys), len(keys))]
+        return np.concatenate(rows)
+
+    return [_horizon(samples, resample) for _ in range(draws)]
 
 
 def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
-              start: int | None = None, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
-    """Run the probe's trial (`probe_config`) and read the model's parameters from it."""
+              start: int | None = None, draws: int = 50, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
+    """Run the probe's trial (`probe_config`) and read the model's parameters from it (`draws` bootstrap replicates
+    of the horizon terms)."""
     fill_steps = math.ceil(cfg.replay.capacity / cfg.batch_size)
     horizon = math.ceil(cfg.replay.capacity / cfg.fresh_per_step)
     start = fill_steps + horizon if start is None else start
@@ -184,7 +209,8 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
         run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=cfg.replay.capacity / cfg.fresh_per_step,
         y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
         probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
-        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, gamma=gamma,
+        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, cfg.seed),
+        gamma=gamma,
         rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
     )
     log.info(f"probe: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f}, gamma {gamma:.3f}, mu {out.mu:.3f}")
