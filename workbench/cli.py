@@ -289,8 +289,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                               "not resolved (the mean gradient at age 0 is within the noise of its estimate)"))
     shown = [t for t in res.horizon if t["x"] in (1, 2, 4, 8, 16, 32, 64)]
     if shown and res.horizon[0]["signal"] > 0:
-        print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one): "
-              + ", ".join(f"x {t['x']}: {t['cross'] / res.horizon[0]['signal']:.2f}" for t in shown))
+        def share_interval(x: int) -> str:
+            shares = [d[x - 1]["cross"] / d[0]["signal"] for d in res.horizon_draws if len(d) >= x and d[0]["signal"] > 0]
+            return f" [{np.quantile(shares, 0.025):.2f}, {np.quantile(shares, 0.975):.2f}]" if len(shares) > 1 else ""
+
+        print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one, 95% over"
+              " resampled groups): " + ", ".join(f"x {t['x']}: {t['cross'] / res.horizon[0]['signal']:.2f}{share_interval(t['x'])}" for t in shown))
     p = out["predicted"]
     if "x" in p:
         print(f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
