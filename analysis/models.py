@@ -433,3 +433,23 @@ def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size
         out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
                           f" [{min(nx):g}, {max(nx):g}] and y in [{min(ny):.3g}, {max(ny):.3g}]")
     return out
+
+
+def probe_prediction(horizon: list[dict], draws: list[list[dict]], gamma: float, rho: float, mu: float, group_size: int,
+                     batch_size: int) -> dict:
+    """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, gamma,
+    rho) turned into `probe_optimum` at accounting ratio `mu`, with c = gamma·(G - 1), rho clipped to [0, 1], and the
+    prediction's stability over the draws (`stability`: the share of draws at the same point, the 95% range of x
+    and y over the draws)."""
+    if not (math.isfinite(rho) and math.isfinite(mu) and mu > 0):
+        return {"refused": f"rho ({rho:.3g}) or mu ({mu:.3g}) not measured"}
+    c = max(gamma, 0.0) * (group_size - 1) if math.isfinite(gamma) else 0.0
+    rho = min(max(rho, 0.0), 1.0)
+    out = {**probe_optimum(horizon, c, rho, mu, batch_size), "c": c, "rho": rho, "mu": mu}
+    points = [(d["x"], round(d["y"], 2)) for d in (probe_optimum(h, c, rho, mu, batch_size) for h in draws) if "x" in d]
+    if "x" in out and points:
+        xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+        out["stability"] = {"draws": len(draws), "same_point": sum(p == (out["x"], round(out["y"], 2)) for p in points) / len(draws),
+                            "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
+                            "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))]}
+    return out

@@ -82,6 +82,11 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, models: bool = Tr
             {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]), "predicted_now": float(fit.predict(r["x"], r["y"]))}
             for _, r in configs[configs["arm"] == "predicted"].iterrows()
         ],
+        "probe_verified": [  # `study verify --probe`: the probe's optimum, measured against the empirical best
+            {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]),
+             "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"])}
+            for _, r in configs[configs["arm"] == "probe"].iterrows()
+        ],
         "models": _models(uniform, data.reference_mu, xb, yb, bootstrap, seed) if models else [],
     }
     if len(base):
@@ -392,6 +397,13 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
                          f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['predicted_now'])} "
                          f"| {_fmt(v['compute_to_target'] / v['predicted_when_run'])} |")
         lines += ["", "These runs are part of the data this fit was made from (the fit when they were run did not include them)."]
+    if result.get("probe_verified"):
+        lines += ["", "## The probe's optimum, run as trials of the study (`workbench study verify --probe`)", "",
+                  "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | measured / empirical best |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for v in result["probe_verified"]:
+            lines.append(f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
+                         f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['ratio_to_empirical_best'])} |")
     lines += ["", "## What if generation cost more (re-accounted curves)", "",
               "The same curves, accounted at another mu: savings paired by seed with their 95% interval; the best"
               " configuration is again a selection estimate.", "",

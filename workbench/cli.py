@@ -114,7 +114,45 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
     ctx = _study_context(args)
     study = open_for_verify(ctx)
     result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
+    if args.probe:
+        return _verify_probe(args, ctx, study, result)
     v = run_prediction(ctx, study, result, fit.predict, threads=args.threads, force=args.force)
+    if args.json:
+        print(json.dumps(v.__dict__, default=float))
+    return 0
+
+
+def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
+    """`study verify --probe`: one probe run on the study's base config; its predicted optimum (at the study's
+    reference mu) run as the study's `probe` arm, or the reason it was refused."""
+    import copy
+
+    from analysis.models import probe_prediction
+    from workbench.study import attrs
+    from workbench.study.verify import run_prediction
+    from workbench.trial.probe import probe_config, record, run_probe
+
+    base = copy.deepcopy(ctx.spec.base)
+    base["tracking"] = {**base.get("tracking", {}), "uri": ctx.tracking_uri, "experiment": f"{ctx.spec.name}-probe"}
+    if args.threads:
+        base["threads"] = args.threads
+    cfg = probe_config(base)
+    res, run = run_probe(cfg, show_progress=False)
+    mu = float(study.user_attrs[attrs.REFERENCE_MU])
+    o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
+    record(res, cfg.tracking.uri, o)
+    base_ctt = next((c["compute_to_target"] for c in result["configurations"] if c["baseline"]), math.nan)
+    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units), MLflow run {run.run_id}; at the study's mu {mu:.3g}:"
+          + (f" x {o['x']:g}, y {o['y']:.3g}, {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
+    if "refused" in o:
+        print(f"  no prediction: {o['refused']}")
+        return 0
+    result = {**result, "predicted": {"x": o["x"], "y": o["y"]}}
+    provenance = {"probe_run": run.run_id, "rho": o["rho"], "c": o["c"], "mu": mu, "relative_compute": o["relative_compute"],
+                  "same_point": o.get("stability", {}).get("same_point")}
+    v = run_prediction(ctx, study, result, lambda x, y: o["relative_compute"] * base_ctt, threads=args.threads,
+                       force=args.force, arm="probe", provenance=provenance)
+    print(f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}" + (f" (already run as trial {v.same_as})" if v.same_as is not None else ""))
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
@@ -238,41 +276,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
         data["tracking"]["uri"] = args.tracking_uri
     import numpy as np
 
-    from analysis.models import probe_optimum
+    from analysis.models import probe_prediction
     from analysis.theory import to_knobs
-    from workbench.trial.probe import probe_config, run_probe
+    from workbench.trial.probe import probe_config, record, run_probe
 
     cfg = probe_config(data, x=args.x, ratio=args.ratio, steps=args.steps)
     res, result = run_probe(cfg, every=args.every, lag=args.lag, sketch=args.sketch,
                             show_progress=progress.bars_wanted(args.json, args.quiet))
-    out = res.summary()
-    out.pop("horizon_draws")
     g = res.growth
-    c = max(res.gamma, 0.0) * (cfg.group_size - 1)
-    if not (math.isfinite(res.rho) and math.isfinite(res.mu) and res.mu > 0):
-        out["predicted"] = {"refused": f"rho ({res.rho:.3g}) or mu ({res.mu:.3g}) not measured"}
-    else:
-        rho = min(max(res.rho, 0.0), 1.0)
-        o = probe_optimum(res.horizon, c, rho, res.mu, cfg.batch_size)
-        out["predicted"] = {**o, "c": c}
-        draws = [probe_optimum(d, c, rho, res.mu, cfg.batch_size) for d in res.horizon_draws]
-        points = [(d["x"], round(d["y"], 2)) for d in draws if "x" in d]
-        if "x" in o and points:
-            xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-            out["predicted"]["stability"] = {
-                "draws": len(draws), "same_point": sum(p == (o["x"], round(o["y"], 2)) for p in points) / len(draws),
-                "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
-                "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))]}
-        if "x" in o:
-            out["predicted"] |= {"capacity": to_knobs(o["x"], o["y"], cfg.batch_size, res.mu).capacity, "ratio": o["y"],
-                                 "lr": cfg.lr * o["lr_factor"]}
-    client = tracking.client(cfg.tracking.uri)
-    for key in ("mu", "gamma", "rho"):
-        client.log_metric(result.run_id, f"probe/{key}", float(out[key]))
-    for key in ("alpha", "tau0", "sigma0_sq"):
-        if g:
-            client.log_metric(result.run_id, f"probe/{key}", float(g[key]))
-    client.log_dict(result.run_id, json.loads(json.dumps(out, default=float)), "probe/probe.json")
+    predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    if "x" in predicted:
+        predicted |= {"capacity": to_knobs(predicted["x"], predicted["y"], cfg.batch_size, res.mu).capacity,
+                      "ratio": predicted["y"], "lr": cfg.lr * predicted["lr_factor"]}
+    c = predicted.get("c", math.nan)
+    out = record(res, cfg.tracking.uri, predicted)
     if args.json:
         print(json.dumps(out, default=float))
         return 0
@@ -464,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = _arm_parser(ssub, "verify", "run the fitted optimum as new trials of the study: measured against predicted")
     verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
+    verify.add_argument("--probe", action="store_true", help="predict with one `workbench probe` run on the study's base config instead of the fitted model")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
     verify.set_defaults(func=cmd_study_verify)
     confirm = _arm_parser(ssub, "confirm", "re-run the best configurations and the baseline on fresh seeds (replication)")

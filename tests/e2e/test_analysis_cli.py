@@ -159,3 +159,26 @@ def test_study_verify_runs_the_fitted_optimum_as_a_new_trial_of_the_study(verifi
     assert "3 complete" in status.stdout and "1 predicted" in status.stdout
     assert f"fitted optimum run as trial {v['trial_number']}" in status.stdout
     assert f"\n{v['trial_number']},COMPLETE,predicted," in status.stdout
+
+
+@pytest.mark.slow
+def test_study_verify_probe_runs_the_probes_optimum_or_says_why_not(verified):
+    import optuna
+
+    _, _, tmp, uri = verified
+    run = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--probe", "--force", "--json"], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.startswith("probe: 48 steps") and "at the study's mu" in run.stdout
+    probe_runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("toy-probe").experiment_id])
+    assert len(probe_runs) == 1 and "probe/rho" in probe_runs[0].data.metrics
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}")
+    arms = [t for t in study.trials if t.user_attrs.get("arm") == "probe"]
+    if "no prediction:" in run.stdout:
+        assert not arms
+    else:
+        v = json.loads(run.stdout.strip().splitlines()[-1])
+        [trial] = arms
+        assert trial.number == v["trial_number"] and trial.user_attrs["fit"]["probe_run"] == probe_runs[0].info.run_id
+        analysis = run_cli(["analyze", str(tmp / "toy.yaml"), "--bootstrap", "0", "--out", str(tmp / "out_probe")], tmp)
+        [row] = json.loads((tmp / "out_probe" / "analysis.json").read_text())["probe_verified"]
+        assert analysis.returncode == 0 and row["trial_number"] == v["trial_number"] and row["ratio_to_empirical_best"] > 0

@@ -83,8 +83,12 @@ def run_prediction(
     *,
     threads: int | None = None,
     force: bool = False,
+    arm: str = "predicted",
+    provenance: dict | None = None,
 ) -> Verification:
-    """Run the fit's predicted optimum (`result` of the analysis, `predict(x, y)` its fitted compute) as a trial."""
+    """Run the fit's predicted optimum (`result` of the analysis, `predict(x, y)` its fitted compute) as a trial.
+    `arm` names what predicted it (`predicted`: the fitted model; `probe`: `workbench probe`), `provenance` what it
+    was predicted from (default: the fit's parameters)."""
     knobs, x, y = predicted_knobs(result, ctx.spec.trial_config({}, 0).batch_size)
     predicted = float(predict(x, y))
     twin = _measured_twin(result, knobs)
@@ -97,19 +101,19 @@ def run_prediction(
     log.info(f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
              f" over seeds {ctx.spec.seed_list}")
     trial = study.ask()
-    user_attrs = {attrs.ARM: "predicted", attrs.KNOBS: knobs, "x": x, "y": y, attrs.PREDICTED: predicted,
-                  "fit": {k: result["fit"][k] for k in ("alpha", "tau0", "rho", "scale", "mu", "r2_log")}}
+    fit = provenance if provenance is not None else {k: result["fit"][k] for k in ("alpha", "tau0", "rho", "scale", "mu", "r2_log")}
+    user_attrs = {attrs.ARM: arm, attrs.KNOBS: knobs, "x": x, "y": y, attrs.PREDICTED: predicted, "fit": fit}
     for k, v in user_attrs.items():
         trial.set_user_attr(k, v)
     objective = StudyObjective(ctx, study, threads)
     try:
         value = objective.evaluate(trial, knobs, is_baseline=False, mu=study.user_attrs[attrs.REFERENCE_MU], threads=threads,
-                                   arm="predicted", extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted})
+                                   arm=arm, extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted})
     except BaseException:
         study.tell(trial, state=TrialState.FAIL)
         raise
     frozen = study.tell(trial, value)
     censored = int(frozen.user_attrs.get(attrs.CENSORED_SEEDS, 0))
-    log.info(f"fitted optimum, trial {trial.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
+    log.info(f"{arm} optimum, trial {trial.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
              f" (measured/predicted {value / predicted:.3g}; censored seeds {censored})")
     return Verification(trial.number, knobs, x, y, predicted, float(value), censored)

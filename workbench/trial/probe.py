@@ -24,6 +24,7 @@ so the probed run trains exactly as an unprobed run of the same configuration wo
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field
@@ -157,6 +158,22 @@ def _pooled(samples) -> tuple[list[noise.AgeNoise], dict[int, float], list[dict]
         se = math.sqrt(sum((p.n * p.se) ** 2 for p in parts)) / n
         pooled.append(noise.AgeNoise(age, n, sigma2, se, np.zeros(0)))
     return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}, _horizon(samples)
+
+
+def record(res: ProbeResult, uri: str, predicted: dict) -> dict:
+    """Log a probe's measurements and prediction to its MLflow run (`probe/*` metrics and `probe/probe.json`);
+    returns what was logged (the summary without the bootstrap draws, with `predicted`)."""
+    out = res.summary()
+    out.pop("horizon_draws")
+    out["predicted"] = predicted
+    client = tracking.client(uri)
+    for key in ("mu", "gamma", "rho"):
+        client.log_metric(res.run_id, f"probe/{key}", float(out[key]))
+    for key in ("alpha", "tau0", "sigma0_sq"):
+        if res.growth:
+            client.log_metric(res.run_id, f"probe/{key}", float(res.growth[key]))
+    client.log_dict(res.run_id, json.loads(json.dumps(out, default=float)), "probe/probe.json")
+    return out
 
 
 def _horizon(samples, resample=None) -> list[dict]:
