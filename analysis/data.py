@@ -43,7 +43,7 @@ class StudyData:
         """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
         seeds at their total: a bound), the paired ratio against the baseline on the same seeds with its interval,
         means of the rest, seeds and censored seeds counted."""
-        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"]
+        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + (["lr"] if "lr" in self.runs else [])
         rows = []
         for key, g in self.runs.groupby(keys, dropna=False, sort=False):
             values = dict(zip(g["seed"], np.where(g["censored"] > 0, g["total_units"], g["compute_to_target"])))

@@ -33,6 +33,7 @@ def _config_record(row) -> dict:
         "ratio_ci_high": float(row["ratio_ci_high"]), "verdict": str(row["verdict"]),
         "best_accuracy": float(row["best_accuracy"]), "seeds": int(row["seeds"]), "censored_seeds": int(row["censored_seeds"]),
         "arm": str(row.get("arm", "sampler")),
+        **({"lr": float(row["lr"])} if "lr" in row and pd.notna(row["lr"]) else {}),
     }
 
 
@@ -176,7 +177,7 @@ def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     out = []
     def by_knobs(r) -> tuple:  # NaN (no horizon) never equals itself: key it as None
         return tuple(None if isinstance(v, float) and math.isnan(v) else v
-                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"])))
+                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"]), r.get("lr")))
 
     selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
     for _, r in configs[configs["arm"] == "confirm"].iterrows():
@@ -256,10 +257,15 @@ def _ratio(r: dict) -> str:
     return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
 
 
-def _what(r: dict) -> str:
+def _lr_varies(result: dict) -> bool:
+    return len({c.get("lr") for c in result.get("configurations", [])}) > 1
+
+
+def _what(r: dict, show_lr: bool = False) -> str:
+    lr = f", lr {r['lr']:.3g}" if show_lr and "lr" in r else ""
     if r["baseline"]:
-        return "on-policy"
-    return (f"{r['strategy']} " if r.get("strategy", "uniform") != "uniform" else "") + f"x {_fmt(r['x'])}, y {_fmt(r['y'])}"
+        return "on-policy" + lr
+    return (f"{r['strategy']} " if r.get("strategy", "uniform") != "uniform" else "") + f"x {_fmt(r['x'])}, y {_fmt(r['y'])}" + lr
 
 
 def _comparison_section(result: dict) -> list[str]:
@@ -271,7 +277,7 @@ def _comparison_section(result: dict) -> list[str]:
              "| trial | arm | configuration | seeds (censored) | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
-        lines.append(f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r)} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+        lines.append(f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r, _lr_varies(result))} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
     return lines + [""]
 
 
@@ -323,7 +329,7 @@ def _confirmation_section(result: dict) -> list[str]:
     for c in result["confirmations"]:
         for what in ("selection", "replicated"):
             r = c[what]
-            lines.append(f"| {r['trial_number']} | {_what(r)} | {what} | {','.join(map(str, r['seed_list']))} | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+            lines.append(f"| {r['trial_number']} | {_what(r, _lr_varies(result))} | {what} | {','.join(map(str, r['seed_list']))} | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
     return lines + [""]
 
 
