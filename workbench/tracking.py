@@ -67,6 +67,7 @@ PARAM_BASELINE = "baseline"
 # step metrics read back by the analysis (the trainer logs more: see docs/trial.md)
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_PASS_AT_K = "eval/pass_at_k"
+EVAL_MEAN_AT_K = "eval/mean_at_k"
 COMPUTE_UNITS = "compute/units"
 POLICY_ENTROPY = "policy/entropy"
 

@@ -148,6 +148,10 @@ def test_pass_at_k_every_other_evaluation_and_always_at_the_last(tracking_uri):
     assert [m.step for m in accuracy] == [0, 1, 2, 3, 4, 5]
     assert [m.step for m in history] == [0, 2, 4, 5]  # evaluations 0, 2, 4 and the last
     assert result.metrics["final/pass_at_k"] == history[-1].value
+    # mean@k comes from the same samples: logged with pass@k, and never above it (a mean of k rewards <= their max)
+    mean_k = MlflowClient(tracking_uri).get_metric_history(result.run_id, "eval/mean_at_k")
+    assert [m.step for m in mean_k] == [m.step for m in history]
+    assert all(0 <= m.value <= p.value for m, p in zip(mean_k, history))
     # evaluation time is its own line, inside the trial's wall time and apart from generation and training
     m = result.metrics
     assert 0 < m["final/eval_seconds"] < m["final/wall_seconds"] - m["final/gen_seconds"] - m["final/train_seconds"]
@@ -162,3 +166,29 @@ def test_lr_warmup_rises_linearly_then_holds(tracking_uri):
     plain = []
     run_trial(tracked(build_config(toy_dict(lr=1e-3, budget={"compute_units": None, "steps": 2})), tracking_uri), observer=plain.append)
     assert [rec.metrics["train/lr"] for rec in plain] == pytest.approx([1e-3, 1e-3])
+
+
+def test_mean_at_k_is_the_mean_reward_of_the_pass_at_k_samples(tracking_uri):
+    """A decoder that answers right on the first of k samples for every other prompt (and greedy always right):
+    pass@k = 1/2, mean@k = 1/(2k), greedy accuracy 1."""
+    from workbench.backends.hf import Samples
+    from workbench.trial.evaluation import Evaluator
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    k, n = 4, 10
+
+    def decode(tokenizer, prompt_ids, *, max_new_tokens, greedy=False, temperature=1.0, generator=None):
+        if greedy:
+            texts = [e.answer for e in task.eval]
+        else:
+            texts = [task.eval[i // k].answer if i % k == 0 and (i // k) % 2 == 0 else "x" for i in range(len(prompt_ids))]
+        rows = len(prompt_ids)
+        return Samples(prompt_ids, [[0]] * rows, [torch.zeros(1)] * rows, [True] * rows, texts, 0.0, 0)
+
+    evaluate = Evaluator(task, policy.tokenizer, k=k, pass_k_prompts=n, max_new_tokens=4, temperature=1.0, seed=0,
+                         sampler=decode)
+    res = evaluate(policy.model)
+    assert res.accuracy == 1.0 and res.pass_at_k == 0.5 and res.mean_at_k == 0.5 / k
+    assert evaluate(policy.model, pass_k=False).mean_at_k is None

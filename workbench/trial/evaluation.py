@@ -1,4 +1,4 @@
-"""Held-out evaluation: greedy pass@1 and sampled pass@k on the task's fixed evaluation set."""
+"""Held-out evaluation: greedy pass@1, and sampled pass@k and mean@k, on the task's fixed evaluation set."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ class EvalResult:
     """Share of the first `pass_k_prompts` held-out prompts with at least one correct answer among k samples (None
     when this evaluation did not sample it: `eval.pass_k_every`)."""
     k: int
+    mean_at_k: float | None = None
+    """Mean reward of the same k samples per prompt (avg@k, the sampled accuracy that DAPO and most reasoning RL
+    papers report): an expectation under the sampling policy, so it moves smoothly with the weights where greedy
+    accuracy flips whole answers at once. None when pass@k was not sampled."""
 
 
 class Evaluator:
@@ -60,4 +64,4 @@ class Evaluator:
         rewards = self._rewards(sampled, [e for e in self.k_examples for _ in range(self.k)])
         hits = [max(rewards[i : i + self.k]) for i in range(0, len(rewards), self.k)]
         model.train(was_training)
-        return EvalResult(accuracy, sum(hits) / len(hits), self.k)
+        return EvalResult(accuracy, sum(hits) / len(hits), self.k, sum(rewards) / len(rewards))

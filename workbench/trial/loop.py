@@ -173,6 +173,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             "compute_units": meter.units,
             "accuracy": res.accuracy,
             "pass_at_k": res.pass_at_k,
+            "mean_at_k": res.mean_at_k,
             "gen_rollouts": meter.gen_rollouts,
             "train_rollouts": meter.train_rollouts,
             "seconds": meter.seconds["gen"] + meter.seconds["train"],
@@ -181,6 +182,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
         logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}
         if res.pass_at_k is not None:
             logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
+            logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
         run.log_metrics(logged, step)
         pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
         log.info(
