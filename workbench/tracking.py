@@ -68,6 +68,7 @@ PARAM_BASELINE = "baseline"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_PASS_AT_K = "eval/pass_at_k"
 EVAL_MEAN_AT_K = "eval/mean_at_k"
+EVAL_DEMO_PROB = "eval/demo_prob"
 COMPUTE_UNITS = "compute/units"
 POLICY_ENTROPY = "policy/entropy"
 

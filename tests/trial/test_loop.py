@@ -192,3 +192,27 @@ def test_mean_at_k_is_the_mean_reward_of_the_pass_at_k_samples(tracking_uri):
     res = evaluate(policy.model)
     assert res.accuracy == 1.0 and res.pass_at_k == 0.5 and res.mean_at_k == 0.5 / k
     assert evaluate(policy.model, pass_k=False).mean_at_k is None
+
+
+def test_demo_prob_is_the_mean_probability_of_the_reference_demonstrations():
+    """Against a plain full-sequence forward of each held-out prompt followed by its demonstration and EOS."""
+    from workbench.trial.evaluation import Evaluator
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    tok, model = policy.tokenizer, policy.model.eval()
+    evaluate = Evaluator(task, tok, k=2, pass_k_prompts=4, max_new_tokens=policy.max_new_tokens, temperature=0.7, seed=0)
+    probs = []
+    with torch.no_grad():
+        for e in task.eval:
+            prompt = tok(e.prompt)["input_ids"]
+            demo = tok(e.demonstration, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            ids = torch.tensor([prompt + demo])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1] / 0.7
+            logp = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(demo)[:, None]).sum()
+            probs.append(float(torch.exp(logp)))
+    reference = sum(probs) / len(probs)
+    assert 0 < reference < 1
+    assert evaluate.demonstration_probability(model) == pytest.approx(reference, rel=1e-4)
+    assert evaluate(model, pass_k=False).demo_prob == pytest.approx(reference, rel=1e-4)

@@ -1,4 +1,5 @@
-"""Held-out evaluation: greedy pass@1, and sampled pass@k and mean@k, on the task's fixed evaluation set."""
+"""Held-out evaluation: greedy pass@1, sampled pass@k and mean@k, and the probability of the reference
+demonstrations, on the task's fixed evaluation set."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from workbench.backends.hf import encode_prompts, sample
+from workbench.backends.hf import encode_prompts, sample, score
 from workbench.trial.tasks import Task
 
 
@@ -24,6 +25,11 @@ class EvalResult:
     """Mean reward of the same k samples per prompt (avg@k, the sampled accuracy that DAPO and most reasoning RL
     papers report): an expectation under the sampling policy, so it moves smoothly with the weights where greedy
     accuracy flips whole answers at once. None when pass@k was not sampled."""
+    demo_prob: float | None = None
+    """Mean over the held-out prompts of the probability that sampling (at the generation temperature) produces the
+    prompt's reference demonstration and stops: one scoring pass, no sampling noise. On a task with one correct
+    completion per prompt (`arithmetic`) this is the expected sampled accuracy; where there are many (`split`), a
+    lower bound on it."""
 
 
 class Evaluator:
@@ -38,6 +44,10 @@ class Evaluator:
         self.prompt_ids = encode_prompts(tokenizer, [e.prompt for e in task.eval])
         self.k_examples = task.eval[:pass_k_prompts]
         self.k_prompt_ids = [p for p in self.prompt_ids[:pass_k_prompts] for _ in range(k)]
+        eos = tokenizer.eos_token_id
+        # the demonstration's tokens after the prompt, as the warm start frames them (no BOS), then EOS
+        self.demo_ids = [ids[1:] + [eos] if ids and ids[0] == tokenizer.bos_token_id else ids + [eos]
+                         for ids in encode_prompts(tokenizer, [e.demonstration for e in task.eval])]
         # A separate generator: evaluating never shifts the training sampler's random stream.
         self.generator = torch.Generator(device=device).manual_seed(seed + 7919)
 
@@ -51,9 +61,10 @@ class Evaluator:
         decode = self.sampler or partial(sample, model)
         greedy = decode(self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
         accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
+        demo_prob = self.demonstration_probability(model)
         if not pass_k:
             model.train(was_training)
-            return EvalResult(accuracy, None, self.k)
+            return EvalResult(accuracy, None, self.k, demo_prob=demo_prob)
         sampled = decode(
             self.tokenizer,
             self.k_prompt_ids,
@@ -64,4 +75,11 @@ class Evaluator:
         rewards = self._rewards(sampled, [e for e in self.k_examples for _ in range(self.k)])
         hits = [max(rewards[i : i + self.k]) for i in range(0, len(rewards), self.k)]
         model.train(was_training)
-        return EvalResult(accuracy, sum(hits) / len(hits), self.k, sum(rewards) / len(rewards))
+        return EvalResult(accuracy, sum(hits) / len(hits), self.k, sum(rewards) / len(rewards), demo_prob)
+
+    @torch.no_grad()
+    def demonstration_probability(self, model) -> float:
+        """Mean probability of the held-out reference demonstrations (EOS included) under `model` at the sampling
+        temperature."""
+        logp, _ = score(model, self.prompt_ids, self.demo_ids, temperature=self.temperature, pad_id=self.tokenizer.pad_token_id)
+        return float(torch.exp(logp.sum(dim=1)).mean())

@@ -174,12 +174,13 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             "accuracy": res.accuracy,
             "pass_at_k": res.pass_at_k,
             "mean_at_k": res.mean_at_k,
+            "demo_prob": res.demo_prob,
             "gen_rollouts": meter.gen_rollouts,
             "train_rollouts": meter.train_rollouts,
             "seconds": meter.seconds["gen"] + meter.seconds["train"],
         }
         evals.append(row)
-        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}
+        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.EVAL_DEMO_PROB: res.demo_prob, tracking.COMPUTE_UNITS: meter.units}
         if res.pass_at_k is not None:
             logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
             logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
