@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,8 @@ class StudyData:
     entropy: pd.DataFrame
     ages: dict[str, dict[int, int]]
     """Per seed run id: trained-rollout counts by age (the staleness histogram)."""
+    metric: str = "accuracy"
+    """The held-out curve compute-to-target reads (`eval.metric`); `curves["reading"]` holds its values."""
 
     def configs(self) -> pd.DataFrame:
         """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
@@ -84,7 +87,7 @@ def compute_to_target(curves: pd.DataFrame, target: float, mu: float, estimator:
     rows = []
     for run_id, g in c.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        r = ESTIMATORS[estimator](g["units"].tolist(), g["accuracy"].tolist(), target)
+        r = ESTIMATORS[estimator](g["units"].tolist(), g["reading"].tolist(), target)
         rows.append((run_id, r.value, int(r.censored), r.total, r.low, r.high))
     return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units", "low_units", "high_units"])
 
@@ -103,6 +106,7 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
         return {m.step: m.value for m in client.get_metric_history(run_id, key)}
 
     acc, pass_k = history(tracking.EVAL_ACCURACY), history(tracking.EVAL_PASS_AT_K)
+    mean_k, demo = history(tracking.EVAL_MEAN_AT_K), history(tracking.EVAL_DEMO_PROB)
     gen, train = history("compute/gen_rollouts"), history("compute/train_rollouts")
     gen_s, train_s = history("compute/gen_seconds"), history("compute/train_seconds")
     if not acc or not gen:
@@ -114,6 +118,8 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
             "step": step,
             "accuracy": acc[step],
             "pass_at_k": pass_k.get(step),
+            "mean_at_k": mean_k.get(step),
+            "demo_prob": demo.get(step),
             "gen_rollouts": gen.get(before, 0.0),
             "train_rollouts": train.get(before, 0.0),
             "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),
@@ -146,6 +152,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
         if target is None and tracking.TARGET_ACCURACY in r.data.tags:
             target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
     estimator = parent[0].data.params.get("estimator", "first") if parent else "first"  # studies before estimators: first
+    metric = seeds[0].data.params.get("eval.metric", "accuracy")  # studies before `eval.metric`: greedy accuracy
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
@@ -202,6 +209,9 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
     runs = pd.DataFrame(rows)
     curves = pd.DataFrame(curve_rows)
+    if metric not in curves or curves[metric].isna().any():
+        raise ConfigError(f"study: eval.metric is {metric}, but some evaluations did not log it")
+    curves["reading"] = curves[metric].astype(float)
     if target is None:
         target = float(runs["target"].iloc[0])
     if ref is None:  # no reference recorded: the baseline's measured mu, else the median measured mu
@@ -210,7 +220,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     ctt = compute_to_target(curves, target, ref, estimator)
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
-    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages)
+    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric)
 
 
 def retarget(data: StudyData, target: float, estimator: str | None = None) -> StudyData:
@@ -218,7 +228,7 @@ def retarget(data: StudyData, target: float, estimator: str | None = None) -> St
     estimator = estimator or data.estimator
     ctt = compute_to_target(data.curves, target, data.reference_mu, estimator)
     runs = data.runs.drop(columns=list(ctt.columns.drop("run_id"))).merge(ctt, on="run_id")
-    return StudyData(data.name, data.reference_mu, target, estimator, runs, data.curves, data.entropy, data.ages)
+    return dataclasses.replace(data, target=target, estimator=estimator, runs=runs)
 
 
 def reaccount(data: StudyData, mu: float) -> StudyData:
@@ -226,4 +236,4 @@ def reaccount(data: StudyData, mu: float) -> StudyData:
     curves = data.curves.assign(units=units_at(data.curves, mu))
     ctt = compute_to_target(data.curves, data.target, mu, data.estimator)
     runs = data.runs.drop(columns=list(ctt.columns.drop("run_id"))).merge(ctt, on="run_id")
-    return StudyData(data.name, mu, data.target, data.estimator, runs, curves, data.entropy, data.ages)
+    return dataclasses.replace(data, reference_mu=mu, runs=runs, curves=curves)

@@ -20,6 +20,7 @@ F6 (noise non-decreasing with age) needs the probe's sigma²(tau).
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,7 @@ def _log_table(data: StudyData, mus, keys=None) -> tuple[pd.DataFrame, list]:
     runs = data.runs[(data.runs["arm"] == "sampler") & (data.runs["strategy"] == "uniform")]
     if keys is None:
         keys = ("x", "y", "lr") if "lr" in runs and runs["lr"].nunique() > 1 else ("x", "y")
-    data = StudyData(data.name, data.reference_mu, data.target, data.estimator, runs, data.curves, data.entropy, data.ages)
+    data = dataclasses.replace(data, runs=runs)
     frames = []
     for mu in mus:
         r = reaccount(data, mu).runs

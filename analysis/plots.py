@@ -15,6 +15,7 @@ from scipy import stats  # noqa: E402
 
 from analysis.data import StudyData  # noqa: E402
 from analysis.fit import Fit  # noqa: E402
+from workbench.estimators import METRICS  # noqa: E402
 
 DPI = 110
 
@@ -63,7 +64,7 @@ def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> P
         if g.empty:
             continue
         grid = np.linspace(0, g.groupby("run_id")["units"].max().min(), 60)
-        interp = np.array([np.interp(grid, r["units"], r["accuracy"]) for _, r in g.sort_values("step").groupby("run_id")])
+        interp = np.array([np.interp(grid, r["units"], r["reading"]) for _, r in g.sort_values("step").groupby("run_id")])
         mean, lo, hi = _ci_band(interp)
         for row in interp:
             ax.plot(grid, row, color=color, alpha=0.15, lw=0.6)
@@ -72,9 +73,9 @@ def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> P
             ax.fill_between(grid, lo, hi, color=color, alpha=0.25)
     ax.axhline(data.target, color="k", ls=":", lw=1, label=f"target {data.target:g}")
     ax.set_xlabel(f"compute units (mu = {data.reference_mu:.3g})")
-    ax.set_ylabel("held-out accuracy (greedy pass@1)")
+    ax.set_ylabel(METRICS[data.metric])
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("Accuracy against compute")
+    ax.set_title("Accuracy against compute" if data.metric == "accuracy" else f"{data.metric} against compute")
     return _save(fig, out / "accuracy_vs_compute.png")
 
 

@@ -23,6 +23,7 @@ from analysis.fit import fit_runs, predicted_optimum
 from analysis.models import compare, optimum
 from analysis.resolution import by_estimator, resolution
 from analysis.theory import to_knobs
+from workbench.estimators import METRICS
 
 def _config_record(row) -> dict:
     return {
@@ -201,6 +202,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
     result = {
         "study": name,
         "target_accuracy": data.target,
+        "metric": data.metric,
         "estimator": data.estimator,
         "resolution": resolution(data.runs),
         "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
@@ -341,8 +343,9 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         f"# Study `{result['study']}`",
         "",
         f"{result['n_runs']} runs in {result['n_configurations']} configurations, {result['n_censored_runs']} censored "
-        f"(target accuracy {result['target_accuracy']:g} never reached); compute at the study's reference mu = {result['reference_mu']:.3g}; "
-        f"compute-to-target read by the `{result.get('estimator', 'first')}` estimator.",
+        f"(target {result['target_accuracy']:g} never reached); compute at the study's reference mu = {result['reference_mu']:.3g}; "
+        f"compute-to-target read by the `{result.get('estimator', 'first')}` estimator from the curve "
+        f"`{result.get('metric', 'accuracy')}` ({METRICS[result.get('metric', 'accuracy')]}).",
         "",
         *_comparison_section(result),
         *_resolution_section(result),

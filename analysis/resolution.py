@@ -66,7 +66,7 @@ def by_estimator(curves: pd.DataFrame, runs: pd.DataFrame, target: float) -> lis
     per_run = {}
     for run_id, g in curves.groupby("run_id", sort=False):
         g = g.sort_values("step")
-        per_run[run_id] = {name: f(g["units"].tolist(), g["accuracy"].tolist(), target) for name, f in ESTIMATORS.items()}
+        per_run[run_id] = {name: f(g["units"].tolist(), g["reading"].tolist(), target) for name, f in ESTIMATORS.items()}
     out = []
     configs = list(runs.groupby("trial_number", sort=True))
     baselines = [g for _, g in configs if g["baseline"].iloc[0]]

@@ -219,7 +219,12 @@ class EvalConfig(Section):
     Arms that spend compute at different rates are then evaluated at the same compute points (a study's arms share
     its reference mu), so none gets more chances to cross the target per unit of compute."""
     target_accuracy: float = Field(0.8, gt=0, le=1)
-    """Compute-to-target is the compute spent when held-out accuracy reaches this (see `workbench.estimators`)."""
+    """Compute-to-target is the compute spent when the held-out curve `metric` reaches this (`workbench.estimators`)."""
+    metric: Literal["accuracy", "demo_prob", "mean_at_k"] = "accuracy"
+    """The held-out curve compute-to-target reads: `accuracy` (greedy pass@1), `demo_prob` (the mean probability
+    of the reference demonstrations at the sampling temperature: the expected sampled accuracy on a task with one
+    correct completion per prompt; one scoring pass, no sampling noise) or `mean_at_k` (the mean reward of k samples
+    per prompt; needs `pass_k_every: 1`). docs/measurement.md compares their noise."""
     k: int = Field(4, ge=1)
     """pass@k samples per prompt (temperature = generation.temperature)."""
     pass_k_prompts: int = Field(128, ge=1)
@@ -298,6 +303,8 @@ class TrialConfig(Section):
             raise ValueError("budget: set budget.compute_units or budget.steps")
         if self.eval.pass_k_prompts > self.task.n_eval:
             raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
+        if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
+            raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self
 
     @property

@@ -61,6 +61,24 @@ class Sigmoid:
         return self.midpoint * ((self.asymptote - self.r0) / (accuracy - self.r0) - 1.0) ** (-1.0 / self.slope)
 
 
+METRICS = {
+    "accuracy": "held-out accuracy (greedy pass@1)",
+    "demo_prob": "probability of the held-out demonstrations",
+    "mean_at_k": "held-out mean@k (sampled accuracy)",
+}
+"""The held-out curves an evaluation logs that compute-to-target can read (`eval.metric`), with their labels."""
+
+
+def readings(evals: Sequence[dict], metric: str = "accuracy") -> list[float]:
+    """The values of `metric` along a run's evaluations (rows of `eval/curve.json`)."""
+    if metric not in METRICS:
+        raise ValueError(f"metric: must be one of {', '.join(METRICS)}, got {metric!r}")
+    values = [e.get(metric) for e in evals]
+    if any(v is None for v in values):
+        raise ValueError(f"metric: {metric} is missing at some evaluations of this run")
+    return [float(v) for v in values]
+
+
 def _arrays(spent: Sequence[float], accuracy: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     c, a = np.asarray(spent, dtype=float), np.asarray(accuracy, dtype=float)
     if c.ndim != 1 or c.shape != a.shape or len(c) == 0:

@@ -60,10 +60,10 @@ def test_ignoring_censoring_biases_the_fit_and_the_tobit_term_corrects_it():
 
 def test_compute_to_target_from_curves_reaccounts_mu_and_flags_censoring():
     curves = pd.DataFrame([
-        {"run_id": "a", "batch_size": 8, "step": s, "accuracy": acc, "gen_rollouts": 8 * s, "train_rollouts": 8 * s}
+        {"run_id": "a", "batch_size": 8, "step": s, "accuracy": acc, "reading": acc, "gen_rollouts": 8 * s, "train_rollouts": 8 * s}
         for s, acc in enumerate([0.1, 0.5, 0.9])
     ] + [
-        {"run_id": "b", "batch_size": 8, "step": s, "accuracy": acc, "gen_rollouts": 4 * s, "train_rollouts": 8 * s}
+        {"run_id": "b", "batch_size": 8, "step": s, "accuracy": acc, "reading": acc, "gen_rollouts": 4 * s, "train_rollouts": 8 * s}
         for s, acc in enumerate([0.1, 0.3, 0.6])
     ])
     assert list(units_at(curves, 1.0)[:3]) == [0.0, 1.0, 2.0]
@@ -88,7 +88,8 @@ def test_censored_runs_enter_the_fit_bounded_by_their_total_compute_through_the_
                 xy[run] = (x, y)
                 c = float(predict(TRUE, x, y, MU)) * math.exp(rng.normal(0, 0.08))
                 for k in range(0, budget + 1, 5):  # evaluations every 5 units (gen = train = 8k rollouts at B 8)
-                    rows.append({"run_id": run, "batch_size": 8, "step": k, "accuracy": 0.85 if k >= c else 0.1 + 0.6 * k / c,
+                    acc = 0.85 if k >= c else 0.1 + 0.6 * k / c
+                    rows.append({"run_id": run, "batch_size": 8, "step": k, "accuracy": acc, "reading": acc,
                                  "gen_rollouts": 8 * k, "train_rollouts": 8 * k})
     runs = compute_to_target(pd.DataFrame(rows), target, MU)
     runs["x"], runs["y"] = [xy[r][0] for r in runs["run_id"]], [xy[r][1] for r in runs["run_id"]]

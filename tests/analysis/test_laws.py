@@ -25,6 +25,7 @@ def _study(steps=STEPS, seeds=(0, 1, 2), x=8.0, jitter=0) -> StudyData:
                 curves.append({"run_id": run_id, "batch_size": 1, "step": step, "accuracy": 0.5 + 0.3 * step / need,
                                "train_rollouts": float(step), "gen_rollouts": step / y})
     curves = pd.DataFrame(curves)
+    curves["reading"] = curves["accuracy"]
     runs = pd.DataFrame(runs).merge(compute_to_target(curves, 0.8, 1.0, "first"), on="run_id")
     return StudyData("hand", 1.0, 0.8, "first", runs, curves, pd.DataFrame(), {})
 

@@ -216,3 +216,35 @@ def test_demo_prob_is_the_mean_probability_of_the_reference_demonstrations():
     assert 0 < reference < 1
     assert evaluate.demonstration_probability(model) == pytest.approx(reference, rel=1e-4)
     assert evaluate(model, pass_k=False).demo_prob == pytest.approx(reference, rel=1e-4)
+
+
+def test_eval_metric_chooses_the_curve_compute_to_target_reads(tracking_uri):
+    """`eval.metric: demo_prob`: the final compute-to-target estimates are those of the demonstrations' probability
+    curve, not of greedy accuracy (which is still logged as `final/accuracy`)."""
+    from workbench.estimators import curve_summary, readings
+
+    target = 0.01
+    cfg = tracked(build_config(toy_dict(budget={"steps": 4}, eval={"every": 1, "metric": "demo_prob", "target_accuracy": target})),
+                  tracking_uri)
+    result = run_trial(cfg)
+    demo = readings(result.evals, "demo_prob")
+    spent = [e["compute_units"] for e in result.evals]
+    expected = curve_summary(spent, demo, target, cfg.budget.compute_units)
+    greedy = curve_summary(spent, [e["accuracy"] for e in result.evals], target, cfg.budget.compute_units)
+    logged = {k: result.metrics[f"final/{k}"] for k in expected if f"final/{k}" in result.metrics}
+    assert logged == pytest.approx({k: expected[k] for k in logged}, nan_ok=True)
+    assert logged != pytest.approx({k: greedy[k] for k in logged}, nan_ok=True)  # the normalised AUC at least differs
+    assert result.metrics["final/accuracy"] == result.evals[-1]["accuracy"]
+    assert demo != [e["accuracy"] for e in result.evals]
+
+
+def test_eval_metric_is_checked_at_the_edge():
+    from workbench.config import ConfigError, load_config
+    from workbench.estimators import readings
+
+    with pytest.raises((ConfigError, ValueError), match="eval.pass_k_every"):
+        build_config(toy_dict(eval={"metric": "mean_at_k", "pass_k_every": 2}))
+    with pytest.raises((ConfigError, ValueError), match="eval.metric"):
+        load_config(None, ["eval.metric=greedy"])
+    with pytest.raises(ValueError, match="mean_at_k is missing"):
+        readings([{"accuracy": 0.5, "mean_at_k": None}], "mean_at_k")

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 
 from workbench import stats, tracking
 from workbench.compute import to_target, units
-from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary
+from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary, readings
 from workbench.study import attrs
 from workbench.study.context import StudyContext
 from workbench.study.pruning import ComputePruner
@@ -44,16 +44,18 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
 
 
 def seed_values(result: TrialResult, target: float, mu: float, batch_size: int, estimator: str = DEFAULT_ESTIMATOR,
-                budget: float | None = None) -> dict[str, float]:
+                budget: float | None = None, metric: str = "accuracy") -> dict[str, float]:
     """One seed's objective values, re-accounted at the study's mu from its logged eval curve: every estimator of
     compute-to-target (`compute_to_target_<name>`, with its censoring flag), `compute_to_target` by `estimator`,
-    and the curve's summaries (`workbench.estimators.curve_summary`)."""
+    and the curve's summaries (`workbench.estimators.curve_summary`), all read from the curve `metric`
+    (`eval.metric`); best and final accuracy stay greedy pass@1."""
     evals = result.evals
     spent = [units(e["train_rollouts"], e["gen_rollouts"], batch_size, mu) for e in evals]
     accuracy = [e["accuracy"] for e in evals]
+    reading = readings(evals, metric)
     best = max(accuracy)
-    curve = curve_summary(spent, accuracy, target, budget)
-    wall = to_target([e["seconds"] for e in evals], accuracy, target)
+    curve = curve_summary(spent, reading, target, budget)
+    wall = to_target([e["seconds"] for e in evals], reading, target)
     return {
         "best_accuracy": best,
         "final_accuracy": accuracy[-1],
@@ -159,14 +161,15 @@ class StudyObjective:
                         parent_run_id=run.run_id,
                         run_name=f"trial {trial.number} seed {cfg.seed}",
                         tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
-                        on_eval=self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units)
+                        on_eval=self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
                         if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None,
                     )
                     for i, cfg in enumerate(configs)
                 ]
                 mu = self._reference_mu(mu, results, run)
-                target = self._target(configs[0].eval.target_accuracy, results, run)
-                per_seed = [{**seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units), "seed": cfg.seed}
+                target = self._target(configs[0].eval.target_accuracy, results, run, configs[0].eval.metric)
+                per_seed = [{**seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric),
+                             "seed": cfg.seed}
                             for r, cfg in zip(results, configs)]
                 summary = aggregate(per_seed)
                 trial.set_user_attr(attrs.PER_SEED, per_seed)
@@ -201,7 +204,7 @@ class StudyObjective:
             run.set_tags({tracking.REFERENCE_MU: repr(float(mu))})
         return mu
 
-    def _target(self, configured: float, results: list[TrialResult], run: tracking.RunLogger) -> float:
+    def _target(self, configured: float, results: list[TrialResult], run: tracking.RunLogger, metric: str = "accuracy") -> float:
         """The study's target accuracy; with `target_accuracy: auto`, the first trial to finish without one (the
         baseline) sets it from its own curves (`workbench.estimators.auto_target`)."""
         target = self.study.user_attrs.get(attrs.TARGET)
@@ -210,20 +213,20 @@ class StudyObjective:
         if self.ctx.spec.target_accuracy != "auto":
             target = configured
         else:
-            curves = [([e["compute_units"] for e in r.evals], [e["accuracy"] for e in r.evals]) for r in results]
+            curves = [([e["compute_units"] for e in r.evals], readings(r.evals, metric)) for r in results]
             target = auto_target(curves, self.ctx.spec.target_gain_fraction)
             log.info(f"target accuracy set from this trial's curves: {target:g}")
         self.study.set_user_attr(attrs.TARGET, target)
         run.set_tags({tracking.TARGET_ACCURACY: repr(float(target))})
         return float(target)
 
-    def _pruning_hook(self, trial: optuna.Trial, target: float, budget: float | None):
+    def _pruning_hook(self, trial: optuna.Trial, target: float, budget: float | None, metric: str = "accuracy"):
         if self.ctx.spec.pruner == "compute":
             pruner = ComputePruner(target, budget, self._incumbent_high())
 
             def compute_hook(row: dict[str, float]) -> None:
                 trial.report(row["compute_units"], int(row["step"]))  # the curve, for the dashboard
-                why = pruner.observe(row["compute_units"], row["accuracy"])
+                why = pruner.observe(row["compute_units"], row[metric])
                 if why:
                     trial.set_user_attr(attrs.PRUNE_REASON, why)
                     raise TrialStopped(f"pruned at {row['compute_units']:.4g} units: {why}")
@@ -231,11 +234,11 @@ class StudyObjective:
             return compute_hook
 
         def hook(row: dict[str, float]) -> None:
-            # Lower is better for a minimised objective: report the negated held-out accuracy.
-            value = -row["accuracy"] if self.ctx.spec.directions[0] == "minimize" else row["accuracy"]
+            # Lower is better for a minimised objective: report the negated held-out reading.
+            value = -row[metric] if self.ctx.spec.directions[0] == "minimize" else row[metric]
             trial.report(value, int(row["step"]))
             if trial.should_prune():
-                raise TrialStopped(f"pruned at step {int(row['step'])} (accuracy {row['accuracy']:.3f})")
+                raise TrialStopped(f"pruned at step {int(row['step'])} ({metric} {row[metric]:.3f})")
 
         return hook
 

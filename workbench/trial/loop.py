@@ -23,7 +23,7 @@ import torch
 
 from workbench import progress, tracking
 from workbench.compute import ComputeMeter, to_target
-from workbench.estimators import curve_summary
+from workbench.estimators import curve_summary, readings
 from workbench.config import TrialConfig, flatten
 from workbench.trial.evaluation import Evaluator
 from workbench.trial.policy import Policy, count_parameters
@@ -285,9 +285,10 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
 
 def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float) -> dict[str, float]:
     accuracy = [e["accuracy"] for e in evals]
+    reading = readings(evals, cfg.eval.metric)  # what compute-to-target reads (greedy accuracy by default)
     spent = [e["compute_units"] for e in evals]
     target = cfg.eval.target_accuracy
-    reached = to_target(spent, accuracy, target)
+    reached = to_target(spent, reading, target)
     final = {
         tracking.FINAL_ACCURACY: accuracy[-1],
         tracking.FINAL_BEST_ACCURACY: max(accuracy),
@@ -307,11 +308,11 @@ def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, upd
     }
     # Every estimator of compute-to-target and the curve's summaries (accuracy at budget fractions, normalised AUC,
     # the fitted sigmoid), against the budget in units when there is one; a censored estimate is logged with its flag.
-    summary = curve_summary(spent, accuracy, target, cfg.budget.compute_units)
+    summary = curve_summary(spent, reading, target, cfg.budget.compute_units)
     final.update({f"final/{k}": v for k, v in summary.items()})
     if meter.measured_mu is not None:
         final[tracking.FINAL_MU_MEASURED] = meter.measured_mu
     if not reached.censored:
         final[tracking.FINAL_COMPUTE_TO_TARGET] = reached.value
-        final["final/steps_to_target"] = to_target([e["step"] for e in evals], accuracy, target).value
+        final["final/steps_to_target"] = to_target([e["step"] for e in evals], reading, target).value
     return final
