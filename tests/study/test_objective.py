@@ -23,3 +23,12 @@ def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
     default = seed_values(result([0.1, 0.5, 0.9]), 0.8, 1.0, 16)
     assert default["compute_to_target"] == pytest.approx(1.75) == default["compute_to_target_interpolated"]
     assert default["compute_to_target_first"] == pytest.approx(2.0) and default["censored_fitted"] == 0.0
+
+
+def test_seed_values_read_the_studys_metric_and_keep_greedy_accuracy_as_accuracy():
+    rows = [{"step": i, "accuracy": a, "demo_prob": d, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)}
+            for i, (a, d) in enumerate([(0.05, 0.02), (0.9, 0.05), (0.9, 0.2)])]
+    values = seed_values(TrialResult("run", {}, rows), 0.1, 1.0, 16, "first", metric="demo_prob")
+    assert values["compute_to_target"] == pytest.approx(2.0)  # demo_prob crosses 0.1 at the third evaluation
+    assert values["best_accuracy"] == 0.9 and values["final_accuracy"] == 0.9
+    assert seed_values(TrialResult("run", {}, rows), 0.1, 1.0, 16, "first")["compute_to_target"] == pytest.approx(1.0)
