@@ -41,6 +41,8 @@ class StudyData:
     """Per seed run id: trained-rollout counts by age (the staleness histogram)."""
     metric: str = "accuracy"
     """The held-out curve compute-to-target reads (`eval.metric`); `curves["reading"]` holds its values."""
+    gain_fraction: float = 0.7
+    """The study's `target_gain_fraction` (its auto-target rule; studies that did not record it: the default)."""
 
     def configs(self) -> pd.DataFrame:
         """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
@@ -153,6 +155,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
     estimator = parent[0].data.params.get("estimator", "first") if parent else "first"  # studies before estimators: first
     metric = seeds[0].data.params.get("eval.metric", "accuracy")  # studies before `eval.metric`: greedy accuracy
+    gain_fraction = float(parent[0].data.params.get("target_gain_fraction", 0.7)) if parent else 0.7
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
@@ -220,7 +223,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     ctt = compute_to_target(curves, target, ref, estimator)
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
-    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric)
+    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction)
 
 
 def retarget(data: StudyData, target: float, estimator: str | None = None) -> StudyData:

@@ -21,7 +21,7 @@ from analysis import laws, plots
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import fit_runs, predicted_optimum
 from analysis.models import compare, optimum
-from analysis.resolution import by_estimator, resolution
+from analysis.resolution import by_estimator, by_reading, resolution
 from analysis.theory import to_knobs
 from workbench.estimators import METRICS
 
@@ -206,6 +206,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         "estimator": data.estimator,
         "resolution": resolution(data.runs),
         "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
+        "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction),
         "reference_mu": data.reference_mu,
         "n_runs": len(data.runs),
         "n_configurations": len(configs),
@@ -319,6 +320,33 @@ def _resolution_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def _readings_section(result: dict) -> list[str]:
+    rows = result.get("by_reading") or []
+    if len({r["reading"] for r in rows}) < 2:
+        return []
+    lines = ["## The same comparisons read on another curve", "",
+             f"The runs logged more than one held-out curve at every evaluation. Each comparison with on-policy read on each"
+             f" of them by `{result.get('estimator', 'first')}`: the study's own curve at its target, the others at the"
+             " level the baseline's seeds reach by the study's auto-target rule there. Where the verdicts differ, whether"
+             " a setting saves compute depends on what the user reads (docs/measurement.md, \"Reading a smooth curve\").", "",
+             "| curve read (target) | trial | seeds (censored) | log sd | paired log sd | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["trial_number"], not r["study_reading"])):
+        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        lines.append(f"| {r['reading']}{' (the study)' if r['study_reading'] else ''} ({r['target']:g}) | {r['trial_number']}"
+                     f"{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} "
+                     f"| {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} | {r.get('verdict', '-')} |")
+    verdicts: dict[int, set[str]] = {}
+    for r in rows:
+        if "verdict" in r:  # the verdict's kind: resolved less, resolved more, or unresolved
+            verdicts.setdefault(r["trial_number"], set()).add(" ".join(r["verdict"].replace(":", " ").split()[:2]) if r["verdict"].startswith("resolved") else "unresolved")
+    split = sorted(n for n, v in verdicts.items() if len(v) > 1)
+    lines += ["", ("The curves disagree about trial" + ("s " if len(split) > 1 else " ") + ", ".join(map(str, split)) + ": "
+                   "read its rows before taking either verdict.") if split else
+              "Every comparison gets the same verdict on every curve read.", ""]
+    return lines
+
+
 def _confirmation_section(result: dict) -> list[str]:
     if not result.get("confirmations"):
         return ["No configuration of this study has been re-run on fresh seeds yet (`workbench study confirm SPEC`): "
@@ -349,6 +377,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         "",
         *_comparison_section(result),
         *_resolution_section(result),
+        *_readings_section(result),
         *_confirmation_section(result),
         "## Fit of the bias-variance-compute model",
         "",

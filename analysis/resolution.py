@@ -15,7 +15,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from workbench import stats
-from workbench.estimators import ESTIMATORS
+from workbench.compute import ToTarget
+from workbench.estimators import ESTIMATORS, METRICS, auto_target
 
 
 def _pooled_sd(groups: list[np.ndarray]) -> tuple[float, int]:
@@ -59,33 +60,64 @@ def resolution(runs: pd.DataFrame) -> dict:
     return out
 
 
-def by_estimator(curves: pd.DataFrame, runs: pd.DataFrame, target: float) -> list[dict]:
-    """Per estimator (`workbench.estimators`) and configuration: the per-run noise of log compute-to-target over
-    seeds (censored seeds left out and counted), and for each non-baseline configuration the paired ratio against
-    the baseline on the same seeds with its 95% interval, all read from the curves at `target`."""
-    per_run = {}
-    for run_id, g in curves.groupby("run_id", sort=False):
-        g = g.sort_values("step")
-        per_run[run_id] = {name: f(g["units"].tolist(), g["reading"].tolist(), target) for name, f in ESTIMATORS.items()}
-    out = []
+def _per_configuration(res: dict[str, ToTarget], runs: pd.DataFrame) -> list[dict]:
+    """Per configuration, from each run's compute-to-target (`res`, by run id): the per-run noise of log
+    compute-to-target over seeds (censored seeds left out and counted), and for each non-baseline configuration the
+    paired ratio against the baseline on the same seeds with its 95% interval (censored seeds at their total)."""
     configs = list(runs.groupby("trial_number", sort=True))
     baselines = [g for _, g in configs if g["baseline"].iloc[0]]
-    for name in ESTIMATORS:
-        for number, g in configs:
-            # Paired against the baseline run on the most of these seeds (a confirmation arm has its own).
-            base = max(baselines, key=lambda b: len(set(b["seed"]) & set(g["seed"])), default=None)
-            res = {int(s): per_run[r][name] for s, r in zip(g["seed"], g["run_id"])}
-            reached = [v.value for v in res.values() if not v.censored]
-            row = {"estimator": name, "trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "seeds": len(res),
-                   "censored": sum(v.censored for v in res.values()), "log_sd": stats.log_sd(reached),
-                   "geo_mean": stats.geometric_interval(reached).estimate if reached else math.nan}
-            if base is not None and not row["baseline"]:
-                theirs = {int(s): per_run[r][name] for s, r in zip(base["seed"], base["run_id"])}
-                bound = lambda v: v.total if v.censored else v.value  # noqa: E731
-                ratio = stats.paired_ratio({s: bound(v) for s, v in res.items()}, {s: bound(v) for s, v in theirs.items()})
-                common = sorted(set(res) & set(theirs))
-                logs = [math.log(bound(res[s]) / bound(theirs[s])) for s in common]
-                row.update(ratio=ratio.estimate, ratio_ci_low=ratio.low, ratio_ci_high=ratio.high, verdict=stats.verdict(ratio),
-                           paired_log_sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan)
-            out.append(row)
+    bound = lambda v: v.total if v.censored else v.value  # noqa: E731
+    out = []
+    for number, g in configs:
+        # Paired against the baseline run on the most of these seeds (a confirmation arm has its own).
+        base = max(baselines, key=lambda b: len(set(b["seed"]) & set(g["seed"])), default=None)
+        mine = {int(s): res[r] for s, r in zip(g["seed"], g["run_id"])}
+        reached = [v.value for v in mine.values() if not v.censored]
+        row = {"trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "seeds": len(mine),
+               "censored": sum(v.censored for v in mine.values()), "log_sd": stats.log_sd(reached),
+               "geo_mean": stats.geometric_interval(reached).estimate if reached else math.nan}
+        if base is not None and not row["baseline"]:
+            theirs = {int(s): res[r] for s, r in zip(base["seed"], base["run_id"])}
+            ratio = stats.paired_ratio({s: bound(v) for s, v in mine.items()}, {s: bound(v) for s, v in theirs.items()})
+            logs = [math.log(bound(mine[s]) / bound(theirs[s])) for s in sorted(set(mine) & set(theirs))]
+            row.update(ratio=ratio.estimate, ratio_ci_low=ratio.low, ratio_ci_high=ratio.high, verdict=stats.verdict(ratio),
+                       paired_log_sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan)
+        out.append(row)
+    return out
+
+
+def _read(curves: pd.DataFrame, column: str, target: float, estimator) -> dict[str, ToTarget]:
+    """Each run's compute-to-target on the curve `column` at `target` by `estimator`, by run id."""
+    return {run_id: estimator(g["units"].tolist(), g[column].tolist(), target)
+            for run_id, g in curves.sort_values("step").groupby("run_id", sort=False)}
+
+
+def by_estimator(curves: pd.DataFrame, runs: pd.DataFrame, target: float) -> list[dict]:
+    """Per estimator (`workbench.estimators`) and configuration: `_per_configuration`, all read from the study's
+    curve (`reading`) at `target`."""
+    return [{"estimator": name, **row} for name, f in ESTIMATORS.items()
+            for row in _per_configuration(_read(curves, "reading", target, f), runs)]
+
+
+def by_reading(curves: pd.DataFrame, runs: pd.DataFrame, metric: str, target: float, estimator: str,
+               gain_fraction: float) -> list[dict]:
+    """The study's comparisons read on every held-out curve its runs logged at every evaluation (`METRICS`), by
+    the study's estimator: the study's own curve at the study's target, each other curve at the target its
+    baseline's seeds set there by the auto-target rule (`gain_fraction` of their fitted gain). Where two curves give
+    different verdicts, the study's answer depends on what the user reads (docs/measurement.md)."""
+    base = runs[runs["baseline"] & (runs["arm"] == "sampler")]
+    out = []
+    for name in METRICS:
+        if name not in curves or curves[name].isna().any():
+            continue
+        if name == metric:
+            at = target
+        else:
+            mine = curves[curves["run_id"].isin(base["run_id"])].sort_values("step")
+            try:
+                at = auto_target([(g["units"].tolist(), g[name].tolist()) for _, g in mine.groupby("run_id")], gain_fraction)
+            except (ValueError, IndexError):  # no baseline, or a curve that does not rise: nothing to read there
+                continue
+        res = _read(curves, name, at, ESTIMATORS[estimator])
+        out += [{"reading": name, "target": at, "study_reading": name == metric, **row} for row in _per_configuration(res, runs)]
     return out

@@ -81,6 +81,11 @@ def test_report_markdown_and_html_hold_the_tables_and_every_figure(report_dir):
             assert f"{c['ratio_to_baseline']:.2f} [{c['ratio_ci_low']:.2f}, {c['ratio_ci_high']:.2f}]" in md
     assert "## What this study can and cannot resolve" in md and "What this study can and cannot resolve</h2>" in page
     assert "Per-run noise by estimator" in md and all(f"| {name} |" in md for name in ("first", "interpolated", "sustained", "fitted"))
+    # the comparisons read on every curve the runs logged: the study's own at its target
+    own = [r for r in result["by_reading"] if r["study_reading"]]
+    assert own and all(r["reading"] == result["metric"] and r["target"] == result["target_accuracy"] for r in own)
+    if len({r["reading"] for r in result["by_reading"]}) > 1:
+        assert "## The same comparisons read on another curve" in md
 
 
 def chromium() -> str | None:

@@ -117,7 +117,7 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
             },
         )
         parent.log_params({"n_trials": spec.n_trials, "seeds": ",".join(map(str, spec.seed_list)), "target_accuracy": spec.target_accuracy,
-                           "estimator": spec.estimator})
+                           "target_gain_fraction": spec.target_gain_fraction, "estimator": spec.estimator})
         if study.user_attrs.get(attrs.TARGET) is not None:
             parent.set_tags({tracking.TARGET_ACCURACY: repr(float(study.user_attrs[attrs.TARGET]))})
         study.set_user_attr(attrs.PARENT_RUN, parent.run_id)
