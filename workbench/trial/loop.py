@@ -186,8 +186,9 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
         run.log_metrics(logged, step)
         pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
+        demo = f"  demo {res.demo_prob:.3f}" if res.demo_prob is not None else ""
         log.info(
-            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}"
+            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}{demo}"
             f"  mu {meter.mu:.2f}  {time.perf_counter() - t_start:6.1f}s"
         )
         bar.set_postfix(acc=f"{res.accuracy:.3f}", refresh=False)
