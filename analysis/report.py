@@ -333,7 +333,7 @@ def _readings_section(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["trial_number"], not r["study_reading"])):
         ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
-        lines.append(f"| {r['reading']}{' (the study)' if r['study_reading'] else ''} ({r['target']:g}) | {r['trial_number']}"
+        lines.append(f"| {r['reading']} at {r['target']:g}{' (the study)' if r['study_reading'] else ''} | {r['trial_number']}"
                      f"{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} "
                      f"| {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} | {r.get('verdict', '-')} |")
     verdicts: dict[int, set[str]] = {}
@@ -342,7 +342,7 @@ def _readings_section(result: dict) -> list[str]:
             verdicts.setdefault(r["trial_number"], set()).add(" ".join(r["verdict"].replace(":", " ").split()[:2]) if r["verdict"].startswith("resolved") else "unresolved")
     split = sorted(n for n, v in verdicts.items() if len(v) > 1)
     lines += ["", ("The curves disagree about trial" + ("s " if len(split) > 1 else " ") + ", ".join(map(str, split)) + ": "
-                   "read its rows before taking either verdict.") if split else
+                   "read both rows of each before taking a verdict.") if split else
               "Every comparison gets the same verdict on every curve read.", ""]
     return lines
 
