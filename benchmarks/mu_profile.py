@@ -23,14 +23,14 @@ from workbench.config import build_config  # noqa: E402
 from workbench.trial.tasks import load_task  # noqa: E402
 from workbench.trial.policy import Policy  # noqa: E402
 from workbench.trial.rollouts import PromptStream, generate_groups  # noqa: E402
-from workbench.trial.step import train_step  # noqa: E402
+from workbench.trial.step import make_optimizer, train_step  # noqa: E402
 
 
 def profile(digits: int, batch: int, steps: int) -> dict:
     cfg = build_config({"batch_size": batch, "task": {"digits": digits}})
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
-    opt = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    opt = make_optimizer(policy.model, cfg.lr)
     prompts, gen = PromptStream(len(task.train), 0), torch.Generator().manual_seed(0)
     t_gen = t_train = 0.0
     tokens = 0

@@ -47,12 +47,12 @@ def run_project(args) -> dict:
 
     from workbench.trial.policy import Policy
     from workbench.trial.rollouts import PromptStream, generate_groups
-    from workbench.trial.step import train_step
+    from workbench.trial.step import make_optimizer, train_step
 
     cfg, task, _ = _setup(args.threads)
     cfg.generation.decode = args.decode
     policy = Policy(cfg, task)
-    opt = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    opt = make_optimizer(policy.model, cfg.lr)
     prompts, gen = PromptStream(len(task.train), 0), torch.Generator().manual_seed(0)
     times, first = [], None
     for step in range(args.warmup + args.steps):

@@ -29,7 +29,7 @@ from workbench.cache import cache_root  # noqa: E402
 from workbench.trial.evaluation import Evaluator  # noqa: E402
 from workbench.trial.policy import Policy  # noqa: E402
 from workbench.trial.rollouts import PromptStream, generate_groups  # noqa: E402
-from workbench.trial.step import train_step  # noqa: E402
+from workbench.trial.step import make_optimizer, train_step  # noqa: E402
 from workbench.trial.tasks import load_task  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def main() -> None:
     samplers = {}
     for name in args.decoders:
         samplers[name] = make_sampler(policy.model, name, cache_root(cfg.model))
-    opt = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    opt = make_optimizer(policy.model, cfg.lr)
     prompts = PromptStream(len(task.train), 0)
     evaluator = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
                           max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=0)

@@ -5,8 +5,8 @@ KV cache by concatenation and building attention masks. Here the prompt is prefi
 its keys and values are copied into buffers sized once per call (rounded up, so every call of a trial has the same
 shapes), and each new token runs one function of the model's weights: RMSNorm, fused q/k/v, RoPE from the
 model's own rotary embedding, attention over the buffer, fused gate/up, and then the sampling itself (tempered
-log-softmax, Gumbel-max choice from noise drawn outside with the trial's generator, the chosen token's log-prob,
-the entropy). Compiled, that function is built ahead of time into an AOTInductor package (`aot`) with the rows and
+log-softmax, Gumbel-max choice from uniform noise drawn outside with the trial's generator, the chosen token's
+log-prob, the entropy). Compiled, that function is built ahead of time into an AOTInductor package (`aot`) with the rows and
 the buffer length left symbolic: one package per model and sampling rule (greedy or sampled), built once per
 machine into the workbench's cache directory and loaded by every later process in milliseconds.
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 from workbench.backends import aot
-from workbench.backends.hf import Samples, assemble, distinct_prompts, gumbel_noise, left_pad, pick
+from workbench.backends.hf import Samples, assemble, distinct_prompts, left_pad, pick, uniform_noise
 from workbench.cache import cache_root
 from workbench.config import ConfigError
 
@@ -305,7 +305,7 @@ class StaticDecoder:
         vocab = last_logits.shape[-1]
 
         finished = torch.zeros(n, dtype=torch.bool, device=device)
-        noise = None if greedy else gumbel_noise((n, vocab), generator, device)
+        noise = None if greedy else uniform_noise((n, vocab), generator, device)
         token, logp, entropy, finished = pick(last_logits, finished, noise, temperature=temperature,
                                               greedy=greedy, pad_id=pad_id, eos_id=eos_id)
         tokens, logps, entropies = [token], [logp], [entropy]
@@ -313,7 +313,7 @@ class StaticDecoder:
         for t in range(max_new_tokens - 1):
             if bool(finished.all()):
                 break
-            noise = None if greedy else gumbel_noise((n, vocab), generator, device)
+            noise = None if greedy else uniform_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
             args = (weights, token, finished, keys, values, index + width, index, cos_all, sin_all, bias, noise, tempered)
             if step is None:

@@ -54,20 +54,21 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
-def gumbel_noise(shape: tuple[int, int], generator: torch.Generator | None, device) -> torch.Tensor:
-    """Standard Gumbel noise from the trial's generator: argmax(log p + noise) is a draw from p (the Gumbel-max
-    trick), so a compiled decode step can sample without touching the generator itself."""
+def uniform_noise(shape: tuple[int, int], generator: torch.Generator | None, device) -> torch.Tensor:
+    """Uniform noise from the trial's generator for one sampled token per row; `pick` turns it into Gumbel noise
+    (argmax(log p + Gumbel) is a draw from p, the Gumbel-max trick), so a compiled decode step samples without
+    touching the generator itself and the transform runs inside the step."""
     u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else device)
-    return -torch.log(-torch.log(u.to(device)))
+    return u.to(device)
 
 
 def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | None, *, temperature: float | torch.Tensor, greedy: bool,
          pad_id: int, eos_id: int):
     """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
-    log-softmax), its log-prob, the entropy of that distribution (0 for rows already finished, whose token is
-    the pad) and the updated finished flags."""
+    log-softmax with `noise`, uniform draws from `uniform_noise`), its log-prob, the entropy of that distribution
+    (0 for rows already finished, whose token is the pad) and the updated finished flags."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    token = logp.argmax(-1) if greedy else (logp + noise).argmax(-1)
+    token = logp.argmax(-1) if greedy else (logp - torch.log(-torch.log(noise))).argmax(-1)
     live = ~finished
     entropy = -(logp.exp() * logp).sum(-1) * live
     token = torch.where(live, token, torch.full_like(token, pad_id))
@@ -121,7 +122,7 @@ def sample(
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     tokens, logps, entropies = [], [], []
     for _ in range(max_new_tokens):
-        noise = None if greedy else gumbel_noise(tuple(logits.shape), generator, device)
+        noise = None if greedy else uniform_noise(tuple(logits.shape), generator, device)
         token, logp, entropy, finished = pick(logits, finished, noise, temperature=temperature, greedy=greedy,
                                               pad_id=pad_id, eos_id=eos_id)
         tokens.append(token)
@@ -260,7 +261,8 @@ def score(
     (`_Prefixes`). With `bucketed`, rows run through the model in groups of similar length (`length_buckets`),
     each padded only to its own longest row. Either way the log-probs land in the same `[n, T]` layout, so every
     loss built on them is the one of the single padded batch (`bucketed=False, shared_prompts=False`, the
-    reference; tests/backends/test_hf.py checks values and gradients)."""
+    reference; tests/backends/test_hf.py checks values and gradients). The trainer scores through
+    `workbench.backends.scoring.score`, which takes the packed path (`packed`) for the models that have one."""
     device = next(model.parameters()).device
     lengths = [len(c) for c in completion_ids]
     t_max = max(lengths)

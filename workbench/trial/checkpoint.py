@@ -96,6 +96,7 @@ def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, flo
             completions.append(demo)
         prompt_ids = encode_prompts(tokenizer, [e.prompt for e in batch])
         completion_ids = [ids[1:] + [tokenizer.eos_token_id] for ids in encode_prompts(tokenizer, completions)]
+        # the padded scorer, as when every shipped study's checkpoint was built: the same config, the same weights
         logp, mask = score(model, prompt_ids, completion_ids, pad_id=tokenizer.pad_token_id)
         loss = -(logp.sum() / mask.sum())
         opt.zero_grad(set_to_none=True)

@@ -9,7 +9,8 @@ from typing import Callable
 
 import torch
 
-from workbench.backends.hf import encode_prompts, sample, score
+from workbench.backends.hf import encode_prompts, sample
+from workbench.backends.scoring import score
 from workbench.trial.tasks import Task
 
 

@@ -29,7 +29,7 @@ from workbench.trial.evaluation import Evaluator
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
-from workbench.trial.step import rescore, train_step
+from workbench.trial.step import make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task, load_task
 
@@ -135,7 +135,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     policy = Policy(cfg, task)
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
     B, G = cfg.batch_size, cfg.group_size
-    optimizer = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    optimizer = make_optimizer(policy.model, cfg.lr)
     warmup = cfg.lr_warmup_steps
     lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
     strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))

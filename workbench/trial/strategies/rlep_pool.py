@@ -28,7 +28,7 @@ from workbench.cache import build_once, cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
 from workbench.trial.policy import Policy
 from workbench.trial.rollouts import PromptStream, generate_groups
-from workbench.trial.step import train_step
+from workbench.trial.step import make_optimizer, train_step
 from workbench.trial.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
     seed_cfg = seed_config(cfg)
     torch.manual_seed(0)
     policy = Policy(seed_cfg, task)
-    optimizer = torch.optim.Adam(policy.model.parameters(), lr=cfg.lr)
+    optimizer = make_optimizer(policy.model, cfg.lr)
     generator = torch.Generator(device=policy.device).manual_seed(0)
     stream = PromptStream(len(task.train), seed=0)
     groups = max(1, cfg.batch_size // cfg.group_size)

@@ -1,0 +1,146 @@
+"""Scoring without padding: a batch's tokens packed end to end through every matmul of a Llama-family model.
+
+A GRPO batch's completions differ in length (23-31 tokens on the default task, 50-500 on GSM8K-style ones); a
+padded `[rows, longest]` batch spends every projection, MLP and the LM head on its padding too (~20% of the
+trained tokens on the default task, where the matmuls are 60% of a training step and already run at the machine's
+GEMM ceiling). Here the model's own modules (norms, projections, MLP, rotary embedding, LM head) run on the packed
+`[tokens, hidden]` rows, so a matmul computes only real tokens; only attention sees the rows' shape: each layer
+scatters its queries, keys and values into `[rows, heads, width, head_dim]`, attends, and gathers the real tokens
+back (`Layout`). Each distinct prompt runs once and its keys and values serve all its completions (a GRPO group),
+as in `hf.score`'s shared-prompt path; a batch whose prompts do not repeat runs the same way with one prompt per row.
+
+The values are the padded batch's: the same log-probs (tests/backends/test_packed.py: within 1e-5, losses and
+gradients within 1e-6 of `hf.score`), so every objective's token-mean loss is unchanged. `supports` says which
+models take this path (what the static decoder knows, without attention dropout in training);
+`workbench.backends.scoring.score` routes the others to `hf.score`'s padded, length-bucketed path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from workbench.backends.decode import supports as decodable
+from workbench.backends.hf import distinct_prompts
+
+
+def supports(model) -> str | None:
+    """Why `model` cannot be scored packed, or None when it can."""
+    reason = decodable(model)
+    if reason is not None:
+        return reason
+    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+        return "attention dropout in training"
+    return None
+
+
+@dataclass
+class Layout:
+    """Rows of different lengths packed end to end: `tokens` `[N]`, each token's `row` and `col` (its position in
+    its row), and `flat`, its index in the padded `[rows * width]` layout."""
+
+    tokens: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    flat: torch.Tensor
+    lengths: torch.Tensor
+    rows: int
+    width: int
+
+    @classmethod
+    def of(cls, seqs: list[list[int]], device) -> "Layout":
+        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+        rows, width = len(seqs), int(lengths.max())
+        row = torch.repeat_interleave(torch.arange(rows), lengths)
+        starts = torch.cumsum(lengths, 0) - lengths
+        col = torch.arange(int(lengths.sum())) - starts[row]
+        tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
+        to = lambda x: x.to(device)  # noqa: E731
+        return cls(to(tokens), to(row), to(col), to(row * width + col), to(lengths), rows, width)
+
+    @property
+    def dense(self) -> bool:
+        """Every row has the full width: packing and padding are the same layout."""
+        return self.tokens.numel() == self.rows * self.width
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """`[N, ...]` packed -> `[rows, width, ...]`, zeros in the padding."""
+        if not self.dense:
+            x = x.new_zeros((self.rows * self.width, *x.shape[1:])).index_copy(0, self.flat, x)
+        return x.reshape(self.rows, self.width, *x.shape[1:])
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """`[rows, width, ...]` -> `[N, ...]`, the real tokens only."""
+        x = x.reshape(self.rows * self.width, *x.shape[2:])
+        return x if self.dense else x.index_select(0, self.flat)
+
+
+def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm: torch's fused `rms_norm` for float32 (the same values, fewer kernels forward and
+    backward), the module itself otherwise (it computes in float32 and casts back)."""
+    eps = getattr(module, "variance_epsilon", None)
+    if x.dtype == torch.float32 and eps is not None and module.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+    return module(x)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _layer(layer, x: torch.Tensor, at: Layout, cos: torch.Tensor, sin: torch.Tensor, prefix, mask):
+    """One decoder layer on packed tokens `x` `[N, hidden]`; attention over `prefix` (per-row keys and values
+    before these tokens, or None) and the rows' own tokens, under `mask` (None: causal). Returns the new hidden
+    states and this layer's keys and values in the padded layout (what later tokens attend to)."""
+    attn = layer.self_attn
+    n = x.shape[0]
+    h = _norm(layer.input_layernorm, x)
+    q = _rotate(attn.q_proj(h).view(n, -1, attn.head_dim), cos, sin)
+    k = _rotate(attn.k_proj(h).view(n, -1, attn.head_dim), cos, sin)
+    v = attn.v_proj(h).view(n, -1, attn.head_dim)
+    q, k, v = (at.pad(t).transpose(1, 2) for t in (q, k, v))  # [rows, heads, width, head_dim]
+    kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2))
+    out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling,
+                                         enable_gqa=q.shape[1] != kk.shape[1])
+    x = x + attn.o_proj(at.unpad(out.transpose(1, 2)).reshape(n, -1))
+    x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
+    return x, k, v
+
+
+def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, temperature: float,
+                 with_entropy: bool):
+    """`hf.score`'s result (`[n, T]` log-probs, `[n, T]` mask and, with `with_entropy`, the summed entropy) with
+    every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward."""
+    inner = model.model
+    device = next(model.parameters()).device
+    distinct, which_list = distinct_prompts(prompt_ids)
+    prompts, comps = Layout.of(distinct, device), Layout.of(completion_ids, device)
+    which = torch.tensor(which_list, device=device)
+    # positions: a prompt's tokens from 0, its completions' tokens after the prompt's length
+    xp, xc = inner.embed_tokens(prompts.tokens), inner.embed_tokens(comps.tokens)
+    pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
+    cos_p, sin_p = (t[0, :, None, :] for t in inner.rotary_emb(xp, prompts.col[None]))
+    cos_c, sin_c = (t[0, :, None, :] for t in inner.rotary_emb(xc, pos_c[None]))
+    # a completion token sees its prompt's real tokens and the completion's tokens up to itself
+    seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(0, which)
+    causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
+    mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[:, None]
+    for layer in inner.layers:
+        xp, kp, vp = _layer(layer, xp, prompts, cos_p, sin_p, None, None)
+        xc, _, _ = _layer(layer, xc, comps, cos_c, sin_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
+    # completion token j is predicted by the hidden state before it: its prompt's last token for j = 0
+    last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
+    index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]
+    index = torch.where(comps.col == 0, which.index_select(0, comps.row), index)
+    hidden = torch.cat([last, xc]).index_select(0, index)
+    logp = F.log_softmax(model.lm_head(_norm(inner.norm, hidden)).float() / temperature, dim=-1)
+    token_logp = logp.gather(-1, comps.tokens[:, None]).squeeze(-1)
+    t_max = comps.width
+    out = token_logp.new_zeros(comps.rows * t_max).index_copy(0, comps.flat, token_logp).view(comps.rows, t_max)
+    mask = torch.arange(t_max, device=device)[None, :] < comps.lengths[:, None]
+    if with_entropy:
+        return out, mask, float((-(logp.exp() * logp).sum(-1)).detach().double().sum())
+    return out, mask
