@@ -165,7 +165,7 @@ def cmd_study_confirm(args: argparse.Namespace) -> int:
 
     ctx = _study_context(args)
     study = open_for_confirm(ctx)
-    done = run_confirm(ctx, study, args.top, args.seeds, threads=args.threads)
+    done = run_confirm(ctx, study, args.top, args.seeds, threads=args.threads, predicted=args.predicted)
     for line in confirmation_lines(study):
         print(line)
     if args.json:
@@ -487,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
     confirm = _arm_parser(ssub, "confirm", "re-run the best configurations and the baseline on fresh seeds (replication)")
     confirm.add_argument("--top", type=int, default=2, help="configurations to confirm, best first (default 2)")
     confirm.add_argument("--seeds", type=int, default=4, help="fresh seeds each (default 4)")
+    confirm.add_argument("--predicted", action="store_true",
+                         help="also re-run the optima `study verify` predicted (model and probe arms) on the same fresh seeds")
     confirm.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
     confirm.set_defaults(func=cmd_study_confirm)
     race = _arm_parser(ssub, "race", "add seeds where the leader is not yet resolved against a contender (racing)")

@@ -187,3 +187,20 @@ def test_study_verify_probe_runs_the_probes_optimum_or_says_why_not(verified):
         analysis = run_cli(["analyze", str(tmp / "toy.yaml"), "--bootstrap", "0", "--out", str(tmp / "out_probe")], tmp)
         [row] = json.loads((tmp / "out_probe" / "analysis.json").read_text())["probe_verified"]
         assert analysis.returncode == 0 and row["trial_number"] == v["trial_number"] and row["ratio_to_empirical_best"] > 0
+
+
+@pytest.mark.slow
+def test_study_confirm_predicted_replicates_each_predicted_optimum_on_the_fresh_seeds(verified):
+    import optuna
+
+    _, _, tmp, _ = verified
+    run = run_cli(["study", "confirm", str(tmp / "toy.yaml"), "--top", "1", "--seeds", "2", "--predicted", "--json"], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    done = json.loads(run.stdout.strip().splitlines()[-1])
+    study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}")
+    predictions = [t for t in study.trials if t.user_attrs.get("arm") in ("predicted", "probe") and t.state.name == "COMPLETE"]
+    assert predictions and all(d["seeds"] == [2, 3] for d in done)  # selection used seeds 0-1: the same fresh seeds for all
+    reruns = [c for c in study.trials if c.user_attrs.get("arm") == "confirm" and c.state.name == "COMPLETE"]
+    for t in predictions:  # each predicted optimum re-run once (a prediction equal to a confirmed configuration shares its re-run)
+        assert [c.user_attrs["knobs"] for c in reruns].count(t.user_attrs["knobs"]) == 1
+    assert any(d["confirms"] == predictions[0].number for d in done)

@@ -44,6 +44,10 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.arm` = 'confirm' and tags.`workbench.kind` = 'seed'")
     assert sorted(r.data.params["seed"] for r in runs) == ["3", "3", "4", "4"]
 
+    # Asking for the predicted optima before `study verify` has run one: one line, exit 2, nothing trained.
+    none = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--predicted"], tmp_path)
+    assert none.returncode == 2 and none.stderr.count("\n") == 1 and "study verify" in none.stderr
+
     # The same command again trains nothing: already confirmed on those seeds.
     again = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"], tmp_path)
     assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1]) == done

@@ -8,7 +8,9 @@ as the study trains a trial (same reference mu and target, same MLflow layout). 
 as a trial with `arm = confirm` and the number of the trial it confirms; it does not count towards `n_trials` and
 the sampler never learns from it. The baseline is re-run too, so the replicated savings are paired on the same
 fresh seeds. The fresh seeds are the N right above the selection seeds, so the command is idempotent: interrupted,
-it resumes, and a configuration already confirmed on those seeds is not run again.
+it resumes, and a configuration already confirmed on those seeds is not run again. With `predicted`, the optima
+predicted by `study verify` (arms `predicted` and `probe`) are re-run on the same fresh seeds too, so a prediction's
+cost is replicated against the empirical best's on seeds neither was selected on.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from workbench.study.spec import fmt_params
 
 log = logging.getLogger(__name__)
 CONFIRM = "confirm"
+PREDICTION_ARMS = ("predicted", "probe")
+"""The arms `study verify` records: the fitted model's optimum and the probe's."""
 
 
 @dataclass
@@ -89,11 +93,28 @@ def _already(study: optuna.Study, number: int, seeds: list[int]) -> FrozenTrial 
     return None
 
 
-def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None) -> list[Confirmation]:
-    """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms."""
+def prediction_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The complete `study verify` arms (a model's or the probe's predicted optimum), in the order they ran."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(attrs.ARM) in PREDICTION_ARMS and t.value is not None]
+
+
+def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None,
+                predicted: bool = False) -> list[Confirmation]:
+    """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms; with
+    `predicted`, the study's predicted optima too (`study verify`)."""
     if top < 1 or n_seeds < 2:
         raise ConfigError(f"--top must be >= 1 and --seeds >= 2 (an interval needs two seeds), got {top} and {n_seeds}")
     best = top_trials(study, top)
+    if predicted:
+        chosen = {tuple(sorted((t.params or t.user_attrs.get(attrs.KNOBS, {})).items())) for t in best}
+        for t in prediction_trials(study):
+            key = tuple(sorted(t.user_attrs.get(attrs.KNOBS, {}).items()))
+            if key not in chosen:  # a prediction that is one of the best is confirmed once
+                best.append(t)
+                chosen.add(key)
+        if not prediction_trials(study):
+            raise ConfigError(f"--predicted: study {ctx.spec.name!r} has no predicted optimum yet (run `workbench study verify` first)")
     if not best:
         raise ConfigError(f"study: {ctx.spec.name!r} has no complete trial besides the baseline to confirm")
     base = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
