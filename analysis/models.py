@@ -181,6 +181,16 @@ class ModelFit:
         with np.errstate(over="ignore"):  # a configuration beyond the noise floor: infinite compute
             return np.exp(MODELS[self.model].log_compute(self.params, x, y, lam, self.mu))
 
+    @classmethod
+    def from_summary(cls, summary: dict) -> "ModelFit":
+        """The fit a `summary()` describes, able to predict again (the report's JSON holds summaries)."""
+        params = {}
+        for p in _all_params(MODELS[summary["model"]]):
+            value = float(summary["params"][p.reported])
+            params[p.name] = math.log(value) if p.name.startswith("log_") else value
+        return cls(summary["model"], params, float(summary["mu"]), float(summary["lr_ref"]), int(summary["n_points"]),
+                   int(summary["n_censored"]), float(summary["log_likelihood"]))
+
     def reported(self) -> dict[str, float]:
         spec = {p.name: p for p in (*MODELS[self.model].params, SIGMA)}
         return {spec[k].reported: spec[k].natural(v) for k, v in self.params.items()}

@@ -116,7 +116,40 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
     result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
     if args.probe:
         return _verify_probe(args, ctx, study, result)
+    if args.model:
+        return _verify_model(args, ctx, study, result)
     v = run_prediction(ctx, study, result, fit.predict, threads=args.threads, force=args.force)
+    if args.json:
+        print(json.dumps(v.__dict__, default=float))
+    return 0
+
+
+def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
+    """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first by
+    leave-one-configuration-out error, the report's ranking) run as the study's `predicted` arm, or why it is refused."""
+    from analysis.models import MODELS, ModelFit
+    from workbench.study.verify import run_prediction
+
+    if args.model != "best" and args.model not in MODELS:
+        raise ConfigError(f"--model: {args.model!r} is not a registered model ({', '.join(MODELS)}, or best)")
+    models = result.get("models") or []
+    chosen = models[0] if args.model == "best" and models else next((m for m in models if m["model"] == args.model), None)
+    if chosen is None:
+        print(f"no prediction: {args.model} was not fitted to this study (too few uniform configurations, or a"
+              f" learning-rate model on a study with one learning rate; fitted: {', '.join(m['model'] for m in models) or 'none'})")
+        return 0
+    opt = chosen["optimum"]
+    loco = chosen.get("loco", {}).get("median_abs_log_error", math.nan)
+    print(f"model {chosen['model']} (leave-one-configuration-out median |log error| {loco:.3g}):"
+          + (f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "") if "x" in opt else ""))
+    if "refused" in opt:
+        print(f"  no prediction: {opt['refused']}")
+        return 0
+    fit = ModelFit.from_summary(chosen)
+    lr = opt.get("lr")
+    provenance = {"model": chosen["model"], "params": chosen["params"], "loco": loco, "mu": chosen["mu"]}
+    v = run_prediction(ctx, study, {**result, "predicted": {"x": opt["x"], "y": opt["y"]}}, lambda x, y: fit.predict(x, y, lr),
+                       threads=args.threads, force=args.force, provenance=provenance, lr=lr)
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
@@ -482,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
     verify.add_argument("--probe", action="store_true", help="predict with one `workbench probe` run on the study's base config instead of the fitted model")
+    verify.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
+                        "extended_lr; best = the first by leave-one-configuration-out error) instead of the distinct-draw fit")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
     verify.set_defaults(func=cmd_study_verify)
     confirm = _arm_parser(ssub, "confirm", "re-run the best configurations and the baseline on fresh seeds (replication)")

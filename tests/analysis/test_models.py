@@ -156,3 +156,15 @@ def test_the_probe_optimum_moves_with_what_it_measures():
 def test_the_probe_refuses_when_the_fresh_gradient_is_not_resolved():
     got = probe_optimum(_terms(range(1, 9), signal=-0.01), 3.0, 0.5, 2.0, 128)
     assert "not resolved" in got["refused"] and "x" not in got
+
+
+@pytest.mark.parametrize("model", ["thm45", "extended"])
+def test_a_fit_rebuilt_from_its_summary_predicts_the_same(model):
+    """`study verify --model` predicts from the report's JSON summary of a fit: the rebuilt fit is the fit."""
+    import json
+
+    fit = ModelFit(model, {**TRUTH[model], "log_sigma": math.log(0.08)}, MU, 2.5e-5, 52, 3, -12.5)
+    rebuilt = ModelFit.from_summary(json.loads(json.dumps(fit.summary())))
+    xs, ys = np.array([1.0, 2.0, 8.0, 16.0]), np.array([1.0, 2.0, 4.0, 2.0])
+    assert np.allclose(rebuilt.predict(xs, ys), fit.predict(xs, ys), rtol=1e-12)
+    assert rebuilt.params == pytest.approx(fit.params, rel=1e-12) and rebuilt.aic == pytest.approx(fit.aic)

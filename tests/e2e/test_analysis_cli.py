@@ -204,3 +204,21 @@ def test_study_confirm_predicted_replicates_each_predicted_optimum_on_the_fresh_
     for t in predictions:  # each predicted optimum re-run once (a prediction equal to a confirmed configuration shares its re-run)
         assert [c.user_attrs["knobs"] for c in reruns].count(t.user_attrs["knobs"]) == 1
     assert any(d["confirms"] == predictions[0].number for d in done)
+
+
+@pytest.mark.slow
+def test_study_verify_model_runs_a_compared_models_optimum_or_says_why_not(verified):
+    import optuna
+
+    _, _, tmp, _ = verified
+    wrong = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--model", "nope"], tmp)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--model" in wrong.stderr
+    run = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--model", "best", "--force", "--json"], tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if "no prediction:" in run.stdout:  # too few configurations, or the best model's optimum is refused: said, nothing run
+        return
+    name = re.match(r"model (\w+) \(leave-one-configuration-out", run.stdout).group(1)
+    v = json.loads(run.stdout.strip().splitlines()[-1])
+    trial = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}").trials[v["trial_number"]]
+    assert trial.user_attrs["arm"] == "predicted" and trial.user_attrs["fit"]["model"] == name
+    assert trial.user_attrs["predicted_compute_to_target"] == pytest.approx(v["predicted"])

@@ -55,7 +55,8 @@ def predicted_knobs(result: dict, batch: int) -> tuple[dict[str, float], float, 
 
 def _measured_twin(result: dict, knobs: dict) -> int | None:
     for c in result["configurations"]:
-        if math.isclose(c["y"], knobs["replay.ratio"], rel_tol=1e-6) and c["capacity"] == knobs["replay.capacity"]:
+        same_lr = "lr" not in knobs or (c.get("lr") is not None and math.isclose(c["lr"], knobs["lr"], rel_tol=1e-6))
+        if math.isclose(c["y"], knobs["replay.ratio"], rel_tol=1e-6) and c["capacity"] == knobs["replay.capacity"] and same_lr:
             return int(c["trial_number"])
     return None
 
@@ -85,11 +86,15 @@ def run_prediction(
     force: bool = False,
     arm: str = "predicted",
     provenance: dict | None = None,
+    lr: float | None = None,
 ) -> Verification:
     """Run the fit's predicted optimum (`result` of the analysis, `predict(x, y)` its fitted compute) as a trial.
     `arm` names what predicted it (`predicted`: the fitted model; `probe`: `workbench probe`), `provenance` what it
-    was predicted from (default: the fit's parameters)."""
+    was predicted from (default: the fit's parameters), `lr` the learning rate a learning-rate-aware model chose
+    with (x, y) (run as the `lr` knob)."""
     knobs, x, y = predicted_knobs(result, ctx.spec.trial_config({}, 0).batch_size)
+    if lr is not None:
+        knobs["lr"] = float(f"{lr:.3g}")
     predicted = float(predict(x, y))
     twin = _measured_twin(result, knobs)
     if twin is not None and not force:
