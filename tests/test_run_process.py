@@ -69,3 +69,25 @@ def test_a_trial_process_that_dies_leaves_its_run_failed_not_running(tracking_ur
     assert got.info.status == "FAILED"
     assert got.data.tags[tracking.FAILURE] == "the trial process exited without ending its run"
     assert MlflowClient(tracking_uri).get_metric_history(run_id, "m")[0].value == 1.0
+
+
+def test_a_trial_that_stops_before_its_run_is_ready_leaves_no_traceback_and_the_run_failed(tracking_uri):
+    # Bad input found after the helper started (a malformed JSONL line): the trial exits at once, the helper finds
+    # the pipe closed when it reports the run it created, ends that run FAILED and prints nothing.
+    code = (
+        "import sys\n"
+        "from workbench.run_process import RunProcess\n"
+        "RunProcess(sys.argv[1], 'early')\n"
+        "sys.exit(2)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, tracking_uri], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    client = MlflowClient(tracking_uri)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        exp = client.get_experiment_by_name("early")
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        if runs and runs[0].info.status != "RUNNING":
+            break
+        time.sleep(0.5)
+    assert exp is None or all(r.info.status == "FAILED" for r in runs)  # no run yet when the helper was stopped first

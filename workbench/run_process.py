@@ -29,28 +29,43 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from workbench import tracking
 
+    gone = "the trial process exited without ending its run"
     try:
         run = tracking.RunLogger(tracking_uri, experiment, run_name, parent_run_id, tags)
     except Exception as err:  # noqa: BLE001  (reported to the trial, which raises it)
-        conn.send(("error", tracking.failure_reason(err)))
+        _send(conn, ("error", tracking.failure_reason(err)))
         return
-    conn.send(("ok", run.run_id))
+    if not _send(conn, ("ok", run.run_id)):  # the trial stopped before its run was ready (bad input found late)
+        run.end(tracking.STATUS_FAILED, gone)
+        return
     deferred: str | None = None  # the first error of a call the trial did not wait for
     while True:
         try:
             method, args, wants_reply = conn.recv()
         except (EOFError, OSError):
-            run.end(tracking.STATUS_FAILED, "the trial process exited without ending its run")
+            run.end(tracking.STATUS_FAILED, gone)
             return
         try:
             result = getattr(run, method)(*args)
         except Exception as err:  # noqa: BLE001
             result, deferred = None, deferred or tracking.failure_reason(err)
         if wants_reply:
-            conn.send(("error", deferred) if deferred else ("ok", result))
+            if not _send(conn, ("error", deferred) if deferred else ("ok", result)):
+                if method != "end":
+                    run.end(tracking.STATUS_FAILED, gone)
+                return
             deferred = None
         if method == "end":
             return
+
+
+def _send(conn, message) -> bool:
+    """Send to the trial process; False when it is gone (its end of the pipe closed), never a traceback."""
+    try:
+        conn.send(message)
+        return True
+    except (BrokenPipeError, EOFError, OSError):
+        return False
 
 
 class RunProcess:
