@@ -82,5 +82,8 @@ class Evaluator:
     def demonstration_probability(self, model) -> float:
         """Mean probability of the held-out reference demonstrations (EOS included) under `model` at the sampling
         temperature."""
-        logp, _ = score(model, self.prompt_ids, self.demo_ids, temperature=self.temperature, pad_id=self.tokenizer.pad_token_id)
+        # one padded call: the held-out prompts are all distinct and nothing is trained, where packing's two passes
+        # and its scatters cost more than the padding they save (0.25 s against 0.22 s on the default held-out set)
+        logp, _ = score(model, self.prompt_ids, self.demo_ids, temperature=self.temperature, pad_id=self.tokenizer.pad_token_id,
+                        packing=False)
         return float(torch.exp(logp.sum(dim=1)).mean())
