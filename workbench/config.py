@@ -232,6 +232,18 @@ class EvalConfig(Section):
     pass_k_every: int = Field(4, ge=1)
     """Sample pass@k at every this-many-th evaluation (and always at the first and the last): it costs as much as
     the greedy pass@1 of the whole held-out set, which is what compute-to-target reads."""
+    demo_prob_every: int | None = Field(None, ge=1)
+    """Score the demonstrations' probability at every this-many-th evaluation (and always at the first and the
+    last); it costs as much as the greedy pass. `null`: at every evaluation when `metric` is `demo_prob`, else with
+    pass@k (`pass_k_every`). Set 1 to log it at every evaluation of a study that reads another curve, so the
+    report's comparison on every curve (`analysis.resolution.by_reading`) reads it too."""
+
+    def samples_at(self, index: int, last: bool) -> tuple[bool, bool]:
+        """Whether evaluation number `index` (0 = the first) samples pass@k and scores the demonstrations."""
+        def due(every: int) -> bool:
+            return last or index % every == 0
+        demo_every = self.demo_prob_every or (1 if self.metric == "demo_prob" else self.pass_k_every)
+        return due(self.pass_k_every), due(demo_every)
 
 
 class TrackingConfig(Section):

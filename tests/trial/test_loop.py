@@ -6,7 +6,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from workbench.config import build_config
+from workbench.config import ConfigError, build_config
 from workbench.trial.objectives import OBJECTIVES, ObjectiveOutput, register_objective
 from workbench.trial.loop import run_trial
 from workbench.trial.policy import Policy
@@ -152,9 +152,26 @@ def test_pass_at_k_every_other_evaluation_and_always_at_the_last(tracking_uri):
     mean_k = MlflowClient(tracking_uri).get_metric_history(result.run_id, "eval/mean_at_k")
     assert [m.step for m in mean_k] == [m.step for m in history]
     assert all(0 <= m.value <= p.value for m, p in zip(mean_k, history))
+    # a study that reads greedy accuracy scores the demonstrations with pass@k (`eval.demo_prob_every: null`)
+    demo = MlflowClient(tracking_uri).get_metric_history(result.run_id, "eval/demo_prob")
+    assert [m.step for m in demo] == [0, 2, 4, 5]
     # evaluation time is its own line, inside the trial's wall time and apart from generation and training
     m = result.metrics
     assert 0 < m["final/eval_seconds"] < m["final/wall_seconds"] - m["final/gen_seconds"] - m["final/train_seconds"]
+
+
+def test_the_curve_a_study_reads_is_measured_at_every_evaluation_the_others_on_their_schedule():
+    def schedule(n: int, **ev) -> list[tuple[bool, bool]]:
+        cfg = build_config(toy_dict(eval={"every": 1, **ev}))
+        return [cfg.eval.samples_at(i, i == n - 1) for i in range(n)]
+
+    every_other = [True, False, True, False, True, True]
+    assert schedule(6, pass_k_every=2) == list(zip(every_other, every_other))
+    assert schedule(6, pass_k_every=2, metric="demo_prob") == [(p, True) for p in every_other]
+    assert schedule(6, pass_k_every=2, demo_prob_every=1) == [(p, True) for p in every_other]
+    assert schedule(6, pass_k_every=1, demo_prob_every=3) == [(True, d) for d in [True, False, False, True, False, True]]
+    with pytest.raises((ConfigError, ValueError), match="demo_prob_every"):
+        build_config(toy_dict(eval={"demo_prob_every": 0}))
 
 
 def test_lr_warmup_rises_linearly_then_holds(tracking_uri):

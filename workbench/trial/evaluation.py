@@ -27,7 +27,7 @@ class EvalResult:
     papers report): an expectation under the sampling policy, so it moves smoothly with the weights where greedy
     accuracy flips whole answers at once. None when pass@k was not sampled."""
     demo_prob: float | None = None
-    """Mean over the held-out prompts of the probability that sampling (at the generation temperature) produces the
+    """(None when this evaluation did not score it: `eval.demo_prob_every`.) Mean over the held-out prompts of the probability that sampling (at the generation temperature) produces the
     prompt's reference demonstration and stops: one scoring pass, no sampling noise. On a task with one correct
     completion per prompt (`arithmetic`) this is the expected sampled accuracy; where there are many (`split`), a
     lower bound on it."""
@@ -56,13 +56,13 @@ class Evaluator:
         return [self.task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]
 
     @torch.no_grad()
-    def __call__(self, model, *, pass_k: bool = True) -> EvalResult:
+    def __call__(self, model, *, pass_k: bool = True, demo_prob: bool = True) -> EvalResult:
         was_training = model.training
         model.eval()
         decode = self.sampler or partial(sample, model)
         greedy = decode(self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
         accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
-        demo_prob = self.demonstration_probability(model)
+        demo_prob = self.demonstration_probability(model) if demo_prob else None
         if not pass_k:
             model.train(was_training)
             return EvalResult(accuracy, None, self.k, demo_prob=demo_prob)

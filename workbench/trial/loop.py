@@ -166,7 +166,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     def run_eval(step: int, last: bool = False) -> None:
         nonlocal eval_seconds
         t_eval = time.perf_counter()
-        res = evaluate(policy.model, pass_k=last or len(evals) % cfg.eval.pass_k_every == 0)
+        with_k, with_demo = cfg.eval.samples_at(len(evals), last)
+        res = evaluate(policy.model, pass_k=with_k, demo_prob=with_demo)
         eval_seconds += time.perf_counter() - t_eval
         row = {
             "step": step,
@@ -180,15 +181,17 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             "seconds": meter.seconds["gen"] + meter.seconds["train"],
         }
         evals.append(row)
-        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.EVAL_DEMO_PROB: res.demo_prob, tracking.COMPUTE_UNITS: meter.units}
+        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}
+        if res.demo_prob is not None:
+            logged[tracking.EVAL_DEMO_PROB] = res.demo_prob
         if res.pass_at_k is not None:
             logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
             logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
         run.log_metrics(logged, step)
         pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
-        demo = f"  demo {res.demo_prob:.3f}" if res.demo_prob is not None else ""
+        demo = "  -  " if res.demo_prob is None else f"{res.demo_prob:.3f}"
         log.info(
-            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}{demo}"
+            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}  demo {demo}"
             f"  mu {meter.mu:.2f}  {time.perf_counter() - t_start:6.1f}s"
         )
         bar.set_postfix(acc=f"{res.accuracy:.3f}", refresh=False)
