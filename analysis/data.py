@@ -197,6 +197,14 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "mu_used": m.get(tracking.FINAL_MU, np.nan),
                 "target": float(p["eval.target_accuracy"]),
                 "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
+                # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
+                "pipeline": p.get("pipeline.mode", "sync"),
+                "generators": int(p.get("pipeline.generators", 1)),
+                "trainers": int(p.get("pipeline.trainers", 1)),
+                "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
+                "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
+                "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),
+                "generator_idle": m.get("final/pipeline_generator_idle_fraction", np.nan),
             })
             for e in _curve(client, r.info.run_id, tmp):
                 curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})

@@ -21,6 +21,7 @@ from analysis import laws, plots
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import fit_runs, predicted_optimum
 from analysis.models import compare, optimum
+from analysis.pipeline import mapped_split, split_table
 from analysis.resolution import by_estimator, by_reading, resolution
 from analysis.theory import to_knobs
 from workbench.estimators import METRICS
@@ -218,7 +219,11 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         "confirmations": _confirmations(data, configs),
         "whatif": {},
         "laws": _laws(data, block.get("models") or []),
+        "pipeline": split_table(data),
     }
+    if result["pipeline"]:  # the predicted optimum as an asynchronous split (W/T ≈ mu / y*, N = x*·B / y*)
+        result["pipeline_mapped"] = mapped_split(block["predicted"]["x"], block["predicted"]["y"], data.reference_mu,
+                                                 int(data.runs["batch_size"].iloc[0]))
     for mu in whatif_mu:
         w, _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed, models=False)
         result["whatif"][f"{mu:g}"] = w
@@ -243,6 +248,8 @@ def write_figures(data: StudyData, fit, result: dict, out: Path) -> dict[str, Pa
 
 
 def _fmt(v, digits=3) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, float):
         return f"{v:.{digits}g}" if math.isfinite(v) else "-"
     return str(v)
@@ -347,6 +354,35 @@ def _readings_section(result: dict) -> list[str]:
     return lines
 
 
+def _pipeline_section(result: dict) -> list[str]:
+    rows = result.get("pipeline") or []
+    if not rows:
+        return []
+    lines = ["## The asynchronous pipeline", "",
+             "Each configuration's split (W generators, T trainers), the replay ratio that emerged (K_train / K_gen), mu"
+             " by the paper's estimator (K_train/T)/(K_gen/W) (App. D.4; a cost ratio only where neither side stalls),"
+             " each side's idle fraction, and the wall time to the target (evaluations excluded; geometric mean over seeds"
+             " with its 95% interval), paired by seed against the synchronous on-policy baseline. `y from split` is"
+             " mu·T/W at the synchronous runs' measured mu: the replay ratio the theory's mapping expects of that split.", "",
+             "| trial | pipeline | strategy | W | T | capacity | seeds (censored) | replay ratio | y from split | mu (D.4) |"
+             " trainer idle | generator idle | wall to target, s [95% CI] | / sync on the same seeds [95% CI] | compute to target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        wall = f"{_fmt(r['wall_to_target'])} [{_fmt(r['wall_ci'][0])}, {_fmt(r['wall_ci'][1])}]"
+        ratio = "baseline" if r["baseline"] else (
+            f"{_fmt(r.get('wall_ratio_to_sync'))} [{_fmt(r.get('wall_ratio_ci', [None, None])[0])}, "
+            f"{_fmt(r.get('wall_ratio_ci', [None, None])[1])}]: {r.get('wall_verdict', '-')}")
+        lines.append(f"| {r['trial_number']} | {r['pipeline']} | {r['strategy']} | {r['generators']} | {r['trainers']} | {r['capacity']} "
+                     f"| {r['seeds']} ({r['censored_seeds']}) | {_fmt(r['replay_ratio'])} | {_fmt(r.get('replay_ratio_from_split'))} "
+                     f"| {_fmt(r['mu_d4'])} | {_fmt(r['trainer_idle'])} | {_fmt(r['generator_idle'])} | {wall} | {ratio} "
+                     f"| {_fmt(r['compute_to_target'])} |")
+    m = result.get("pipeline_mapped")
+    if m:
+        lines += ["", f"The fitted optimum (x* {_fmt(m['x'])}, y* {_fmt(m['y'])}) as an asynchronous split at mu {_fmt(result['reference_mu'])}:"
+                  f" W/T ≈ {_fmt(m['workers_per_trainer'])}, a buffer of N ≈ {m['capacity']} rollouts (replay-papers §6.2)."]
+    return lines + [""]
+
+
 def _confirmation_section(result: dict) -> list[str]:
     if not result.get("confirmations"):
         return ["No configuration of this study has been re-run on fresh seeds yet (`workbench study confirm SPEC`): "
@@ -379,6 +415,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         *_resolution_section(result),
         *_readings_section(result),
         *_confirmation_section(result),
+        *_pipeline_section(result),
         "## Fit of the bias-variance-compute model",
         "",
         *([f"The model describes uniform replay: it is fitted to the {result['fit_configurations']} (x, y) configurations of the"

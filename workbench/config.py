@@ -246,6 +246,29 @@ class EvalConfig(Section):
         return due(self.pass_k_every), due(demo_every)
 
 
+class PipelineConfig(Section):
+    """How generation and training share the machine (replay-papers §1.3, design §2 and docs/pipeline.md)."""
+
+    mode: Literal["sync", "async"] = "sync"
+    """`sync`: one process generates then trains, step after step (the setting of the theory; `replay.ratio` is
+    set). `async`: Arnal et al.'s system: `generators` processes generate whole groups continuously and push them
+    to the trainer, which trains as fast as it can on what its strategy holds; the replay ratio is not set, it
+    emerges from the two sides' speeds (`final/replay_ratio`)."""
+    generators: int = Field(1, ge=1)
+    """W: generator processes (async), one CPU thread each (`threads`), or one device each on a GPU machine."""
+    trainers: int = Field(1, ge=1)
+    """T: trainer processes (async). Only 1 is built so far."""
+    chunk_groups: int | None = Field(None, ge=1)
+    """GRPO groups a generator samples per call and pushes at once (async). `null`: a batch's worth, B / G."""
+    queue_chunks: int = Field(2, ge=1)
+    """Chunks a generator may have pushed that the trainer has not taken yet (async): when the transfer queue is
+    full the generator waits (idle time, as a full LIFO queue stalls the paper's workers)."""
+    generator_slowdown: float = Field(1.0, ge=1.0)
+    """Each generator idles (slowdown - 1) times the seconds its last chunk took after pushing it: a costlier
+    generator (a larger mu, e.g. the paper's 5.28) emulated on a CPU, and the slowed generator of the staleness
+    tests. Its idle time is counted apart (`pipeline/gen_slowdown_seconds`), not as generation compute."""
+
+
 class TrackingConfig(Section):
     uri: str | None = None
     """MLflow tracking URI. `null`: `$MLFLOW_TRACKING_URI`, else a SQLite store `mlflow.db` in the working
@@ -287,7 +310,8 @@ class TrialConfig(Section):
     0.10 (docs/measurement.md, "Learning-rate warm-up"), for ~14% more compute to the target."""
     grad_clip: float = Field(1.0, gt=0)
     threads: int | None = Field(None, ge=1)
-    """torch CPU threads; `null` keeps torch's default."""
+    """torch CPU threads; `null` keeps torch's default. An asynchronous trial (`pipeline.mode: async`) splits them
+    evenly among its W + T processes, at least one each (`null`: the machine's cores)."""
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     generation: GenerationConfig = GenerationConfig()
@@ -296,6 +320,7 @@ class TrialConfig(Section):
     budget: BudgetConfig = BudgetConfig(compute_units=300)
     compute: ComputeConfig = ComputeConfig()
     eval: EvalConfig = EvalConfig()
+    pipeline: PipelineConfig = PipelineConfig()
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Where the trial's MLflow run goes."""
 
@@ -315,6 +340,13 @@ class TrialConfig(Section):
             raise ValueError("budget: set budget.compute_units or budget.steps")
         if self.eval.pass_k_prompts > self.task.n_eval:
             raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
+        if self.pipeline.mode == "async":
+            if self.pipeline.trainers != 1:
+                raise ValueError("pipeline.trainers: only 1 trainer process is built so far")
+            if not strategy.streams:
+                raise ValueError(f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}")
+            if self.generation.backend != "hf":
+                raise ValueError("pipeline.mode: async generates with generation.backend hf so far")
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
             raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self

@@ -15,50 +15,30 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 import torch
 
 from workbench import progress, tracking
-from workbench.compute import ComputeMeter, to_target
-from workbench.estimators import curve_summary, readings
+from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
-from workbench.trial.evaluation import Evaluator
 from workbench.trial.policy import Policy, count_parameters
+from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
+                                    final_metrics, fresh_metrics, train_metrics)
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task, load_task
 
+__all__ = ["StepRecord", "TrialResult", "TrialStopped", "run_trial"]
+
 log = logging.getLogger(__name__)
 
 
 class TrialStopped(tracking.RunStopped):
     """Raised by an `on_eval` hook to end a trial early (a pruner): the run ends FINISHED, tagged `stopped`."""
-
-
-@dataclass
-class StepRecord:
-    """What one optimizer step did; handed to an observer (tests check invariants on what was really trained)."""
-
-    step: int
-    fresh: list[Rollout]
-    batch: list[Rollout]
-    loss: float
-    metrics: dict[str, float]
-
-
-@dataclass
-class TrialResult:
-    run_id: str
-    metrics: dict[str, float]
-    """The `final/*` metrics."""
-    evals: list[dict[str, float]] = field(default_factory=list)
-    """One row per evaluation: step, compute units, accuracy, pass@k, cumulative generated and trained rollouts,
-    cumulative generation + training seconds (so compute can be re-accounted at another mu)."""
 
 
 def run_trial(
@@ -97,37 +77,11 @@ def run_trial(
         on_run_created(run_id)
     with tracking.run_lifecycle(run):
         run.log_params(flatten(cfg))
+        if cfg.pipeline.mode == "async":
+            from workbench.trial.pipeline import train_async  # spawns processes: loaded only when asked for
+
+            return train_async(cfg, task, run, observer, on_eval, show_progress)
         return _train(cfg, task, run, observer, on_eval, show_progress, inspect)
-
-
-def _budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter) -> bool:
-    if cfg.budget.steps is not None and step >= cfg.budget.steps:
-        return False
-    return cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units
-
-
-class EvalSchedule:
-    """When to evaluate: every `every` optimizer steps, or, with `every_units`, at the first step at or past each
-    multiple of `every_units` compute units (several multiples crossed in one step give one evaluation)."""
-
-    def __init__(self, every: int, every_units: float | None):
-        self.every, self.every_units = every, every_units
-        self.next_units = every_units
-
-    def due(self, step: int, units: float) -> bool:
-        if self.every_units is None:
-            return step % self.every == 0
-        if units + 1e-9 < self.next_units:
-            return False
-        self.next_units = (int((units + 1e-9) // self.every_units) + 1) * self.every_units
-        return True
-
-
-def _budget_bar(cfg: TrialConfig, enabled: bool):
-    """A bar over the budget that ends first: compute units when set, else steps."""
-    if cfg.budget.compute_units is not None:
-        return progress.bar(cfg.budget.compute_units, "trial", "units", enabled)
-    return progress.bar(cfg.budget.steps, "trial", "steps", enabled)
 
 
 def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool, inspect=None) -> TrialResult:
@@ -143,65 +97,16 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
     sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed)
     replay_rng = np.random.default_rng([cfg.seed, 1])
-    evaluate = Evaluator(
-        task,
-        policy.tokenizer,
-        k=cfg.eval.k,
-        pass_k_prompts=cfg.eval.pass_k_prompts,
-        max_new_tokens=policy.max_new_tokens,
-        temperature=policy.temperature,
-        seed=cfg.seed,
-        device=policy.device,
-        sampler=policy.sample,
-    )
-    evals: list[dict[str, float]] = []
-    ages_seen: Counter[int] = Counter()
-    next_uid = 0
     updates = 0
-    bar = _budget_bar(cfg, show_progress)
-    schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
-
-    eval_seconds = 0.0
-
-    def run_eval(step: int, last: bool = False) -> None:
-        nonlocal eval_seconds
-        t_eval = time.perf_counter()
-        with_k, with_demo = cfg.eval.samples_at(len(evals), last)
-        res = evaluate(policy.model, pass_k=with_k, demo_prob=with_demo)
-        eval_seconds += time.perf_counter() - t_eval
-        row = {
-            "step": step,
-            "compute_units": meter.units,
-            "accuracy": res.accuracy,
-            "pass_at_k": res.pass_at_k,
-            "mean_at_k": res.mean_at_k,
-            "demo_prob": res.demo_prob,
-            "gen_rollouts": meter.gen_rollouts,
-            "train_rollouts": meter.train_rollouts,
-            "seconds": meter.seconds["gen"] + meter.seconds["train"],
-        }
-        evals.append(row)
-        logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}
-        if res.demo_prob is not None:
-            logged[tracking.EVAL_DEMO_PROB] = res.demo_prob
-        if res.pass_at_k is not None:
-            logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
-            logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
-        run.log_metrics(logged, step)
-        pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
-        demo = "  -  " if res.demo_prob is None else f"{res.demo_prob:.3f}"
-        log.info(
-            f"step {step:5d}  units {meter.units:8.1f}  acc {res.accuracy:.3f}  pass@{res.k} {pass_k}  demo {demo}"
-            f"  mu {meter.mu:.2f}  {time.perf_counter() - t_start:6.1f}s"
-        )
-        bar.set_postfix(acc=f"{res.accuracy:.3f}", refresh=False)
-        if on_eval:
-            on_eval(row)
+    next_uid = 0
+    ages_seen: Counter[int] = Counter()
+    bar = budget_bar(cfg, show_progress)
+    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start)
 
     with progress.bar_safe_logging(show_progress), bar:
-        run_eval(0)
+        evaluations(0)
         step = 0
-        while _budget_left(cfg, step, meter):
+        while budget_left(cfg, step, meter):
             groups = strategy.groups(step)
             fresh: list[Rollout] = []
             out = None
@@ -225,39 +130,14 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 meter.train_tokens += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
                 for r in batch:
                     r.uses += 1
-                stats = batch_stats(batch, step)
-                ages_seen.update(stats.ages)
+                ages_seen.update(batch_stats(batch, step).ages)
                 updates += int(applied)
-                metrics["train/lr"] = lr_schedule.get_last_lr()[0]
+                metrics.update(train_metrics(obj, grad_norm, batch, step, lr_schedule.get_last_lr()[0]))
                 lr_schedule.step()
-                metrics.update({
-                    "train/loss": float(obj.loss.detach()),
-                    "train/grad_norm": grad_norm,
-                    "train/batch_size": len(batch),
-                    "replay/age_mean": stats.age_mean,
-                    "replay/age_max": stats.age_max,
-                    "replay/uses_mean": stats.uses_mean,
-                    "offpolicy/ratio_mean": obj.ratio_mean,
-                    "offpolicy/clip_frac": obj.clip_frac,
-                    **{f"offpolicy/{k}": v for k, v in (obj.stats or {}).items()},
-                })
             units_before = meter.units
             meter.step(len(fresh), len(batch))
-            metrics.update({
-                "train/updates": updates,
-                tracking.COMPUTE_UNITS: meter.units,
-                "compute/gen_tokens": meter.gen_tokens,
-                "compute/train_tokens": meter.train_tokens,
-                "compute/gen_rollouts": meter.gen_rollouts,
-                "compute/train_rollouts": meter.train_rollouts,
-                "compute/gen_seconds": meter.seconds["gen"],
-                "compute/train_seconds": meter.seconds["train"],
-                "compute/flops": meter.flops["total"],
-                "compute/mu": meter.mu,
-                "replay/buffer_size": strategy.size(),
-                "replay/fresh": len(fresh),
-                **strategy.metrics(),
-            })
+            metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
+                            "replay/fresh": len(fresh), **strategy.metrics()})
             if fresh and policy.engine is not None:
                 diff = torch.cat([(r.behaviour_logprobs - r.trainer_logprobs).abs() for r in fresh])
                 metrics.update({
@@ -267,56 +147,20 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                     "mismatch/syncs": policy.engine.syncs,
                 })
             if fresh:
-                metrics["train/reward_mean"] = float(np.mean([r.reward for r in fresh]))
-                metrics[tracking.POLICY_ENTROPY] = out.entropy_mean
-                metrics["train/completion_length"] = out.generated_tokens / len(fresh)
+                metrics.update(fresh_metrics(fresh, out.entropy_mean, out.generated_tokens))
             run.log_metrics(metrics, step)
             if observer:
                 observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
             step += 1
             bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-            last = not _budget_left(cfg, step, meter)
-            if last or schedule.due(step, meter.units):
-                run_eval(step, last)
+            last = not budget_left(cfg, step, meter)
+            if evaluations.due(step, last):
+                evaluations(step, last)
 
-    final = _final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
-    final["final/eval_seconds"] = eval_seconds  # held-out evaluation: neither generation nor training compute
+    evals = evaluations.rows
+    final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
+    final["final/eval_seconds"] = evaluations.seconds  # held-out evaluation: neither generation nor training compute
     run.log_metrics(final, step)
     run.log_text(json.dumps({"age_counts": {str(k): v for k, v in sorted(ages_seen.items())}}), tracking.AGES_ARTIFACT)
     run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
     return TrialResult(run.run_id, final, evals)
-
-
-def _final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float) -> dict[str, float]:
-    accuracy = [e["accuracy"] for e in evals]
-    reading = readings(evals, cfg.eval.metric)  # what compute-to-target reads (greedy accuracy by default)
-    spent = [e["compute_units"] for e in evals]
-    target = cfg.eval.target_accuracy
-    reached = to_target(spent, reading, target)
-    final = {
-        tracking.FINAL_ACCURACY: accuracy[-1],
-        tracking.FINAL_BEST_ACCURACY: max(accuracy),
-        tracking.FINAL_INITIAL_ACCURACY: accuracy[0],
-        "final/pass_at_k": next((e["pass_at_k"] for e in reversed(evals) if e["pass_at_k"] is not None), float("nan")),
-        tracking.FINAL_COMPUTE_UNITS: meter.units,
-        tracking.FINAL_CENSORED: float(reached.censored),
-        "final/steps": steps,
-        "final/updates": updates,
-        tracking.FINAL_MU: meter.mu,
-        "final/gen_seconds": meter.seconds["gen"],
-        "final/train_seconds": meter.seconds["train"],
-        tracking.FINAL_WALL_SECONDS: wall,
-        "final/gen_rollouts": meter.gen_rollouts,
-        "final/train_rollouts": meter.train_rollouts,
-        "final/replay_ratio": meter.train_rollouts / max(meter.gen_rollouts, 1),
-    }
-    # Every estimator of compute-to-target and the curve's summaries (accuracy at budget fractions, normalised AUC,
-    # the fitted sigmoid), against the budget in units when there is one; a censored estimate is logged with its flag.
-    summary = curve_summary(spent, reading, target, cfg.budget.compute_units)
-    final.update({f"final/{k}": v for k, v in summary.items()})
-    if meter.measured_mu is not None:
-        final[tracking.FINAL_MU_MEASURED] = meter.measured_mu
-    if not reached.censored:
-        final[tracking.FINAL_COMPUTE_TO_TARGET] = reached.value
-        final["final/steps_to_target"] = to_target([e["step"] for e in evals], reading, target).value
-    return final

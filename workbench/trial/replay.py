@@ -37,6 +37,9 @@ class Rollout:
     """`fresh` (sampled by the policy in this trial) or `pool` (an RLEP replayed success)."""
     trainer_logprobs: torch.Tensor | None = None
     """vllm backend: the trainer's log-probs of the same tokens at generation (behaviour_logprobs are the engine's)."""
+    pushed_version: int | None = None
+    """`pipeline.mode: async`: the trainer's latest weight version when a generator pushed this rollout (its lag at
+    generation is `pushed_version - birth_step`; its lag at training, its age)."""
 
     def age(self, step: int) -> int:
         return step - self.birth_step

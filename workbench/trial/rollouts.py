@@ -19,11 +19,13 @@ from workbench.trial.tasks import Task
 class PromptStream:
     """Train prompts in a seeded order, reshuffled every epoch: deterministic for the trial seed.
 
-    `subset` restricts the stream to those train indices (a strategy's own prompt set, e.g. rlep's pool)."""
+    `subset` restricts the stream to those train indices (a strategy's own prompt set, e.g. rlep's pool); `stream`
+    numbers independent streams of one seed (an asynchronous trial's generators; stream 0 is the synchronous one)."""
 
-    def __init__(self, n: int, seed: int, subset: list[int] | None = None):
+    def __init__(self, n: int, seed: int, subset: list[int] | None = None, stream: int = 0):
         self.subset = np.asarray(subset if subset is not None else range(n))
-        self.n, self.rng, self.order, self.pos = len(self.subset), np.random.default_rng([seed, 0]), np.arange(0), 0
+        rng = np.random.default_rng([seed, 0] + ([stream] if stream else []))
+        self.n, self.rng, self.order, self.pos = len(self.subset), rng, np.arange(0), 0
 
     def take(self, k: int) -> list[int]:
         out = []

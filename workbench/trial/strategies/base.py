@@ -7,6 +7,7 @@ A strategy owns its buffer and answers four questions of the trainer loop (desig
     gated  = strategy.gate(model, step)            # after backward, before the optimizer step (dgg)
     strategy.metrics()                             # strategy-specific metrics of the step
 
+in `pipeline.mode: async` (a strategy with `streams`), `stream_batch` and `room` instead of `groups` and `batch`,
 and three of the config: its parameter section (`Params`, the config's `replay.<name>`), `validate(cfg)` and
 `default_capacity(cfg)`. A new strategy is one module: a `Strategy` subclass registered with
 `@register_strategy("name")`, imported by `workbench.trial.strategies`.
@@ -60,6 +61,8 @@ class Strategy(ABC):
     """Generates a whole fresh batch (B rollouts) whenever it needs one; `replay.ratio` must then stay 1."""
     fills = False
     """Implements `replay.warmup: fill`."""
+    streams = False
+    """Implements `stream_batch`: runs in `pipeline.mode: async`, where rollouts arrive as the generators make them."""
 
     def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         self.cfg, self.ctx = cfg, ctx
@@ -97,6 +100,16 @@ class Strategy(ABC):
     @abstractmethod
     def batch(self, fresh: list[Rollout], step: int, rng: np.random.Generator) -> list[Rollout]:
         """The rollouts to train on at this step (the fresh ones have just been generated)."""
+
+    def stream_batch(self, arrived: list[Rollout], step: int, rng: np.random.Generator) -> list[Rollout] | None:
+        """`pipeline.mode: async`: take the rollouts that `arrived` since the last call; the batch to train on at
+        this step, or None when none can be drawn yet (the trainer then waits for more rollouts)."""
+        raise NotImplementedError(f"replay.strategy {self.name} does not run in pipeline.mode async")
+
+    def room(self) -> int | None:
+        """`pipeline.mode: async`: how many more rollouts this strategy takes now (None: any number; a full
+        strategy leaves them in the transfer queue, so the generators wait)."""
+        return None
 
     def gate(self, model, step: int) -> bool:
         """Called after backward and before the optimizer step; True drops this update (dgg)."""

@@ -20,6 +20,7 @@ class Uniform(Strategy):
     """
 
     fills = True
+    streams = True
 
     def __init__(self, cfg: TrialConfig, ctx: StrategyContext | None = None):
         super().__init__(cfg, ctx)
@@ -53,6 +54,18 @@ class Uniform(Strategy):
     def batch(self, fresh, step, rng):
         self.buffer.add(fresh)
         self.buffer.evict(step)
+        return uniform_draw(self.buffer.items, self.B, rng, self.cfg.replay.with_replacement)
+
+    def stream_batch(self, arrived, step, rng):
+        """Async: the arrivals join the buffer (FIFO, horizon by weight version); B drawn once the buffer holds a
+        batch (with `replay.warmup: fill`, once it is full the first time)."""
+        self.buffer.add(arrived)
+        self.buffer.evict(step)
+        need = 1 if self.cfg.replay.with_replacement else self.B
+        if step == 0 and self.cfg.replay.warmup == "fill":
+            need = max(need, self.buffer.capacity)
+        if len(self.buffer) < need:
+            return None
         return uniform_draw(self.buffer.items, self.B, rng, self.cfg.replay.with_replacement)
 
     def size(self) -> int:

@@ -1,0 +1,80 @@
+"""The asynchronous pipeline's study tables (issue 14): for each configuration of a study whose runs include
+`pipeline.mode: async`, its split (W generators, T trainers), the replay ratio that emerged, mu by the paper's
+estimator (App. D.4), each side's idle fraction, and the wall time to the target (the pipeline's wall seconds,
+evaluations excluded) against the synchronous baseline on the same seeds.
+
+The theory's mapping (replay-papers §1.3, §6.2): with W generators and T trainers that never stall, each trained
+rollout is used y ≈ mu·T/W times, so the split that realises a replay ratio y* is W/T ≈ mu/y*, and the buffer that
+realises x* holds N = x*·R = x*·B/y* rollouts. Each row compares the y its split implies (at the synchronous mu the
+study measured) with the y that emerged, and `mapped_split` turns a predicted (x*, y*) into (W/T, N).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from workbench import stats
+from workbench.compute import to_target
+
+from analysis.data import StudyData
+
+
+def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, float]:
+    """Each run's working seconds (evaluations excluded) at its first evaluation at or above `target` (censored
+    runs: their censored value, the `first` rule), by run id."""
+    out = {}
+    for run_id, g in curves.sort_values("step").groupby("run_id", sort=False):
+        out[run_id] = to_target(g["seconds"].tolist(), g["reading"].tolist(), target).value
+    return out
+
+
+def mapped_split(x: float, y: float, mu: float, batch_size: int) -> dict[str, float]:
+    """The asynchronous settings that realise (x, y): W/T ≈ mu / y and N = x·B / y."""
+    return {"x": x, "y": y, "workers_per_trainer": mu / y, "capacity": max(1, round(x * batch_size / y))}
+
+
+def split_table(data: StudyData) -> list[dict]:
+    """One row per configuration (synchronous ones included, as the reference): what each side did."""
+    runs = data.runs
+    if "pipeline" not in runs or not (runs["pipeline"] == "async").any():
+        return []
+    wall = wall_to_target(data.curves, data.target)
+    runs = runs.assign(wall_to_target=runs["run_id"].map(wall))
+    base = runs[runs["baseline"] & (runs["pipeline"] == "sync")]
+    base_wall = dict(zip(base["seed"], base["wall_to_target"]))
+    sync_mu = float(runs.loc[runs["pipeline"] == "sync", "mu_measured"].median()) if (runs["pipeline"] == "sync").any() else math.nan
+    rows = []
+    for number, g in runs.groupby("trial_number", sort=True):
+        first = g.iloc[0]
+        is_async = first["pipeline"] == "async"
+        w = stats.geometric_interval(g["wall_to_target"].tolist())
+        c = stats.geometric_interval(g["compute_to_target"].tolist())
+        row = {
+            "trial_number": int(number), "pipeline": str(first["pipeline"]), "strategy": str(first["strategy"]),
+            "generators": int(first["generators"]), "trainers": int(first["trainers"]), "capacity": int(first["capacity"]),
+            "baseline": bool(first["baseline"]), "seeds": len(g), "censored_seeds": int(g["censored"].sum()),
+            "replay_ratio": float(g["replay_ratio_measured"].median()),
+            "mu_d4": float(g["mu_d4"].median()) if is_async else math.nan,
+            "mu_measured": float(g["mu_measured"].median()),
+            "trainer_idle": float(g["trainer_idle"].median()) if is_async else math.nan,
+            "generator_idle": float(g["generator_idle"].median()) if is_async else math.nan,
+            "wall_to_target": w.estimate, "wall_ci": [w.low, w.high],
+            "compute_to_target": c.estimate, "compute_ci": [c.low, c.high],
+        }
+        if is_async and math.isfinite(sync_mu):
+            # y ≈ mu·T/W when neither side stalls: what this split should give at the synchronous mu
+            row["replay_ratio_from_split"] = sync_mu * row["trainers"] / row["generators"]
+        if not row["baseline"] and base_wall:
+            iv = stats.paired_ratio(dict(zip(g["seed"], g["wall_to_target"])), base_wall)
+            row.update(wall_ratio_to_sync=iv.estimate, wall_ratio_ci=[iv.low, iv.high], wall_verdict=stats.verdict(iv, "wall time"))
+        rows.append(_json_safe(row))
+    return rows
+
+
+def _json_safe(row: dict) -> dict:
+    """NaN (no value, or an interval's end with one seed) as None, for JSON."""
+    def clean(v):
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+    return {k: [clean(x) for x in v] if isinstance(v, list) else clean(v) for k, v in row.items()}

@@ -1,0 +1,173 @@
+"""`pipeline.mode: async`: generator processes, the trainer, the staleness bookkeeping and the faults (issue 14)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import multiprocessing
+import pytest
+from mlflow import MlflowClient
+
+from support.cli import start_cli
+from support.toy import TOY, toy_dict, tracked
+from workbench.config import ConfigError, build_config
+from workbench.trial.loop import run_trial
+from workbench.trial.pipeline import PipelineError
+
+
+def async_cfg(tracking_uri: str, **sections):
+    pipeline = {"mode": "async", **sections.pop("pipeline", {})}
+    return tracked(build_config(toy_dict(pipeline=pipeline, **sections)), tracking_uri)
+
+
+def generator_pids(client: MlflowClient, run_id: str) -> list[int]:
+    return [int(p) for p in client.get_run(run_id).data.tags["pipeline.generator_pids"].split(",")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) is not a running process
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_async_queue_trains_each_rollout_once_freshest_first_and_accounts_the_pipeline(tracking_uri):
+    records = []
+    result = run_trial(async_cfg(tracking_uri, replay={"strategy": "queue"}, budget={"steps": 6}), observer=records.append)
+    trained = [r.uid for rec in records for r in rec.batch]
+    assert len(trained) == len(set(trained)) == 6 * 16  # no rollout twice
+    arrived = [r for rec in records for r in rec.fresh]
+    waiting: dict[int, int] = {}  # uid -> weight version, arrived and not yet trained
+    for rec in records:
+        assert all(0 <= r.age(rec.step) == rec.step - r.birth_step for r in rec.batch)  # trained by a later version
+        assert rec.metrics["replay/age_mean"] == pytest.approx(sum(r.age(rec.step) for r in rec.batch) / len(rec.batch))
+        waiting.update({r.uid: r.birth_step for r in rec.fresh})
+        for r in rec.batch:
+            del waiting[r.uid]
+        # the queue trains the newest it holds: nothing left waiting is fresher than what it trained
+        assert all(v <= min(r.birth_step for r in rec.batch) for v in waiting.values())
+    assert all(r.pushed_version is not None and r.pushed_version >= r.birth_step for r in arrived)
+    m = result.metrics
+    assert m["final/pipeline_replay_ratio"] == pytest.approx(len(trained) / len(arrived))
+    assert m["final/pipeline_mu_d4"] == pytest.approx(len(trained) / len(arrived))  # W = T = 1
+    assert m["final/pipeline_device_seconds"] == pytest.approx(2 * m["final/pipeline_wall_seconds"])
+    assert 0 <= m["final/pipeline_trainer_idle_fraction"] < 1 and 0 <= m["final/pipeline_generator_idle_fraction"] < 1
+    assert m["final/gen_seconds"] > 0 and m["final/train_seconds"] > 0 and m["final/mu_measured"] > 0
+    client = MlflowClient(tracking_uri)
+    assert client.get_run(result.run_id).info.status == "FINISHED"
+    assert not any(alive(p) for p in generator_pids(client, result.run_id))
+
+
+def test_async_uniform_buffer_reuses_rollouts_and_two_generators_never_share_a_uid(tracking_uri):
+    records = []
+    cfg = async_cfg(tracking_uri, replay={"strategy": "uniform", "capacity": 64}, budget={"steps": 6},
+                    pipeline={"generators": 2, "chunk_groups": 2})
+    result = run_trial(cfg, observer=records.append)
+    arrived = [r for rec in records for r in rec.fresh]
+    assert len({r.uid for r in arrived}) == len(arrived) and len({r.group for r in arrived}) == len(arrived) // 4
+    trained = [r.uid for rec in records for r in rec.batch]
+    assert len(trained) > len(set(trained))  # the buffer hands rollouts out again
+    assert all(len(rec.batch) == 16 for rec in records)
+    assert result.metrics["final/pipeline_mu_d4"] == pytest.approx(2 * len(trained) / len(arrived))  # (K_train/1)/(K_gen/2)
+
+
+@pytest.mark.parametrize("sync_every, versions", [(1, [0, 1, 2, 3, 4, 5]), (2, [0, 0, 2, 2, 4, 4])])
+@pytest.mark.slow
+def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, sync_every, versions):
+    """A generator far slower than the trainer (it idles 15 times its sampling time after each chunk of one batch):
+    the trainer is starved at every step and trains chunk k at step k. The generator pulls the weights when they are
+    `sync_every` versions ahead, so chunk k is sampled by version `versions[k]`, pushed when the trainer has published
+    version k (lag at generation k - versions[k]) and trained at step k (the same lag at training)."""
+    records = []
+    cfg = async_cfg(tracking_uri, replay={"strategy": "queue", "capacity": 16}, budget={"steps": 6},
+                    generation={"decode": "static", "sync_every": sync_every}, pipeline={"generator_slowdown": 15})
+    result = run_trial(cfg, observer=records.append)
+    for k, rec in enumerate(records):
+        assert len(rec.fresh) == 16 and {r.uid for r in rec.fresh} == {r.uid for r in rec.batch}
+        assert {r.birth_step for r in rec.batch} == {versions[k]}
+        assert {r.pushed_version - r.birth_step for r in rec.batch} == {k - versions[k]}  # lag at generation
+        assert {r.age(k) for r in rec.batch} == {k - versions[k]}  # lag at training
+        assert rec.metrics["pipeline/lag_push_mean"] == k - versions[k]
+    assert result.metrics["final/pipeline_trainer_idle_fraction"] > 0.5  # starved most of the time
+
+
+@pytest.mark.slow
+def test_a_generator_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(tracking_uri):
+    killed = {}
+
+    def kill_generator(rec):
+        if rec.step == 1:
+            child = next(p for p in multiprocessing.active_children() if p.name == "workbench-generator-0")
+            os.kill(child.pid, signal.SIGKILL)
+            killed["pid"], killed["at"] = child.pid, time.monotonic()
+
+    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000})
+    with pytest.raises(PipelineError, match=r"generator 0 \(pid \d+\) died \(killed by signal 9\)"):
+        run_trial(cfg, observer=kill_generator)
+    assert time.monotonic() - killed["at"] < 10
+    client = MlflowClient(tracking_uri)
+    run = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])[0]
+    assert run.info.status == "FAILED"
+    assert not any(alive(p) for p in generator_pids(client, run.info.run_id))
+
+
+@pytest.mark.slow
+def test_a_trainer_exception_stops_the_generators_and_fails_the_run(tracking_uri):
+    def fail(rec):
+        if rec.step == 1:
+            raise RuntimeError("trainer broke")
+
+    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, pipeline={"generators": 2})
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="trainer broke"):
+        run_trial(cfg, observer=fail)
+    client = MlflowClient(tracking_uri)
+    run = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])[0]
+    assert run.info.status == "FAILED"
+    pids = generator_pids(client, run.info.run_id)
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+    assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["train", "--quiet", "--tracking-uri", uri, "--set", "pipeline.mode=async", "--set", "pipeline.generators=2",
+            "--set", "budget.steps=1000", "--set", "budget.compute_units=null", "--set", "eval.every=1000"]
+    for key, value in [("batch_size", 16), ("group_size", 4), ("threads", 1), ("task.digits", 2), ("task.n_eval", 64),
+                       ("model.warm_start.target_accuracy", 0.2), ("eval.k", 2), ("eval.pass_k_prompts", 8),
+                       ("generation.decode", "static")]:
+        args += ["--set", f"{key}={value}"]
+    proc = start_cli(args, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    client = MlflowClient(uri)
+    deadline = time.monotonic() + 300
+    pids: list[int] = []
+    while time.monotonic() < deadline and not pids:
+        time.sleep(1)
+        exp = client.get_experiment_by_name("workbench") if os.path.exists(tmp_path / "mlflow.db") else None
+        runs = client.search_runs([exp.experiment_id]) if exp else []
+        if runs and "pipeline.generator_pids" in runs[0].data.tags and runs[0].data.metrics.get("compute/units", 0) > 0:
+            pids = generator_pids(client, runs[0].info.run_id)
+    assert pids, "the async trial never started training"
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, generators included
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    run = client.search_runs([client.get_experiment_by_name("workbench").experiment_id])[0]
+    assert run.info.status == "KILLED"
+    assert not any(alive(p) for p in pids)
+
+
+def test_async_settings_are_checked_at_the_edge():
+    with pytest.raises((ConfigError, ValueError), match="pipeline.mode: async runs replay.strategy queue or uniform"):
+        build_config(toy_dict(pipeline={"mode": "async"}, replay={"strategy": "prioritized"}))
+    with pytest.raises((ConfigError, ValueError), match="pipeline.trainers"):
+        build_config(toy_dict(pipeline={"mode": "async", "trainers": 2}))
+    with pytest.raises((ConfigError, ValueError), match="replay.capacity"):
+        build_config(toy_dict(replay={"strategy": "queue", "capacity": 8}))
