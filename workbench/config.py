@@ -257,7 +257,8 @@ class PipelineConfig(Section):
     generators: int = Field(1, ge=1)
     """W: generator processes (async), one CPU thread each (`threads`), or one device each on a GPU machine."""
     trainers: int = Field(1, ge=1)
-    """T: trainer processes (async). Only 1 is built so far."""
+    """T: trainer processes (async): data-parallel replicas (gradients averaged over torch.distributed, gloo on
+    CPU), each drawing B/T rollouts per step from its own shard of the buffer (N/T), as in the paper (App. D.4)."""
     chunk_groups: int | None = Field(None, ge=1)
     """GRPO groups a generator samples per call and pushes at once (async). `null`: a batch's worth, B / G."""
     queue_chunks: int = Field(2, ge=1)
@@ -341,8 +342,8 @@ class TrialConfig(Section):
         if self.eval.pass_k_prompts > self.task.n_eval:
             raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
         if self.pipeline.mode == "async":
-            if self.pipeline.trainers != 1:
-                raise ValueError("pipeline.trainers: only 1 trainer process is built so far")
+            if self.batch_size % self.pipeline.trainers:
+                raise ValueError(f"pipeline.trainers: must divide batch_size ({self.batch_size}): each trainer draws B/T")
             if not strategy.streams:
                 raise ValueError(f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}")
             if self.generation.backend != "hf":

@@ -16,6 +16,8 @@ from support.toy import TOY, toy_dict, tracked
 from workbench.config import ConfigError, build_config
 from workbench.trial.loop import run_trial
 from workbench.trial.pipeline import PipelineError
+from workbench.trial.pipeline.generator import split_groups
+from workbench.trial.pipeline.trainer import shard_config
 
 
 def async_cfg(tracking_uri: str, **sections):
@@ -98,23 +100,26 @@ def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, s
 
 
 @pytest.mark.slow
-def test_a_generator_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(tracking_uri):
+@pytest.mark.parametrize("victim, trainers", [("generator-0", 1), ("trainer-1", 2)])
+def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(tracking_uri, victim, trainers):
     killed = {}
 
-    def kill_generator(rec):
+    def kill(rec):
         if rec.step == 1:
-            child = next(p for p in multiprocessing.active_children() if p.name == "workbench-generator-0")
+            child = next(p for p in multiprocessing.active_children() if p.name == f"workbench-{victim}")
             os.kill(child.pid, signal.SIGKILL)
             killed["pid"], killed["at"] = child.pid, time.monotonic()
 
-    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000})
-    with pytest.raises(PipelineError, match=r"generator 0 \(pid \d+\) died \(killed by signal 9\)"):
-        run_trial(cfg, observer=kill_generator)
+    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000}, pipeline={"trainers": trainers})
+    with pytest.raises(PipelineError, match=rf"{victim.replace('-', ' ')} \(pid \d+\) died \(killed by signal 9\)"):
+        run_trial(cfg, observer=kill)
     assert time.monotonic() - killed["at"] < 10
     client = MlflowClient(tracking_uri)
     run = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])[0]
     assert run.info.status == "FAILED"
-    assert not any(alive(p) for p in generator_pids(client, run.info.run_id))
+    tags = client.get_run(run.info.run_id).data.tags
+    others = [int(p) for p in tags.get("pipeline.trainer_pids", "").split(",") if p]
+    assert not any(alive(p) for p in generator_pids(client, run.info.run_id) + others)
 
 
 @pytest.mark.slow
@@ -164,10 +169,37 @@ def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tm
     assert not any(alive(p) for p in pids)
 
 
+def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_identical(tracking_uri):
+    """T = 2: data parallel replicas with the buffer sharded (B/T from N/T each); the counts are summed over both,
+    and the published weights are the replicas' common ones (a generator samples with them)."""
+    records = []
+    cfg = async_cfg(tracking_uri, replay={"strategy": "uniform", "capacity": 64}, budget={"steps": 4},
+                    pipeline={"trainers": 2, "generators": 1})
+    result = run_trial(cfg, observer=records.append)
+    assert all(len(rec.batch) == 8 for rec in records)  # rank 0's shard: B/T
+    m = result.metrics
+    assert m["final/train_rollouts"] == 4 * 16  # both shards counted
+    assert m["final/pipeline_mu_d4"] == pytest.approx((m["final/train_rollouts"] / 2) / m["final/gen_rollouts"])
+    client = MlflowClient(tracking_uri)
+    tags = client.get_run(result.run_id).data.tags
+    trainer_pids = [int(p) for p in tags["pipeline.trainer_pids"].split(",")]
+    assert len(trainer_pids) == 1 and not any(alive(p) for p in trainer_pids + generator_pids(client, result.run_id))
+
+
+def test_a_chunk_is_dealt_to_the_trainers_as_whole_groups_in_turn():
+    from support.toy import rollout
+
+    rollouts = [rollout(uid, 0) for uid in range(5 * 4)]  # five groups of four
+    parts = split_groups(rollouts, 2, offset=1)
+    assert [sorted({r.group for r in p}) for p in parts] == [[1, 3], [0, 2, 4]]
+    shard = shard_config(build_config(toy_dict(pipeline={"mode": "async", "trainers": 2}, replay={"capacity": 64})))
+    assert (shard.batch_size, shard.replay.capacity) == (8, 32)
+
+
 def test_async_settings_are_checked_at_the_edge():
     with pytest.raises((ConfigError, ValueError), match="pipeline.mode: async runs replay.strategy queue or uniform"):
         build_config(toy_dict(pipeline={"mode": "async"}, replay={"strategy": "prioritized"}))
-    with pytest.raises((ConfigError, ValueError), match="pipeline.trainers"):
-        build_config(toy_dict(pipeline={"mode": "async", "trainers": 2}))
+    with pytest.raises((ConfigError, ValueError), match="pipeline.trainers: must divide batch_size"):
+        build_config(toy_dict(pipeline={"mode": "async", "trainers": 3}))
     with pytest.raises((ConfigError, ValueError), match="replay.capacity"):
         build_config(toy_dict(replay={"strategy": "queue", "capacity": 8}))

@@ -1,0 +1,218 @@
+"""The first trainer's loop (rank 0, the trial's own process): start the generators and the other trainers, train
+on its shard in lockstep with them, publish the weights, evaluate with the generators paused, log the run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from workbench import progress, tracking
+from workbench.compute import ComputeMeter
+from workbench.config import TrialConfig
+from workbench.trial.pipeline.generator import PipelineError, Processes, generator_main, process_threads
+from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, average_gradients, free_port, go, join_group,
+                                              shard_config, trainer_main)
+from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+from workbench.trial.policy import Policy, count_parameters
+from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
+                                    final_metrics, train_metrics)
+from workbench.trial.step import make_optimizer, rescore, train_step
+from workbench.trial.strategies import StrategyContext, make_strategy
+from workbench.trial.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+class _Clock:
+    """The pipeline's wall seconds since it started, evaluations excluded (generators are paused during them)."""
+
+    def __init__(self):
+        self.start: float | None = None
+        self.excluded = 0.0
+
+    def __call__(self) -> float:
+        return 0.0 if self.start is None else time.perf_counter() - self.start - self.excluded
+
+
+class _Account:
+    """The pipeline's running account, summed over generators and trainers."""
+
+    def __init__(self):
+        self.totals = StepReport()
+        self.publish_s = 0.0
+
+    def add(self, step: StepReport) -> None:
+        for k, v in step.values.items():
+            self.totals.values[k] += v
+        self.totals.lag_push += step.lag_push
+        self.totals.age += step.age
+
+    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float) -> dict[str, float]:
+        """`pipeline/*`: idle fractions, weight traffic, emergent replay ratio, mu by App. D.4, device-seconds."""
+        v, wall = self.totals.values, max(wall, 1e-9)
+        out = {
+            "pipeline/wall_seconds": wall,
+            "pipeline/device_seconds": (W + T) * wall,
+            "pipeline/trainer_idle_fraction": v["wait_s"] / (T * wall),
+            "pipeline/generator_idle_fraction": v["blocked_s"] / (W * wall),
+            "pipeline/generator_busy_fraction": v["busy_s"] / (W * wall),
+            "pipeline/gen_blocked_seconds": v["blocked_s"],
+            "pipeline/gen_sync_seconds": v["sync_s"],
+            "pipeline/gen_paused_seconds": v["paused_s"],
+            "pipeline/gen_slowdown_seconds": v["slowdown_s"],
+            "pipeline/trainer_wait_seconds": v["wait_s"],
+            "pipeline/publish_seconds": self.publish_s,
+            "pipeline/chunks": v["chunks"],
+            "pipeline/replay_ratio": meter.train_rollouts / max(meter.gen_rollouts, 1),
+        }
+        if meter.gen_rollouts:
+            out["pipeline/mu_d4"] = (meter.train_rollouts / T) / (meter.gen_rollouts / W)
+        return out
+
+
+def _collective(check, fn, *args):
+    """`fn(*args)`, which talks to the other trainers: when it fails because one of them died, say which."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        try:
+            check()
+        except PipelineError as died:
+            raise died from e
+        raise
+
+
+def _histogram(bins: np.ndarray) -> dict[str, int]:
+    """Counts by lag; the last bin (`LAG_BINS` - 1) also holds every larger lag."""
+    return {str(i): int(n) for i, n in enumerate(bins) if n}
+
+
+def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=None, on_eval=None,
+                show_progress: bool = False) -> TrialResult:
+    """One asynchronous trial (the package's docstring) to its budget; the run records what a synchronous trial's
+    does, plus `pipeline/*`. Batch diagnostics (loss, ratios) are the first trainer's shard's; counts, ages and
+    compute are summed over all trainers."""
+    t_start = time.perf_counter()
+    W, T = cfg.pipeline.generators, cfg.pipeline.trainers
+    torch.set_num_threads(process_threads(cfg))
+    policy = Policy(cfg, task)  # builds (and caches) the embedded checkpoint before any other process looks for it
+    run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
+    shard_cfg = shard_config(cfg)
+    optimizer = make_optimizer(policy.model, cfg.lr)
+    warmup = cfg.lr_warmup_steps
+    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
+    strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
+    meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
+    account, updates = _Account(), 0
+    bar = budget_bar(cfg, show_progress)
+    clock = _Clock()
+    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock)
+    weights = SharedWeights(policy.model)
+    inboxes = [CONTEXT.Queue(maxsize=cfg.pipeline.queue_chunks * W) for _ in range(T)]
+    stop, pause = CONTEXT.Event(), CONTEXT.Event()
+    generators, trainers = Processes("generator"), Processes("trainer")
+    grouped = False
+    try:
+        for w in range(W):
+            generators.start(generator_main, (cfg, w, weights, inboxes, stop, pause, os.getpid()), f"workbench-generator-{w}")
+        if T > 1:
+            port = free_port()
+            for rank in range(1, T):
+                trainers.start(trainer_main, (cfg, rank, port, inboxes[rank], stop, os.getpid()), f"workbench-trainer-{rank}")
+            join_group(0, T, port)
+            grouped = True
+        run.set_tags({"pipeline.generator_pids": ",".join(map(str, generators.pids)),
+                      **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {})})
+        log.info(f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)")
+
+        def check() -> None:
+            generators.check()
+            trainers.check()
+
+        shard = Shard(inboxes[0], strategy, np.random.default_rng([cfg.seed, 1]), check)
+        gate = average_gradients(T) if T > 1 else strategy.gate
+
+        def evaluate(step: int, last: bool = False) -> None:
+            pause.set()  # generators stop at their next chunk: evaluation time is nobody's generation
+            t0 = time.perf_counter()
+            try:
+                evaluations(step, last)
+            finally:
+                pause.clear()
+                if clock.start is not None:
+                    clock.excluded += time.perf_counter() - t0
+
+        with progress.bar_safe_logging(show_progress), bar:
+            evaluate(0)
+            clock.start = time.perf_counter()
+            step = 0
+            while _collective(check, go, budget_left(cfg, step, meter), T):
+                mine = StepReport()
+                batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
+                with meter.timed("train"):
+                    obj, grad_norm, applied = _collective(check, train_step, policy, optimizer, batch, shard_cfg, step, gate)
+                mine.add_batch(batch, step)
+                report = _collective(check, mine.summed, T)
+                t0 = time.perf_counter()
+                weights.publish(policy.model, step + 1)
+                account.publish_s += time.perf_counter() - t0
+                account.add(report)
+                v = report.values
+                meter.seconds["gen"] += v["busy_s"]
+                meter.gen_tokens += int(v["gen_tokens"])
+                meter.prefill_tokens += int(v["prefill_tokens"])
+                meter.train_tokens += int(v["train_tokens"])
+                for r in batch:
+                    r.uses += 1
+                updates += int(applied)
+                metrics = train_metrics(obj, grad_norm, batch, step, lr_schedule.get_last_lr()[0])
+                lr_schedule.step()
+                units_before = meter.units
+                meter.step(int(v["fresh"]), cfg.batch_size)
+                trained = report.age.sum()
+                metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
+                                "replay/fresh": v["fresh"], "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
+                                **strategy.metrics(), **account.metrics(meter, W, T, clock())})
+                if v["fresh"]:
+                    metrics.update({
+                        "train/reward_mean": v["reward_sum"] / v["fresh"],
+                        tracking.POLICY_ENTROPY: v["entropy_sum"] / max(v["gen_tokens"], 1),
+                        "train/completion_length": v["gen_tokens"] / v["fresh"],
+                        "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
+                    })
+                run.log_metrics(metrics, step)
+                if observer:
+                    observer(StepRecord(step, fresh, batch, metrics["train/loss"], metrics))
+                step += 1
+                bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
+                last = not budget_left(cfg, step, meter)
+                if evaluations.due(step, last):
+                    evaluate(step, last)
+            pipeline_wall = clock()
+    finally:
+        stop.set()
+        pause.clear()
+        generators.end(drain=inboxes)
+        trainers.end(drain=inboxes)
+        for q in inboxes:
+            q.cancel_join_thread()
+            q.close()
+        if grouped:
+            dist.destroy_process_group()
+
+    evals = evaluations.rows
+    final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
+    final["final/eval_seconds"] = evaluations.seconds
+    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall).items()})
+    run.log_metrics(final, step)
+    run.log_text(json.dumps({"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}),
+                 tracking.AGES_ARTIFACT)
+    run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
+    return TrialResult(run.run_id, final, evals)
+

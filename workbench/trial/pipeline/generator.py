@@ -1,0 +1,196 @@
+"""The generator processes: sample chunks of whole GRPO groups with the latest weights pulled, push them to the
+trainers' inboxes; and the trainer-side handle that starts, watches and ends them."""
+
+from __future__ import annotations
+
+import os
+import queue as queue_errors
+import signal
+import time
+from dataclasses import dataclass, fields
+
+import torch
+
+from workbench.config import TrialConfig
+from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+from workbench.trial.policy import Policy
+from workbench.trial.replay import Rollout
+from workbench.trial.rollouts import PromptStream, generate_groups
+from workbench.trial.tasks import load_task
+
+POLL_S = 0.2
+"""How often a waiting side looks at the other side's health (a dead generator is noticed within this)."""
+JOIN_S = 5.0
+"""How long a stopping process gets to exit before it is terminated, then killed."""
+
+
+class PipelineError(RuntimeError):
+    """A generator or a trainer process died or failed: the asynchronous trial cannot go on."""
+
+
+@dataclass
+class Chunk:
+    """What a generator pushes to one trainer: whole groups sampled with one weight version, and (in the part for
+    the first trainer only, so nothing is counted twice) the generator's seconds since its last chunk."""
+
+    worker: int
+    rollouts: list[dict]
+    """`Rollout` fields, log-probs as numpy arrays (a tensor per rollout would cost a shared-memory file each)."""
+    version: int
+    published: int
+    """The trainer's latest version when the chunk was pushed (lag at generation = published - version)."""
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+    entropy_sum: float = 0.0
+    busy_s: float = 0.0
+    """Sampling (and scoring rewards): the generator's compute."""
+    sync_s: float = 0.0
+    """Copying published weights in."""
+    blocked_s: float = 0.0
+    """Waiting on a full inbox (for the previous chunk)."""
+    paused_s: float = 0.0
+    """Paused while the trainer evaluated."""
+    slowdown_s: float = 0.0
+    """Idled by `pipeline.generator_slowdown`."""
+
+
+def process_threads(cfg: TrialConfig) -> int:
+    """torch threads of each of the trial's W + T processes: `threads` (the trial's, default every core) split
+    evenly, at least one each."""
+    total = cfg.threads or os.cpu_count() or 1
+    return max(1, total // (cfg.pipeline.generators + cfg.pipeline.trainers))
+
+
+def to_wire(r: Rollout) -> dict:
+    d = {f.name: getattr(r, f.name) for f in fields(Rollout)}
+    d["behaviour_logprobs"] = r.behaviour_logprobs.numpy()
+    return d
+
+
+def from_wire(d: dict, published: int) -> Rollout:
+    return Rollout(**{**d, "behaviour_logprobs": torch.from_numpy(d["behaviour_logprobs"]), "pushed_version": published})
+
+
+def split_groups(rollouts: list[Rollout], parts: int, offset: int) -> list[list[Rollout]]:
+    """Whole groups dealt to `parts` trainers in turn, starting at `offset` (so shards stay balanced when a chunk's
+    groups do not divide evenly: the paper spreads new rollouts across shards, App. D.4)."""
+    out: list[list[Rollout]] = [[] for _ in range(parts)]
+    groups: dict[int, list[Rollout]] = {}
+    for r in rollouts:
+        groups.setdefault(r.group, []).append(r)
+    for i, members in enumerate(groups.values()):
+        out[(i + offset) % parts].extend(members)
+    return out
+
+
+def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, parent: int) -> None:
+    """One generator process (spawned): sample chunks of whole groups with the latest weights it pulled, deal their
+    groups to the trainers' inboxes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
+    try:
+        torch.set_num_threads(process_threads(cfg))
+        task = load_task(cfg.task)
+        policy = Policy(cfg, task)
+        version = weights.pull(policy.model)
+        prompts = PromptStream(len(task.train), cfg.seed, stream=worker)
+        sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed + 104_729 * worker)
+        groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
+        uid = worker << 40  # uids (and group ids, uid // G) distinct across generators
+        sync_s = blocked_s = paused_s = slowdown_s = 0.0
+        chunks = 0
+        while not stop.is_set() and os.getppid() == parent:
+            if pause.is_set():
+                t0 = time.perf_counter()
+                while pause.is_set() and not stop.is_set():
+                    stop.wait(0.01)
+                paused_s += time.perf_counter() - t0
+                continue
+            if weights.latest() - version >= cfg.generation.sync_every:
+                t0 = time.perf_counter()
+                version = weights.pull(policy.model)
+                sync_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            fresh, samples = generate_groups(policy, task, prompts.take(groups), cfg.group_size, version, sampler, uid)
+            busy_s = time.perf_counter() - t0
+            uid += len(fresh)
+            published = weights.latest()
+            parts = split_groups(fresh, len(inboxes), chunks)
+            chunks += 1
+            t0 = time.perf_counter()
+            for t, (inbox, part) in enumerate(zip(inboxes, parts)):
+                chunk = Chunk(worker, [to_wire(r) for r in part], version, published)
+                if t == 0:
+                    chunk.generated_tokens, chunk.prefill_tokens, chunk.entropy_sum = (
+                        samples.generated_tokens, samples.prefill_tokens, samples.entropy_sum)
+                    chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
+                        busy_s, sync_s, blocked_s, paused_s, slowdown_s)
+                while not stop.is_set():
+                    try:
+                        inbox.put(("chunk", chunk), timeout=POLL_S)
+                        break
+                    except queue_errors.Full:
+                        if os.getppid() != parent:
+                            return
+            sync_s = paused_s = slowdown_s = 0.0
+            blocked_s = time.perf_counter() - t0  # reported with the next chunk
+            if cfg.pipeline.generator_slowdown > 1.0:
+                t1 = time.perf_counter()
+                stop.wait((cfg.pipeline.generator_slowdown - 1.0) * busy_s)
+                slowdown_s = time.perf_counter() - t1
+    except BaseException as e:  # noqa: BLE001 - reported to the trainer, which ends the trial with it
+        try:
+            inboxes[0].put(("error", f"generator {worker}", f"{type(e).__name__}: {e}".splitlines()[0]), timeout=1.0)
+        except Exception:  # noqa: BLE001 - the trainer notices the exit code instead
+            pass
+        raise SystemExit(1)
+    finally:
+        for inbox in inboxes:
+            inbox.cancel_join_thread()  # never block this process's exit on chunks no trainer will read
+
+
+def describe_exit(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
+class Processes:
+    """Child processes of the trial (generators, trainers) and how to end them, whatever state they are in."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.procs: list = []
+
+    def start(self, target, args: tuple, name: str) -> None:
+        p = CONTEXT.Process(target=target, name=name, daemon=True, args=args)
+        p.start()
+        self.procs.append(p)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def check(self) -> None:
+        """Raise `PipelineError` if one of them has exited."""
+        for i, p in enumerate(self.procs):
+            if p.exitcode is not None:
+                raise PipelineError(f"pipeline: {p.name.removeprefix('workbench-').replace('-', ' ')} (pid {p.pid}) died"
+                                    f" ({describe_exit(p.exitcode)})")
+
+    def end(self, drain=()) -> None:
+        """Wait up to `JOIN_S` for them to exit (emptying the queues in `drain`, so none waits on a full pipe), then
+        terminate, then kill."""
+        deadline = time.monotonic() + JOIN_S
+        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+            for q in drain:
+                try:
+                    while True:
+                        q.get_nowait()
+                except (queue_errors.Empty, OSError, EOFError, ValueError):
+                    pass
+            time.sleep(0.05)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():
+                p.kill()
+            p.join(1.0)

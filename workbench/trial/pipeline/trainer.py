@@ -1,0 +1,210 @@
+"""The trainers: each holds a shard of the rollouts (its inbox and its strategy's buffer) and draws its share of
+the batch from it; with T > 1 they train as data parallel replicas, their gradients averaged by torch.distributed
+(gloo on CPU) before every optimizer step, and they step in lockstep with the first trainer (rank 0, the trial's
+own process), which alone publishes weights, evaluates and logs. The paper shards the buffer the same way: each
+trainer keeps N/T and samples only its own shard (App. D.4)."""
+
+from __future__ import annotations
+
+import os
+import queue as queue_errors
+import signal
+import socket
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from workbench.config import TrialConfig
+from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
+from workbench.trial.policy import Policy
+from workbench.trial.replay import Rollout, batch_stats
+from workbench.trial.step import make_optimizer, rescore, train_step
+from workbench.trial.strategies import StrategyContext, make_strategy
+from workbench.trial.tasks import load_task
+
+LAG_BINS = 64
+"""Histogram bins of policy lag (versions) summed across trainers each step; the last bin holds the rest."""
+SCALARS = ["fresh", "reward_sum", "entropy_sum", "gen_tokens", "prefill_tokens", "lag_push_sum", "wait_s", "busy_s",
+           "sync_s", "blocked_s", "paused_s", "slowdown_s", "chunks", "train_tokens"]
+"""What each trainer reports of its step (summed across trainers)."""
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+"""A trainer waiting in a collective longer than this gives up (a rank 0 evaluation takes seconds)."""
+
+
+def shard_config(cfg: TrialConfig) -> TrialConfig:
+    """One trainer's share of the batch and the buffer: B/T rollouts per step from N/T (at least B/T)."""
+    T = cfg.pipeline.trainers
+    if T == 1:
+        return cfg
+    shard = cfg.model_copy(deep=True)
+    shard.batch_size = cfg.batch_size // T
+    shard.replay.capacity = max(shard.batch_size, cfg.replay.capacity // T)
+    return shard
+
+
+class StepReport:
+    """One trainer's account of one step, as a vector that sums across trainers (`dist.all_reduce`)."""
+
+    def __init__(self):
+        self.values = dict.fromkeys(SCALARS, 0.0)
+        self.lag_push = np.zeros(LAG_BINS)
+        self.age = np.zeros(LAG_BINS)
+
+    def add_chunk(self, c: Chunk, rollouts: list[Rollout]) -> None:
+        v = self.values
+        v["fresh"] += len(rollouts)
+        v["reward_sum"] += sum(r.reward for r in rollouts)
+        v["entropy_sum"] += c.entropy_sum
+        v["gen_tokens"] += c.generated_tokens
+        v["prefill_tokens"] += c.prefill_tokens
+        v["lag_push_sum"] += (c.published - c.version) * len(rollouts)
+        for k in ("busy_s", "sync_s", "blocked_s", "paused_s", "slowdown_s"):
+            v[k] += getattr(c, k)
+        v["chunks"] += 1 if c.busy_s > 0 else 0
+        self.lag_push[min(c.published - c.version, LAG_BINS - 1)] += len(rollouts)
+
+    def add_batch(self, batch: list[Rollout], step: int) -> None:
+        self.values["train_tokens"] += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
+        for a in batch_stats(batch, step).ages:
+            self.age[min(a, LAG_BINS - 1)] += 1
+
+    def summed(self, world: int) -> "StepReport":
+        """This report summed over the `world` trainers (every trainer calls it at the same step)."""
+        if world == 1:
+            return self
+        flat = torch.tensor([*self.values.values(), *self.lag_push, *self.age], dtype=torch.float64)
+        dist.all_reduce(flat)
+        out = StepReport()
+        out.values = dict(zip(SCALARS, flat[: len(SCALARS)].tolist()))
+        out.lag_push = flat[len(SCALARS) : len(SCALARS) + LAG_BINS].numpy()
+        out.age = flat[len(SCALARS) + LAG_BINS :].numpy()
+        return out
+
+
+class Shard:
+    """One trainer's inbox and the strategy holding its rollouts: `next_batch` takes what arrived (as far as the
+    strategy has room), draws, and waits for more while it cannot."""
+
+    def __init__(self, inbox, strategy, rng: np.random.Generator, check, on_arrival=None):
+        self.inbox, self.strategy, self.rng, self.check = inbox, strategy, rng, check
+        self.on_arrival = on_arrival
+        """Called with each chunk and its rollouts as they arrive (rank 0's running account)."""
+
+    def _get(self, timeout: float | None):
+        try:
+            msg = self.inbox.get(timeout=timeout) if timeout is not None else self.inbox.get_nowait()
+        except queue_errors.Empty:
+            return None
+        if msg[0] == "error":
+            raise PipelineError(f"pipeline: {msg[1]} failed: {msg[2]}")
+        return msg[1]
+
+    def next_batch(self, step: int, report: StepReport, timed) -> tuple[list[Rollout], list[Rollout]]:
+        """(the batch, the rollouts that arrived for it); `timed` wraps the strategy's draw (training compute)."""
+        fresh: list[Rollout] = []
+        pending: list[Rollout] = []
+
+        def receive(chunk: Chunk) -> None:
+            rollouts = [from_wire(d, chunk.published) for d in chunk.rollouts]
+            report.add_chunk(chunk, rollouts)
+            if self.on_arrival:
+                self.on_arrival(chunk, rollouts)
+            pending.extend(rollouts)
+
+        while True:
+            self.check()
+            room = self.strategy.room()
+            while room is None or room - len(pending) > 0:  # take what arrived, as far as there is room
+                chunk = self._get(None)
+                if chunk is None:
+                    break
+                receive(chunk)
+            with timed():
+                batch = self.strategy.stream_batch(pending, step, self.rng)
+            fresh, pending = fresh + pending, []
+            if batch is not None:
+                return batch, fresh
+            t0 = time.perf_counter()  # starved: wait for the generators
+            chunk = self._get(POLL_S)
+            report.values["wait_s"] += time.perf_counter() - t0
+            if chunk is not None:
+                receive(chunk)
+
+
+def average_gradients(world: int):
+    """A `train_step` gate that averages the gradients over the `world` trainers (and never drops the step)."""
+
+    def gate(model, step: int) -> bool:
+        params = list(model.parameters())
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in params]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat /= world
+        for g, avg in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+            g.copy_(avg)
+        return False
+
+    return gate
+
+
+def go(flag: bool | None, world: int) -> bool:
+    """Rank 0's decision to take another step (`flag`), as every trainer learns it."""
+    if world == 1:
+        return bool(flag)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.broadcast(t, 0)
+    return bool(t.item())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def join_group(rank: int, world: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=COLLECTIVE_TIMEOUT)
+
+
+def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: int) -> None:
+    """Trainer `rank` >= 1 (spawned): its own replica and shard, stepping with rank 0 until it says stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 ends us
+    world = cfg.pipeline.trainers
+    torch.set_num_threads(process_threads(cfg))
+    join_group(rank, world, port)
+    try:
+        task = load_task(cfg.task)
+        policy = Policy(cfg, task)
+        shard_cfg = shard_config(cfg)
+        optimizer = make_optimizer(policy.model, cfg.lr)
+        warmup = cfg.lr_warmup_steps
+        lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
+        strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
+
+        def check() -> None:
+            if stop.is_set() or os.getppid() != parent:
+                raise SystemExit(0)
+
+        shard = Shard(inbox, strategy, np.random.default_rng([cfg.seed, 1, rank]), check)
+        gate = average_gradients(world)
+        step = 0
+        while go(None, world):
+            report = StepReport()
+            batch, _ = shard.next_batch(step, report, nullcontext)
+            train_step(policy, optimizer, batch, shard_cfg, step, gate)
+            lr_schedule.step()
+            report.add_batch(batch, step)
+            report.summed(world)
+            step += 1
+    finally:
+        inbox.cancel_join_thread()
+        dist.destroy_process_group()
+
