@@ -229,9 +229,11 @@ class EvalConfig(Section):
     """pass@k samples per prompt (temperature = generation.temperature)."""
     pass_k_prompts: int = Field(128, ge=1)
     """Held-out prompts used for pass@k (the first ones of the held-out set)."""
-    pass_k_every: int = Field(4, ge=1)
+    pass_k_every: int = Field(8, ge=1)
     """Sample pass@k at every this-many-th evaluation (and always at the first and the last): it costs as much as
-    the greedy pass@1 of the whole held-out set, which is what compute-to-target reads."""
+    the greedy pass@1 of the whole held-out set, which is what compute-to-target reads. 8: a default trial samples
+    it at 3 of its 16 evaluations, and its evaluations stay under 10% of its wall time with the demonstrations'
+    probability scored at the same ones (docs/performance.md, "Evaluation")."""
     demo_prob_every: int | None = Field(None, ge=1)
     """Score the demonstrations' probability at every this-many-th evaluation (and always at the first and the
     last); it costs as much as the greedy pass. `null`: at every evaluation when `metric` is `demo_prob`, else with
