@@ -115,8 +115,9 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
             uid += len(fresh)
             published = weights.latest()
             parts = split_groups(fresh, len(inboxes), chunks)
+            paused_after = 0.0
             chunks += 1
-            t0 = time.perf_counter()
+            waited = 0.0  # on full inboxes, except while the trainer evaluates (then it is a pause)
             for t, (inbox, part) in enumerate(zip(inboxes, parts)):
                 chunk = Chunk(worker, [to_wire(r) for r in part], version, published)
                 if t == 0:
@@ -125,14 +126,20 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                     chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
                         busy_s, sync_s, blocked_s, paused_s, slowdown_s)
                 while not stop.is_set():
+                    t1 = time.perf_counter()
                     try:
                         inbox.put(("chunk", chunk), timeout=POLL_S)
                         break
                     except queue_errors.Full:
                         if os.getppid() != parent:
                             return
-            sync_s = paused_s = slowdown_s = 0.0
-            blocked_s = time.perf_counter() - t0  # reported with the next chunk
+                    finally:
+                        if pause.is_set():
+                            paused_after += time.perf_counter() - t1
+                        else:
+                            waited += time.perf_counter() - t1
+            sync_s, slowdown_s = 0.0, 0.0
+            blocked_s, paused_s = waited, paused_after  # reported with the next chunk
             if cfg.pipeline.generator_slowdown > 1.0:
                 t1 = time.perf_counter()
                 stop.wait((cfg.pipeline.generator_slowdown - 1.0) * busy_s)
