@@ -28,7 +28,7 @@ from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget
                                     final_metrics, fresh_metrics, train_metrics)
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
-from workbench.trial.step import make_optimizer, rescore, train_step
+from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task, load_task
 
@@ -90,8 +90,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
     B, G = cfg.batch_size, cfg.group_size
     optimizer = make_optimizer(policy.model, cfg.lr)
-    warmup = cfg.lr_warmup_steps
-    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
+    lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
     strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))

@@ -30,6 +30,12 @@ def make_optimizer(model, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr)
 
 
+def make_lr_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
+    """`lr_warmup_steps`: the learning rate rises linearly to its value over the first steps, then holds (step k
+    uses (k + 1) / (warmup + 1) of it)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup_steps + 1)))
+
+
 class TrialDiverged(FloatingPointError):
     """The loss or the gradients became NaN or infinite."""
 

@@ -22,7 +22,7 @@ from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
                                     final_metrics, train_metrics)
-from workbench.trial.step import make_optimizer, rescore, train_step
+from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task
 
@@ -105,8 +105,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
     shard_cfg = shard_config(cfg)
     optimizer = make_optimizer(policy.model, cfg.lr)
-    warmup = cfg.lr_warmup_steps
-    lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
+    lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
     strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
     meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
     account, updates = _Account(), 0

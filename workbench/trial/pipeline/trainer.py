@@ -22,7 +22,7 @@ from workbench.config import TrialConfig
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, batch_stats
-from workbench.trial.step import make_optimizer, rescore, train_step
+from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import load_task
 
@@ -185,8 +185,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
         policy = Policy(cfg, task)
         shard_cfg = shard_config(cfg)
         optimizer = make_optimizer(policy.model, cfg.lr)
-        warmup = cfg.lr_warmup_steps
-        lr_schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / (warmup + 1)))
+        lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
         strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
 
         def check() -> None:
