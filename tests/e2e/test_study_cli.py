@@ -191,6 +191,26 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_as_interrupted(tmp_path):
+    # A scheduler (or `kill`) signals the driver alone; its workers run in their own sessions and must not outlive it.
+    path = toy_spec(tmp_path, n_trials=2, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
+    spec = load_spec(path)
+    ctx = context(spec, spec_path=str(path))
+    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
+    workers = subprocess.run(["pgrep", "-f", f"study worker {path}"], capture_output=True, text=True).stdout.split()
+    assert workers
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
+    study = optuna.load_study(study_name="toy", storage=ctx.storage_url)
+    interrupted = [t for t in study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL
+
+
+@pytest.mark.slow
 def test_multi_objective_study_reports_a_pareto_front(tmp_path):
     path = toy_spec(tmp_path, n_trials=2, objective=["best_accuracy", "compute_units"], sampler="nsga2")
     proc = run_cli(["study", "run", str(path)], tmp_path)

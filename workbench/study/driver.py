@@ -2,7 +2,7 @@
 
 Workers are `workbench study worker` subprocesses, the same path a worker on another machine takes. The driver
 watches the study: a bar of completed trials on a terminal, a line per change otherwise. Ctrl-C stops the
-workers (their running trials are recorded as interrupted) and the next `study run` resumes up to `n_trials`.
+workers (their running trials are recorded as interrupted; SIGTERM does the same) and the next `study run` resumes up to `n_trials`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -44,6 +45,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
 
     procs: list[subprocess.Popen] = []
     bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
+    previous = _sigterm_as_interrupt()
     try:
         with progress.bar_safe_logging(show_progress), bar:
             procs = [spawn()]
@@ -67,11 +69,26 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
                 p.kill()
         log_to_parent_run(ctx.tracking_uri, study)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     log_to_parent_run(ctx.tracking_uri, study)
     parent = study.user_attrs.get(attrs.PARENT_RUN)
     if parent:
         tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials else "FAILED")
     return study
+
+
+def _sigterm_as_interrupt():
+    """A scheduler's or `kill`'s SIGTERM stops the workers as Ctrl-C does (they run in their own sessions, so
+    without this they would outlive the driver). Returns the previous handler, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], bool] | None = None) -> None:
