@@ -463,3 +463,54 @@ def probe_prediction(horizon: list[dict], draws: list[list[dict]], gamma: float,
                             "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
                             "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))]}
     return out
+
+
+def lr_optimum(points: list[dict]) -> dict:
+    """The best learning rate from the probe's on-policy sweep (`workbench.trial.lr_sweep`: dicts with lr,
+    compute_to_target, censored): the vertex of the parabola in log lr through the cheapest run and its two
+    neighbours, with the compute there. A censored neighbour enters at its budget, a lower bound on its compute, so
+    the vertex is then an upper bound on lr* (`bounded_by_censored`). Refused, with the reason, when no run reached
+    the target, when the cheapest run is at an edge of the sweep, or when the three points do not curve upward.
+
+    Why not `extended_lr`'s form, C ∝ 1/(lam(1 - lam/lam_max))? On the default task's on-policy runs (lr 2.5e-5,
+    5e-5, 1e-4: 1, 0.65, 0.56 of the first's compute) the first two points put lam_max at 5.4x the first lr, which
+    predicts 1e-4 1.24x worse than 5e-5; it is 0.86x. The return of a larger learning rate fades more gently than
+    that form's wall (Adam's step does not scale with the gradient's size), so the sweep interpolates locally."""
+    rows = sorted(points, key=lambda p: p["lr"])
+    reached = [p for p in rows if not p["censored"]]
+    if not reached:
+        return {"refused": "no run of the learning-rate sweep reached the target"}
+    i = rows.index(min(reached, key=lambda p: p["compute_to_target"]))
+    if i in (0, len(rows) - 1):
+        edge = "largest" if i == len(rows) - 1 else "smallest"
+        return {"lr": rows[i]["lr"], "compute": rows[i]["compute_to_target"],
+                "refused": f"the cheapest run is at the sweep's {edge} learning rate ({rows[i]['lr']:.3g}): the sweep does not bound lr*"}
+    three = rows[i - 1:i + 2]
+    u = np.log([p["lr"] for p in three])
+    v = np.log([p["budget"] if p["censored"] else p["compute_to_target"] for p in three])
+    c2, c1, c0 = np.polyfit(u - u[1], v, 2)
+    if c2 <= 0:
+        return {"lr": rows[i]["lr"], "compute": rows[i]["compute_to_target"], "refused": "the sweep's three cheapest points do not curve upward"}
+    vertex = float(np.clip(-c1 / (2 * c2), u[0] - u[1], u[2] - u[1]))
+    return {"lr": float(math.exp(u[1] + vertex)), "compute": float(math.exp(c0 + c1 * vertex + c2 * vertex ** 2)),
+            "bounded_by_censored": any(p["censored"] for p in three), "points": len(rows)}
+
+
+def probe_lr(predicted: dict, sweep: list[dict] | None, lr: float) -> dict:
+    """A probe's predicted point (`probe_prediction`) with its learning rate and compute. With the on-policy sweep
+    (`workbench.trial.lr_sweep`), lr = on-policy's lr* (`lr_optimum`) x the point's lr_factor and the compute is
+    relative_compute x the sweep's compute at lr* (the sweep and its lr* are kept even when the probe refused a point);
+    without one, the trial's `lr` stands in for on-policy's lr*, which
+    is right only if it was tuned (the probe cannot tell). An unbounded sweep falls back to its cheapest run's lr."""
+    out = dict(predicted)
+    best = lr_optimum(sweep) if sweep else None
+    if sweep:
+        out["lr_sweep"], out["lr_optimum"] = sweep, best
+    if "x" not in predicted:
+        return out
+    if not sweep:
+        return out | {"lr": lr * predicted["lr_factor"], "lr_source": "the trial's lr (no sweep)"}
+    if "lr" not in best:
+        return out | {"lr": lr * predicted["lr_factor"], "lr_source": f"the trial's lr ({best['refused']})"}
+    source = "the sweep's cheapest run (" + best["refused"] + ")" if "refused" in best else "the sweep's lr*"
+    return out | {"lr": best["lr"] * predicted["lr_factor"], "lr_source": source, "compute": predicted["relative_compute"] * best["compute"]}

@@ -160,7 +160,7 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     reference mu) run as the study's `probe` arm, or the reason it was refused."""
     import copy
 
-    from analysis.models import probe_prediction
+    from analysis.models import probe_lr, probe_prediction
     from workbench.study import attrs
     from workbench.study.verify import run_prediction
     from workbench.trial.probe import probe_config, record, run_probe
@@ -173,22 +173,41 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     res, run = run_probe(cfg, show_progress=False)
     mu = float(study.user_attrs[attrs.REFERENCE_MU])
     o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
+    sweeping = args.lr_sweep if args.lr_sweep is not None else "lr" in ctx.spec.search_space
+    budget = ctx.spec.trial_config({}, 0).budget.compute_units or DEFAULT_SWEEP_UNITS
+    sweep = _lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, args) if sweeping and "x" in o else None
+    o = probe_lr(o, sweep, cfg.lr)
     record(res, cfg.tracking.uri, o)
     base_ctt = next((c["compute_to_target"] for c in result["configurations"] if c["baseline"]), math.nan)
-    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units), MLflow run {run.run_id}; at the study's mu {mu:.3g}:"
-          + (f" x {o['x']:g}, y {o['y']:.3g}, {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
+    spent = res.compute_units + sum(p["budget"] for p in sweep or [])
+    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units" + (f", {len(sweep)} sweep runs: {spent:.1f} in all" if sweep else "")
+          + f"), MLflow run {run.run_id}; at the study's mu {mu:.3g}:"
+          + (f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
     if "refused" in o:
         print(f"  no prediction: {o['refused']}")
         return 0
     result = {**result, "predicted": {"x": o["x"], "y": o["y"]}}
     provenance = {"probe_run": run.run_id, "rho": o["rho"], "c": o["c"], "mu": mu, "relative_compute": o["relative_compute"],
-                  "same_point": o.get("stability", {}).get("same_point")}
-    v = run_prediction(ctx, study, result, lambda x, y: o["relative_compute"] * base_ctt, threads=args.threads,
-                       force=args.force, arm="probe", provenance=provenance)
+                  "same_point": o.get("stability", {}).get("same_point"), "lr_source": o["lr_source"], "probe_units": spent,
+                  **({"lr_sweep": [[p["lr"], p["compute_to_target"], p["censored"]] for p in sweep]} if sweep else {})}
+    predicted = o["compute"] if "compute" in o else o["relative_compute"] * base_ctt
+    v = run_prediction(ctx, study, result, lambda x, y: predicted, threads=args.threads,
+                       force=args.force, arm="probe", provenance=provenance, lr=o["lr"] if sweep else None)
     print(f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}" + (f" (already run as trial {v.same_as})" if v.same_as is not None else ""))
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
+
+
+DEFAULT_SWEEP_UNITS = 100.0
+
+
+def _lr_sweep(overrides: dict, target: float, mu: float, budget: float, args: argparse.Namespace) -> list[dict]:
+    """The probe's on-policy learning-rate sweep (`workbench.trial.lr_sweep`) as plain dicts."""
+    from workbench.trial.lr_sweep import run_lr_sweep
+
+    data = {**overrides, **({"threads": args.threads} if getattr(args, "threads", None) else {})}
+    return [p.summary() for p in run_lr_sweep(data, target, mu, budget, show_progress=False)]
 
 
 def cmd_study_confirm(args: argparse.Namespace) -> int:
@@ -295,12 +314,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """One short replay run that measures mu, sigma²(tau), kappa, gamma and rho, and the optimum they predict."""
     from workbench.config import load_yaml_mapping, parse_override, set_dotted
 
-    for name, low in (("x", 1.0), ("ratio", 1.0), ("steps", 1), ("every", 1), ("lag", 1), ("sketch", 16)):
+    if args.lr_sweep and args.target is None:
+        raise ConfigError("--target: required with --lr-sweep (the accuracy, on the trial's eval.metric, each sweep run is read to)")
+    for name, low in (("x", 1.0), ("ratio", 1.0), ("steps", 1), ("every", 1), ("lag", 1), ("sketch", 16), ("sweep_units", 1.0)):
         value = getattr(args, name)
         if value is None and name == "lag":
             continue
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
-            raise ConfigError(f"--{name}: must be >= {low:g} (got {value})")
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= {low:g} (got {value})")
     data = load_yaml_mapping(args.config) if args.config else {}
     for item in args.set or []:
         set_dotted(data, *parse_override(item))
@@ -309,7 +330,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         data["tracking"]["uri"] = args.tracking_uri
     import numpy as np
 
-    from analysis.models import probe_prediction
+    from analysis.models import probe_lr, probe_prediction
     from analysis.theory import to_knobs
     from workbench.trial.probe import probe_config, record, run_probe
 
@@ -318,9 +339,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
                             show_progress=progress.bars_wanted(args.json, args.quiet))
     g = res.growth
     predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    sweep = _lr_sweep(data, args.target, res.mu, args.sweep_units, args) if args.lr_sweep else None
+    predicted = probe_lr(predicted, sweep, cfg.lr)
     if "x" in predicted:
-        predicted |= {"capacity": to_knobs(predicted["x"], predicted["y"], cfg.batch_size, res.mu).capacity,
-                      "ratio": predicted["y"], "lr": cfg.lr * predicted["lr_factor"]}
+        predicted |= {"capacity": to_knobs(predicted["x"], predicted["y"], cfg.batch_size, res.mu).capacity, "ratio": predicted["y"]}
     c = predicted.get("c", math.nan)
     out = record(res, cfg.tracking.uri, predicted)
     if args.json:
@@ -346,10 +368,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one, 95% over"
               " resampled groups): " + ", ".join(f"x {t['x']}: {t['cross'] / res.horizon[0]['signal']:.2f}{share_interval(t['x'])}" for t in shown))
     p = out["predicted"]
+    if "lr_sweep" in p:
+        best = p["lr_optimum"]
+        print("  on-policy lr sweep, compute to target: " + ", ".join(
+            f"lr {q['lr']:.3g}: {'>' if q['censored'] else ''}{q['compute_to_target']:.3g}" for q in p["lr_sweep"])
+            + (f"; no lr*: {best['refused']}" if "refused" in best else f"; lr* {best['lr']:.3g} ({best['compute']:.3g} units)"))
     if "x" in p:
         print(f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
-              f" (capacity {p['capacity']}), lr x{p['lr_factor']:.2f} ({p['lr']:.3g}), {p['relative_compute']:.2f}x on-policy's"
-              f" compute; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}")
+              f" (capacity {p['capacity']}), lr {p['lr']:.3g} ({p['lr_source']}; x{p['lr_factor']:.2f} on-policy's),"
+              f" {p['relative_compute']:.2f}x on-policy's compute" + (f" ({p['compute']:.3g} units)" if "compute" in p else "")
+              + f"; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}")
     if "stability" in p:
         st = p["stability"]
         print(f"  stability over {st['draws']} bootstrap resamples of the probe's groups: the same point in {st['same_point']:.0%};"
@@ -515,6 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
     verify.add_argument("--probe", action="store_true", help="predict with one `workbench probe` run on the study's base config instead of the fitted model")
+    verify.add_argument("--lr-sweep", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)")
     verify.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
                         "extended_lr; best = the first by leave-one-configuration-out error) instead of the distinct-draw fit")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
@@ -560,6 +590,10 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--every", type=int, default=4, help="probe every k steps once the buffer holds every age (default 4)")
     probe.add_argument("--lag", type=int, default=None, help="steps between a rollout's two gradients for rho (default x/y, the mean gap between two uses)")
     probe.add_argument("--sketch", type=int, default=2048, help="CountSketch size of a gradient (default 2048)")
+    probe.add_argument("--lr-sweep", action="store_true", help="also locate on-policy's best learning rate with short on-policy runs at"
+                       " lr x 1, 2, 4 (extended while the cheapest is at an edge), each read as compute to --target")
+    probe.add_argument("--target", type=float, help="the accuracy (on the trial's eval.metric) the sweep's runs are read to")
+    probe.add_argument("--sweep-units", type=float, default=DEFAULT_SWEEP_UNITS, help="compute units of the sweep's first run (default 100)")
     probe.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     probe.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")
     probe.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -168,3 +168,36 @@ def test_a_fit_rebuilt_from_its_summary_predicts_the_same(model):
     xs, ys = np.array([1.0, 2.0, 8.0, 16.0]), np.array([1.0, 2.0, 4.0, 2.0])
     assert np.allclose(rebuilt.predict(xs, ys), fit.predict(xs, ys), rtol=1e-12)
     assert rebuilt.params == pytest.approx(fit.params, rel=1e-12) and rebuilt.aic == pytest.approx(fit.aic)
+
+
+def test_lr_optimum_finds_the_vertex_in_log_lr_and_refuses_an_unbounded_sweep():
+    from analysis.models import lr_optimum
+
+    best, width = 1.7e-4, 0.8
+
+    def run(lr, censored=False):
+        c = 40.0 * math.exp(((math.log(lr) - math.log(best)) / width) ** 2)
+        return {"lr": lr, "compute_to_target": c, "censored": censored, "budget": c}
+
+    sweep = [run(2.5e-5 * 2 ** i) for i in range(5)]  # 2.5e-5 .. 4e-4
+    got = lr_optimum(sweep)
+    assert "refused" not in got and got["lr"] == pytest.approx(best, rel=1e-6) and got["compute"] == pytest.approx(40.0, rel=1e-6)
+    assert got["bounded_by_censored"] is False
+    rising = lr_optimum(sweep[:3])  # 2.5e-5 .. 1e-4: still falling at the largest
+    assert "refused" in rising and "largest" in rising["refused"] and rising["lr"] == 1e-4
+    assert "refused" in lr_optimum([{**p, "censored": True} for p in sweep])
+    # a censored neighbour enters at its budget, a lower bound: flagged
+    capped = sweep[:3] + [{**sweep[3], "censored": True, "budget": 45.0}]
+    assert lr_optimum(capped)["bounded_by_censored"] is True
+
+
+def test_probe_lr_scales_on_policys_swept_lr_by_the_points_factor():
+    from analysis.models import probe_lr
+
+    predicted = {"x": 4.0, "y": 2.0, "relative_compute": 0.8, "lr_factor": 0.5}
+    sweep = [{"lr": lr, "compute_to_target": c, "censored": False, "budget": 100.0} for lr, c in ((1e-4, 50.0), (2e-4, 40.0), (4e-4, 50.0))]
+    got = probe_lr(predicted, sweep, lr=1e-5)
+    assert got["lr"] == pytest.approx(1e-4) and got["compute"] == pytest.approx(0.8 * 40.0) and got["lr_source"] == "the sweep's lr*"
+    assert probe_lr(predicted, None, lr=1e-5)["lr"] == pytest.approx(5e-6)
+    refused = probe_lr({"refused": "why"}, sweep, lr=1e-5)
+    assert "lr" not in refused and refused["lr_optimum"]["lr"] == pytest.approx(2e-4) and len(refused["lr_sweep"]) == 3
