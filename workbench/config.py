@@ -32,6 +32,10 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+JSONL_HELD_OUT_SHARE, JSONL_HELD_OUT_MAX = 5, 500
+"""An unset `task.n_eval` on a JSONL file: one example in five held out, at most 500."""
+
+
 class TaskConfig(Section):
     name: Literal["arithmetic", "split", "jsonl"] = "arithmetic"
     """`arithmetic`: built-in n-digit addition with a worked scratchpad; `split`: write N as a sum of two n-digit
@@ -43,9 +47,21 @@ class TaskConfig(Section):
     path: str | None = None
     """JSONL file for `name: jsonl` (one object per line with `question` and `answer`, answer ending `#### N`)."""
     n_eval: int = Field(500, ge=1)
-    """Size of the fixed held-out evaluation set."""
+    """Size of the fixed held-out evaluation set. Unset on a `jsonl` task: a fifth of the file's examples, at most
+    500 (a 300-line file holds out 60)."""
     split_seed: int = 0
     """Seed of the train/held-out split (fixed across trials so every trial sees the same held-out set)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _held_out_of_a_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name") == "jsonl" and data.get("n_eval") is None and data.get("path"):
+            path = Path(str(data["path"])).expanduser()
+            if path.is_file():  # a missing file is the task's error to report, with its name
+                with path.open(encoding="utf-8", errors="replace") as f:
+                    lines = sum(1 for line in f if line.strip())
+                data = {**data, "n_eval": min(JSONL_HELD_OUT_MAX, max(1, lines // JSONL_HELD_OUT_SHARE))}
+        return data
 
     @model_validator(mode="after")
     def _jsonl_needs_path(self) -> "TaskConfig":
@@ -198,6 +214,25 @@ class ObjectiveConfig(Section):
     """`decoupled_ppo`: tokens whose behaviour weight pi_prox / pi_behav exceeds this are masked out (`null`: none)."""
 
 
+class TrainConfig(Section):
+    """How the trainer fits a step into memory (docs/gpu.md). None of these settings changes what a step computes
+    beyond float rounding."""
+
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Rollouts per forward and backward pass: each optimizer step's rollouts are scored and back-propagated in
+    micro-batches of this many, their gradients accumulated, each micro-batch's token-mean loss weighted by its share
+    of the step's completion tokens, so the gradient is the one-pass token mean (every built-in objective is a token
+    mean). No-grad scoring (the proximal log-probs of several minibatches, RLEP's rescoring) is chunked alike.
+    `null`: a whole step's rollouts at once (128 rollouts of 1k tokens from a 1.5B model do not fit a GPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass instead of keeping them (transformers'
+    `gradient_checkpointing_enable`): ~1/3 more training compute for activations of one layer at a time."""
+    autocast: Literal["auto", "off", "bfloat16"] = "auto"
+    """Mixed precision in the trainer's forward and backward: `bfloat16` runs them under torch.autocast (matmuls
+    in bf16, reductions and log-softmax in float32) over float32 weights; `auto`: on CUDA when the weights are
+    float32 and the device supports bf16, else off (on a CPU it was measured no faster: issue 12)."""
+
+
 class BudgetConfig(Section):
     compute_units: float | None = Field(None, gt=0)
     """Stop when this many compute units are spent (1 unit = one on-policy update at this batch size)."""
@@ -227,8 +262,9 @@ class EvalConfig(Section):
     per prompt; needs `pass_k_every: 1`). docs/measurement.md compares their noise."""
     k: int = Field(4, ge=1)
     """pass@k samples per prompt (temperature = generation.temperature)."""
-    pass_k_prompts: int = Field(128, ge=1)
-    """Held-out prompts used for pass@k (the first ones of the held-out set)."""
+    pass_k_prompts: int | None = Field(None, ge=1)
+    """Held-out prompts used for pass@k (the first ones of the held-out set). Unset: 128, or the whole held-out set
+    when it is smaller."""
     pass_k_every: int = Field(8, ge=1)
     """Sample pass@k at every this-many-th evaluation (and always at the first and the last): it costs as much as
     the greedy pass@1 of the whole held-out set, which is what compute-to-target reads. 8: a default trial samples
@@ -246,6 +282,10 @@ class EvalConfig(Section):
             return last or index % every == 0
         demo_every = self.demo_prob_every or (1 if self.metric == "demo_prob" else self.pass_k_every)
         return due(self.pass_k_every), due(demo_every)
+
+
+PASS_K_PROMPTS = 128
+"""An unset `eval.pass_k_prompts`: this many, or the whole held-out set when it is smaller."""
 
 
 class PipelineConfig(Section):
@@ -320,6 +360,7 @@ class TrialConfig(Section):
     generation: GenerationConfig = GenerationConfig()
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     objective: ObjectiveConfig = ObjectiveConfig()
+    train: TrainConfig = TrainConfig()
     budget: BudgetConfig = BudgetConfig(compute_units=300)
     compute: ComputeConfig = ComputeConfig()
     eval: EvalConfig = EvalConfig()
@@ -341,6 +382,8 @@ class TrialConfig(Section):
         OBJECTIVES.lookup(self.objective.name)
         if self.budget.compute_units is None and self.budget.steps is None:
             raise ValueError("budget: set budget.compute_units or budget.steps")
+        if self.eval.pass_k_prompts is None:
+            self.eval.pass_k_prompts = min(PASS_K_PROMPTS, self.task.n_eval)
         if self.eval.pass_k_prompts > self.task.n_eval:
             raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
         if self.pipeline.mode == "async":

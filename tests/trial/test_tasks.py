@@ -3,11 +3,10 @@ import json
 import pytest
 
 from workbench.config import ConfigError, TaskConfig
+from workbench.trial.answers import answers_equal, final_answer
 from workbench.trial.tasks import (
     arithmetic_completion,
-    extract_final_number,
     load_task,
-    numbers_equal,
     read_jsonl_examples,
     split_completion,
     write_sample_jsonl,
@@ -72,11 +71,55 @@ def test_split_task_needs_a_held_out_set_smaller_than_its_prompts():
         load_task(TaskConfig(name="split", digits=2))  # 179 sums, 500 held out by default
 
 
-def test_numeric_equivalence_of_final_answers():
-    assert extract_final_number("3 + 4 = 7\n#### 1,000") == "1,000"
-    assert extract_final_number("so the answer is 12.") == "12"
-    assert numbers_equal("1,000", "1000") and numbers_equal("7.0", "7") and numbers_equal("1/2", "0.5")
-    assert not numbers_equal("7", "8") and not numbers_equal(None, "8")
+def test_final_answers_are_read_after_hashes_else_boxed_else_the_last_number():
+    assert final_answer("3 + 4 = 7\n#### 1,000") == "1,000"
+    assert final_answer("x\n####  \\frac{1}{2} \nmore text") == "\\frac{1}{2}"
+    assert final_answer("so the answer is \\boxed{\\frac{\\sqrt{3}}{2}}, done 7") == "\\frac{\\sqrt{3}}{2}"
+    assert final_answer("so the answer is 12.") == "12"
+    assert final_answer("no answer here") is None and final_answer("#### ") is None
+
+
+# (stated answer, reference, equal): the numeric fallback, then math-verify's judgement on MATH-style answers
+TRICKY = [
+    ("1,000", "1000", True),
+    ("7.0", "7", True),
+    ("0.5", "\\frac{1}{2}", True),
+    ("1/2", "\\frac12", True),
+    ("\\dfrac{1}{2}", "\\frac{1}{2}", True),
+    ("-0.75", "-\\frac{3}{4}", True),
+    ("3\\sqrt{2}", "\\sqrt{18}", True),
+    ("\\pi/2", "\\frac{\\pi}{2}", True),
+    ("12 \\text{ cm}", "12", True),  # units dropped
+    ("x = 5", "5", True),  # an equation's right-hand side
+    ("(1, 2)", "(1,2)", True),
+    ("\\{2,1\\}", "\\{1,2\\}", True),  # sets compare unordered
+    ("50\\%", "50", True),  # math-verify accepts a percentage as its number ...
+    ("50\\%", "0.5", True),  # ... and as its fraction
+    ("0.333", "\\frac{1}{3}", False),  # rounded too early
+    ("2\\pi", "6.28", False),
+    ("7", "8", False),
+    (None, "8", False),
+    ("", "8", False),
+]
+
+
+@pytest.mark.parametrize("stated, reference, equal", TRICKY)
+def test_answers_are_equal_as_numbers_or_by_math_verify(stated, reference, equal):
+    assert answers_equal(stated, reference) is equal
+
+
+def test_a_math_style_jsonl_file_is_read_and_judged_with_latex_answers(tmp_path):
+    path = tmp_path / "math.jsonl"
+    rows = [{"question": f"q{i}", "answer": f"work\n#### {a}"} for i, a in enumerate(["\\frac{3}{4}", "2\\sqrt{3}", "1,250", "12.0"])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples = read_jsonl_examples(path)
+    assert [e.answer for e in examples] == ["\\frac{3}{4}", "2\\sqrt{3}", "1250", "12"]
+    task = load_task(TaskConfig(name="jsonl", path=str(path), n_eval=1))
+    by_answer = {e.answer: e for e in [*task.train, *task.eval]}
+    assert task.reward("so \\boxed{0.75}", by_answer["\\frac{3}{4}"], finished=True) == 1.0
+    assert task.reward("#### \\sqrt{12}", by_answer["2\\sqrt{3}"], finished=True) == 1.0
+    assert task.reward("it is 1,250", by_answer["1250"], finished=True) == 1.0
+    assert task.reward("#### 13", by_answer["12"], finished=True) == 0.0
 
 
 def test_sample_jsonl_round_trips_into_a_task(tmp_path):
@@ -98,7 +141,8 @@ def test_sample_jsonl_round_trips_into_a_task(tmp_path):
         ('["a list"]', "expected an object"),
         ('{"question": "q"}', "'answer'"),
         ('{"question": "", "answer": "#### 3"}', "'question'"),
-        ('{"question": "q", "answer": "no final answer"}', "#### <number>"),
+        ('{"question": "q", "answer": "no final answer"}', "#### <final answer>"),
+        ('{"question": "q", "answer": "no final answer ####  "}', "#### <final answer>"),
     ],
 )
 def test_malformed_jsonl_lines_name_file_and_line(tmp_path, line, message):
@@ -113,3 +157,17 @@ def test_malformed_jsonl_lines_name_file_and_line(tmp_path, line, message):
 def test_missing_jsonl_file_names_the_field(tmp_path):
     with pytest.raises(ConfigError, match="task.path"):
         load_task(TaskConfig(name="jsonl", path=str(tmp_path / "missing.jsonl")))
+
+
+def test_a_small_jsonl_file_holds_out_a_fifth_and_pass_at_k_fits_in_it(tmp_path):
+    from workbench.config import build_config
+
+    path = write_sample_jsonl(tmp_path / "gsm.jsonl", n=300)
+    cfg = build_config({"task": {"name": "jsonl", "path": str(path)}})
+    assert cfg.task.n_eval == 60 and cfg.eval.pass_k_prompts == 60
+    task = load_task(cfg.task)
+    assert len(task.eval) == 60 and len(task.train) == 240
+    big = build_config({})  # the built-in tasks keep 500 held out and pass@k on 128 of them
+    assert big.task.n_eval == 500 and big.eval.pass_k_prompts == 128
+    with pytest.raises(ConfigError, match="task.n_eval"):  # a size the user set is kept, and checked
+        load_task(build_config({"task": {"name": "jsonl", "path": str(path), "n_eval": 300}}).task)

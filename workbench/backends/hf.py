@@ -235,6 +235,12 @@ class _Prefixes:
         return _token_logp(logits, ids, [len(c) for c in completions], t_max, with_entropy)
 
 
+def checkpointing(model) -> bool:
+    """Whether `model` recomputes its layers' activations in backward (transformers' activation checkpointing)."""
+    return bool(getattr(model, "is_activation_checkpointing", None) if hasattr(type(model), "is_activation_checkpointing")
+                else getattr(model, "is_gradient_checkpointing", False))
+
+
 def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
     """The distinct prompts in first-seen order, and each row's index among them."""
     seen: dict[tuple[int, ...], int] = {}
@@ -267,7 +273,8 @@ def score(
     lengths = [len(c) for c in completion_ids]
     t_max = max(lengths)
     distinct, which = distinct_prompts(prompt_ids)
-    shared = shared_prompts and 2 * len(distinct) <= len(prompt_ids)
+    # a prompt's cached keys and values cannot cross a checkpointed layer's recomputation: whole rows then
+    shared = shared_prompts and 2 * len(distinct) <= len(prompt_ids) and not (model.training and checkpointing(model))
     rows = completion_ids if shared else [p + c for p, c in zip(prompt_ids, completion_ids)]
     groups = length_buckets([len(r) for r in rows]) if bucketed and len(rows) > 1 else []
     if len(groups) <= 1:

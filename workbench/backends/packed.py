@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.backends.decode import supports as decodable
-from workbench.backends.hf import distinct_prompts
+from workbench.backends.hf import checkpointing, distinct_prompts
 
 
 def supports(model) -> str | None:
@@ -33,6 +33,8 @@ def supports(model) -> str | None:
         return reason
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout in training"
+    if model.training and checkpointing(model):
+        return "gradient checkpointing in training (the model's own layers recompute their activations)"
     return None
 
 

@@ -91,7 +91,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     B, G = cfg.batch_size, cfg.group_size
     optimizer = make_optimizer(policy.model, cfg.lr)
     lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-    strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
+    strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, cfg.train.micro_batch_size), policy.max_new_tokens))
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
     sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed)

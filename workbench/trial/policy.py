@@ -56,6 +56,11 @@ class Policy:
         path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
         self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype, device))
         self.device, self.path = device, str(path)
+        if cfg.train.gradient_checkpointing:
+            if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id

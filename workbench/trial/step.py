@@ -83,20 +83,23 @@ def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float 
     )
 
 
-def _score_frozen(policy: Policy, rollouts: list[Rollout]) -> list[torch.Tensor]:
-    """Per-rollout completion log-probs under the current parameters (no grad)."""
+def _score_frozen(policy: Policy, rollouts: list[Rollout], micro_batch_size: int | None = None) -> list[torch.Tensor]:
+    """Per-rollout completion log-probs under the current parameters (no grad), `micro_batch_size` at a time."""
     policy.model.eval()
+    out = []
     with torch.no_grad():
-        logprobs, _ = score(policy.model, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
-                            temperature=policy.temperature, pad_id=policy.pad_id)
-    return [logprobs[i, : len(r.completion_ids)].detach().cpu() for i, r in enumerate(rollouts)]
+        for piece in chunks(rollouts, micro_batch_size):
+            logprobs, _ = score(policy.model, [r.prompt_ids for r in piece], [r.completion_ids for r in piece],
+                                temperature=policy.temperature, pad_id=policy.pad_id)
+            out += [logprobs[i, : len(r.completion_ids)].detach().cpu() for i, r in enumerate(piece)]
+    return out
 
 
-def rescore(policy: Policy, rollouts: list[Rollout]) -> None:
+def rescore(policy: Policy, rollouts: list[Rollout], micro_batch_size: int | None = None) -> None:
     """Replace the rollouts' behaviour log-probs by the current policy's (no grad): RLEP's recomputed old log-probs."""
     if not rollouts:
         return
-    for r, logprobs in zip(rollouts, _score_frozen(policy, rollouts)):
+    for r, logprobs in zip(rollouts, _score_frozen(policy, rollouts, micro_batch_size)):
         r.behaviour_logprobs = logprobs
         r.trainer_logprobs = None  # the old policy is now the trainer's own: no engine mismatch to correct
 
@@ -111,6 +114,34 @@ def minibatches(batch: list[Rollout], n: int) -> list[list[Rollout]]:
         out.append(batch[start:end])
         start = end
     return out
+
+
+def chunks(rollouts: list[Rollout], size: int | None) -> list[list[Rollout]]:
+    """Consecutive pieces of at most `size` rollouts (`None`: all at once)."""
+    if not size or size >= len(rollouts):
+        return [rollouts]
+    return [rollouts[i : i + size] for i in range(0, len(rollouts), size)]
+
+
+def autocast(policy: Policy, setting: str):
+    """The trainer's precision context (`train.autocast`)."""
+    device = policy.device.type
+    weights = next(policy.model.parameters()).dtype
+    on = setting == "bfloat16" or (setting == "auto" and device == "cuda" and weights == torch.float32 and torch.cuda.is_bf16_supported())
+    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=on)
+
+
+def _accumulate(outs: list[ObjectiveOutput], shares: list[float]) -> ObjectiveOutput:
+    """One optimizer step's diagnostics from its micro-batches: the loss is the sum of the weighted losses (the
+    one-pass token mean), the rest token-weighted means (ratio extremes: their extremes)."""
+    if len(outs) == 1:
+        return outs[0]
+    stats: dict[str, float] = {}
+    for key in outs[0].stats or {}:
+        values = [o.stats[key] for o in outs]
+        stats[key] = max(values) if key == "ratio_max" else min(values) if key == "ratio_min" else sum(v * w for v, w in zip(values, shares))
+    loss = sum(o.loss.detach() * w for o, w in zip(outs, shares))
+    return ObjectiveOutput(loss, sum(o.ratio_mean * w for o, w in zip(outs, shares)), sum(o.clip_frac * w for o, w in zip(outs, shares)), stats)
 
 
 def _merge(outs: list[ObjectiveOutput]) -> ObjectiveOutput:
@@ -135,19 +166,27 @@ def train_step(
     proximal policy of `decoupled_ppo`) are computed once, with one extra forward pass over the batch."""
     cap = cfg.generation.mismatch_cap if cfg.generation.mismatch_correction == "importance_sampling" else None
     parts = minibatches(batch, cfg.objective.minibatches)
-    prox = _score_frozen(policy, batch) if len(parts) > 1 else None
+    micro = cfg.train.micro_batch_size
+    prox = _score_frozen(policy, batch, micro) if len(parts) > 1 else None
     outs, norms, applied, offset = [], [], False, 0
     for part in parts:
         policy.model.train()
-        inp = objective_input(policy, part, cap, None if prox is None else prox[offset : offset + len(part)])
-        offset += len(part)
-        out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
-        out.stats = {**ratio_stats(inp), **(out.stats or {})}
-        if not torch.isfinite(out.loss):
-            raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
-        outs.append(out)
         optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        pieces = chunks(part, micro)
+        tokens = sum(len(r.completion_ids) for r in part)
+        shares = [sum(len(r.completion_ids) for r in piece) / max(tokens, 1) for piece in pieces] if len(pieces) > 1 else [1.0]
+        done = []
+        for piece, share in zip(pieces, shares):
+            with autocast(policy, cfg.train.autocast):
+                inp = objective_input(policy, piece, cap, None if prox is None else prox[offset : offset + len(piece)])
+                out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
+            offset += len(piece)
+            out.stats = {**ratio_stats(inp), **(out.stats or {})}
+            if not torch.isfinite(out.loss):
+                raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
+            done.append(out)
+            (out.loss * share if len(pieces) > 1 else out.loss).backward()
+        outs.append(_accumulate(done, shares))
         if gate is not None and gate(policy.model, step):
             optimizer.zero_grad(set_to_none=True)
             continue

@@ -13,10 +13,10 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 from workbench.config import ConfigError, TaskConfig
+from workbench.trial.answers import answers_equal, as_number, final_answer
 
 
 @dataclass(frozen=True)
@@ -193,36 +193,10 @@ def split_task(cfg: TaskConfig) -> Task:
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
-
-
-def extract_final_number(text: str) -> str | None:
-    """The final answer of a GSM8K-style text: the number after the last `####`, else the last number."""
-    if "####" in text:
-        text = text.rsplit("####", 1)[1]
-        found = _NUMBER.search(text)
-        return found.group(0) if found else None
-    found = _NUMBER.findall(text)
-    return found[-1] if found else None
-
-
-def _as_fraction(s: str) -> Fraction | None:
-    try:
-        return Fraction(s.replace(",", "").rstrip("."))
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-def numbers_equal(predicted: str | None, reference: str) -> bool:
-    """Numeric equivalence: `1,000` == `1000` == `1000.0`; fractions compare by value."""
-    if predicted is None:
-        return False
-    p, r = _as_fraction(predicted), _as_fraction(reference)
-    return p is not None and r is not None and p == r
-
-
 def read_jsonl_examples(path: str | Path) -> list[Example]:
-    """Parse a JSONL file of `{"question", "answer"}` objects; an error names the file and line."""
+    """Parse a JSONL file of `{"question", "answer"}` objects, each answer ending `#### <final answer>` (a number,
+    or any LaTeX math-verify reads: `\\frac{3}{4}`, `2\\sqrt{3}`, `12 \\text{ cm}`); an error names the file
+    and line."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"task.path: no such file {p}")
@@ -239,18 +213,19 @@ def read_jsonl_examples(path: str | Path) -> list[Example]:
         for key in ("question", "answer"):
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 raise ConfigError(f"{p}:{lineno}: missing or empty string field {key!r}")
-        final = extract_final_number(obj["answer"])
-        if "####" not in obj["answer"] or final is None or _as_fraction(final) is None:
-            raise ConfigError(f"{p}:{lineno}: answer must end with '#### <number>'")
-        demo = obj["answer"].strip()
-        examples.append(Example(f"Q: {obj['question'].strip()}\nA: ", final.replace(",", ""), demo))
+        final = final_answer(obj["answer"]) if "####" in obj["answer"] else None
+        if final is None:
+            raise ConfigError(f"{p}:{lineno}: answer must end with '#### <final answer>' (a number or LaTeX)")
+        number = as_number(final)
+        reference = str(number) if number is not None and number.denominator == 1 else final
+        examples.append(Example(f"Q: {obj['question'].strip()}\nA: ", reference, obj["answer"].strip()))
     if not examples:
         raise ConfigError(f"{p}: no examples")
     return examples
 
 
-def _numeric(completion: str, example: Example) -> bool:
-    return numbers_equal(extract_final_number(completion), example.answer)
+def _checked(completion: str, example: Example) -> bool:
+    return answers_equal(final_answer(completion), example.answer)
 
 
 @register_task("jsonl")
@@ -260,7 +235,7 @@ def jsonl_task(cfg: TaskConfig) -> Task:
         raise ConfigError(f"task.n_eval: must be < the {len(examples)} examples in {cfg.path}")
     random.Random(cfg.split_seed).shuffle(examples)
     longest = max(len(e.demonstration) for e in examples)
-    return Task("jsonl", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 8, _numeric)
+    return Task("jsonl", examples[cfg.n_eval :], examples[: cfg.n_eval], longest + 8, _checked)
 
 
 def load_task(cfg: TaskConfig) -> Task:

@@ -186,7 +186,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
         shard_cfg = shard_config(cfg)
         optimizer = make_optimizer(policy.model, cfg.lr)
         lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-        strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs), policy.max_new_tokens))
+        strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size), policy.max_new_tokens))
 
         def check() -> None:
             if stop.is_set() or os.getppid() != parent:
