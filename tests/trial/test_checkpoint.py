@@ -45,3 +45,22 @@ def test_checkpoint_key_changes_with_what_shapes_it():
     keys = {embedded_key(c.model, c.task) for c in (base, other_seed, other_task)}
     assert len(keys) == 3
     assert embedded_key(base.model, base.task) == embedded_key(build_config(toy_dict()).model, base.task)
+
+
+def test_a_jsonl_task_gets_its_files_characters_and_a_hint_when_the_warm_start_learns_nothing(tmp_path):
+    data = tmp_path / "prix.jsonl"
+    rows = [{"question": f"Un café coûte {i} €, et deux ?", "answer": f"{i} × 2 = {2 * i}\n#### {2 * i}"} for i in range(1, 21)]
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    model = {**TINY_MODEL, "cache_dir": str(tmp_path / "cache"), "warm_start": {"steps": 0}}
+    cfg = build_config(toy_dict(task={"name": "jsonl", "path": str(data), "n_eval": 4}, eval={"pass_k_prompts": 4}, model=model))
+    task = load_task(cfg.task)
+    with captured_logs() as records:
+        path = ensure_embedded_checkpoint(cfg.model, cfg.task, task)
+    _, tok = load_policy(path, torch.device("cpu"), torch.float32)
+    for text in ("café", "€", "×", "coûte"):
+        assert tok.unk_token_id not in tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(tok("Un café coûte 3 €", add_special_tokens=False)["input_ids"]) == "Un café coûte 3 €"
+    warnings = [r.getMessage() for r in records if r.levelname == "WARNING"]
+    assert json.loads((path / "warm_start.json").read_text())["accuracy"] == 0
+    assert len(warnings) == 1 and "model.path" in warnings[0] and "warm_start.steps" in warnings[0]
+    assert any("greedy held-out accuracy 0.000" in r.getMessage() for r in records)

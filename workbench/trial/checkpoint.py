@@ -8,6 +8,7 @@ exactly like a user's model (`workbench.trial.policy`). Every trial of a study s
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -30,9 +31,11 @@ CHECKPOINT_FORMAT = 3  # bump when the embedded model or warm start changes mean
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer over printable ASCII that frames text as `<bos> text`."""
+def build_char_tokenizer(extra: str = "") -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII (and the characters of `extra` beyond it, in first-seen
+    order) that frames text as `<bos> text`."""
     chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    chars += [c for c in dict.fromkeys(extra) if c not in chars and c not in "\t\r\x0b\x0c"]
     vocab = {tok: i for i, tok in enumerate(SPECIAL + chars)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -123,7 +126,7 @@ def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, tas
     def build(tmp: Path) -> None:
         log.info(f"building the embedded tiny Llama and its warm start in {final} (once)")
         torch.manual_seed(model_cfg.init_seed)
-        tokenizer = build_char_tokenizer()
+        tokenizer = build_char_tokenizer(_file_characters(task))
         config = LlamaConfig(
             vocab_size=len(tokenizer),
             hidden_size=model_cfg.hidden_size,
@@ -147,4 +150,25 @@ def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, tas
         (tmp / "warm_start.json").write_text(json.dumps({"steps": steps, "accuracy": acc, "params": n_params}))
         log.info(f"warm start done: {steps} steps, greedy held-out accuracy {acc:.3f}")
 
-    return build_once(final, build, ready=lambda p: (p / "warm_start.json").is_file())
+    path = build_once(final, build, ready=lambda p: (p / "warm_start.json").is_file())
+    _hint_if_unlearned(path, task_cfg.name)
+    return path
+
+
+def _file_characters(task: Task) -> str:
+    """Every character of a task's prompts and demonstrations (a user's file may hold more than ASCII)."""
+    if task.name != "jsonl":
+        return ""  # the built-in tasks are ASCII: their checkpoints keep the vocabulary they were built with
+    return "".join(sorted({c for e in [*task.train, *task.eval] for c in e.prompt + e.demonstration}))
+
+
+@functools.lru_cache(maxsize=8)
+def _hint_if_unlearned(path: Path, task_name: str) -> None:
+    """Print the warm start's accuracy once per process, and what to change when it is 0: GRPO on a policy that
+    never answers correctly has no reward to learn from."""
+    info = json.loads((path / "warm_start.json").read_text())
+    log.info(f"embedded model: warm start {info['steps']} steps, greedy held-out accuracy {info['accuracy']:.3f}")
+    if info["accuracy"] == 0:
+        log.warning(f"task {task_name}: the embedded tiny model answers no held-out example after its warm start, so RL gets no"
+                    " reward: set model.path to a real model, or raise model.warm_start.steps and the model's size"
+                    " (model.hidden_size, model.num_layers)")
