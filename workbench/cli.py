@@ -479,6 +479,15 @@ def cmd_sample_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_model(args: argparse.Namespace) -> int:
+    from workbench.trial.subword import build_model_dir
+
+    summary = build_model_dir(args.out, args.jsonl, size=args.size, vocab_size=args.vocab_size,
+                              chat_template=not args.no_chat_template, pad_token=args.pad_token, seed=args.seed)
+    print(json.dumps(summary))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (and exit 2), like every other bad input."""
 
@@ -625,6 +634,15 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--n", type=int, default=200)
     data.add_argument("--seed", type=int, default=0)
     data.set_defaults(func=cmd_sample_data)
+    build = sub.add_parser("build-model", help="a Llama with a byte-level BPE tokenizer trained on a JSONL task, saved as an HF directory")
+    build.add_argument("out", help="directory to write (use it as model.path)")
+    build.add_argument("--jsonl", required=True, help="JSONL task file whose questions and answers train the tokenizer")
+    build.add_argument("--size", default="tiny", help="tiny (tests, CPU) or 100m (a first GPU run)")
+    build.add_argument("--vocab-size", type=int, default=1000)
+    build.add_argument("--no-chat-template", action="store_true", help="leave the tokenizer without a chat template")
+    build.add_argument("--pad-token", action="store_true", help="give the tokenizer a pad token (default: none, EOS pads)")
+    build.add_argument("--seed", type=int, default=0)
+    build.set_defaults(func=cmd_build_model)
     return parser
 
 

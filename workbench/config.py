@@ -51,6 +51,9 @@ class TaskConfig(Section):
     500 (a 300-line file holds out 60)."""
     split_seed: int = 0
     """Seed of the train/held-out split (fixed across trials so every trial sees the same held-out set)."""
+    chat_template: bool = False
+    """Frame each prompt with the tokenizer's chat template (one user turn, then the assistant's turn opened), as
+    instruct models expect; a JSONL prompt is then the bare question. Needs a `model.path` whose tokenizer has one."""
 
     @model_validator(mode="before")
     @classmethod
@@ -275,6 +278,11 @@ class EvalConfig(Section):
     last); it costs as much as the greedy pass. `null`: at every evaluation when `metric` is `demo_prob`, else with
     pass@k (`pass_k_every`). Set 1 to log it at every evaluation of a study that reads another curve, so the
     report's comparison on every curve (`analysis.resolution.by_reading`) reads it too."""
+    batch_size: int | None = Field(None, ge=1)
+    """Rows per decode or scoring call of an evaluation: the held-out set (and its pass@k samples) in chunks of this
+    many, for memory (500 prompts of a 1.5B model's long answers at once do not fit a GPU). `null`: all at once. The
+    greedy accuracy and the demonstrations' probability do not depend on it beyond float rounding; the pass@k draws
+    do (each chunk draws its noise in turn from the same generator)."""
 
     def samples_at(self, index: int, last: bool) -> tuple[bool, bool]:
         """Whether evaluation number `index` (0 = the first) samples pass@k and scores the demonstrations."""
@@ -393,6 +401,8 @@ class TrialConfig(Section):
                 raise ValueError(f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}")
             if self.generation.backend != "hf":
                 raise ValueError("pipeline.mode: async generates with generation.backend hf so far")
+        if self.task.chat_template and self.model.path is None:
+            raise ValueError("task.chat_template: needs model.path (the embedded model's character tokenizer has no chat template)")
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
             raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self

@@ -235,6 +235,31 @@ def test_demo_prob_is_the_mean_probability_of_the_reference_demonstrations():
     assert evaluate(model, pass_k=False).demo_prob == pytest.approx(reference, rel=1e-4)
 
 
+def test_eval_batch_size_chunks_evaluation_without_changing_its_greedy_results():
+    """`eval.batch_size`: the held-out set decoded and scored in chunks (7 rows of 64 here) gives the greedy accuracy
+    and the demonstrations' probability of one call, and every decode call holds at most 7 rows."""
+    from workbench.trial.evaluation import Evaluator
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    sizes = []
+
+    def counting(tokenizer, prompt_ids, **kwargs):
+        sizes.append(len(prompt_ids))
+        return policy.sample(tokenizer, prompt_ids, **kwargs)
+
+    kw = dict(k=2, pass_k_prompts=8, max_new_tokens=policy.max_new_tokens, temperature=0.7, seed=0)
+    whole = Evaluator(task, policy.tokenizer, sampler=counting, **kw)(policy.model, pass_k=False)
+    assert sizes == [len(task.eval)]
+    sizes.clear()
+    chunked = Evaluator(task, policy.tokenizer, sampler=counting, batch_size=7, **kw)(policy.model)
+    assert max(sizes) == 7 and sum(sizes) == len(task.eval) + 8 * 2
+    assert 0 < whole.accuracy < 1 and chunked.accuracy == whole.accuracy
+    assert chunked.demo_prob == pytest.approx(whole.demo_prob, rel=1e-5)
+    assert chunked.pass_at_k is not None
+
+
 def test_eval_metric_chooses_the_curve_compute_to_target_reads(tracking_uri):
     """`eval.metric: demo_prob`: the final compute-to-target estimates are those of the demonstrations' probability
     curve, not of greedy accuracy (which is still logged as `final/accuracy`)."""

@@ -38,9 +38,15 @@ class Samples:
         return self.entropy_sum / max(self.generated_tokens, 1)
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt as the tokenizer frames it (BOS etc.), unpadded."""
-    return [list(ids) for ids in tokenizer(prompts, add_special_tokens=True)["input_ids"]]
+def encode_prompts(tokenizer, prompts: list[str], chat: bool = False) -> list[list[int]]:
+    """Token ids of each prompt as the tokenizer frames it (BOS etc.), unpadded; with `chat`, each prompt is one
+    user turn rendered by the tokenizer's chat template with the assistant's turn opened (the template writes its
+    own BOS, so no second one is added)."""
+    if not chat:
+        return [list(ids) for ids in tokenizer(prompts, add_special_tokens=True)["input_ids"]]
+    rendered = tokenizer.apply_chat_template([[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True,
+                                             tokenize=False)
+    return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

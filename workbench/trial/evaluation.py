@@ -37,12 +37,14 @@ class Evaluator:
     """Encodes the held-out prompts once; evaluates any policy on them."""
 
     def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int,
-                 device="cpu", sampler: Callable | None = None):
+                 device="cpu", sampler: Callable | None = None, chat: bool = False, batch_size: int | None = None):
         self.task, self.tokenizer, self.k = task, tokenizer, k
         self.sampler = sampler
         """The policy's decoder (`Policy.sample`); None: `hf.sample` on the model passed in."""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
-        self.prompt_ids = encode_prompts(tokenizer, [e.prompt for e in task.eval])
+        self.batch_size = batch_size
+        """Rows per decode or scoring call (`eval.batch_size`); None: all at once."""
+        self.prompt_ids = encode_prompts(tokenizer, [e.prompt for e in task.eval], chat=chat)
         self.k_examples = task.eval[:pass_k_prompts]
         self.k_prompt_ids = [p for p in self.prompt_ids[:pass_k_prompts] for _ in range(k)]
         eos = tokenizer.eos_token_id
@@ -59,7 +61,7 @@ class Evaluator:
     def __call__(self, model, *, pass_k: bool = True, demo_prob: bool = True) -> EvalResult:
         was_training = model.training
         model.eval()
-        decode = self.sampler or partial(sample, model)
+        decode = self._chunked(self.sampler or partial(sample, model))
         greedy = decode(self.tokenizer, self.prompt_ids, max_new_tokens=self.max_new_tokens, greedy=True)
         accuracy = sum(self._rewards(greedy, self.task.eval)) / len(self.task.eval)
         demo_prob = self.demonstration_probability(model) if demo_prob else None
@@ -84,6 +86,28 @@ class Evaluator:
         temperature."""
         # one padded call: the held-out prompts are all distinct and nothing is trained, where packing's two passes
         # and its scatters cost more than the padding they save (0.25 s against 0.22 s on the default held-out set)
-        logp, _ = score(model, self.prompt_ids, self.demo_ids, temperature=self.temperature, pad_id=self.tokenizer.pad_token_id,
-                        packing=False)
-        return float(torch.exp(logp.sum(dim=1)).mean())
+        n, step = len(self.prompt_ids), self.batch_size or len(self.prompt_ids)
+        total = 0.0
+        for i in range(0, n, step):
+            logp, _ = score(model, self.prompt_ids[i : i + step], self.demo_ids[i : i + step], temperature=self.temperature,
+                            pad_id=self.tokenizer.pad_token_id, packing=False)
+            total += float(torch.exp(logp.sum(dim=1)).sum())
+        return total / n
+
+    def _chunked(self, decode: Callable) -> Callable:
+        """`decode` over rows in chunks of `batch_size`: the chunks' texts and finish flags, in order (what the
+        rewards read)."""
+        if self.batch_size is None:
+            return decode
+
+        def run(tokenizer, prompt_ids, **kwargs) -> _Decoded:
+            outs = [decode(tokenizer, prompt_ids[i : i + self.batch_size], **kwargs)
+                    for i in range(0, len(prompt_ids), self.batch_size)]
+            return _Decoded([t for o in outs for t in o.texts], [f for o in outs for f in o.finished])
+        return run
+
+
+@dataclass
+class _Decoded:
+    texts: list[str]
+    finished: list[bool]

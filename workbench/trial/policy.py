@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workbench.backends.decode import make_sampler
 from workbench.backends.hf import encode_prompts
-from workbench.config import TrialConfig
+from workbench.config import ConfigError, TrialConfig
 from workbench.cache import cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
 from workbench.trial.tasks import Task
@@ -56,6 +56,10 @@ class Policy:
         path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
         self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype, device))
         self.device, self.path = device, str(path)
+        self.chat = cfg.task.chat_template
+        """Prompts are framed by the tokenizer's chat template (`task.chat_template`)."""
+        if self.chat and not getattr(self.tokenizer, "chat_template", None):
+            raise ConfigError(f"task.chat_template: the tokenizer in {path} has no chat template")
         if cfg.train.gradient_checkpointing:
             if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.2x's name
                 self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
@@ -73,6 +77,10 @@ class Policy:
             from workbench.backends.vllm import VllmSampler  # an optional dependency, imported only when asked for
 
             prompts = [e.prompt for e in task.train[:2000] + task.eval]
-            longest = max(len(p) for p in encode_prompts(self.tokenizer, prompts))
+            longest = max(len(p) for p in self.encode(prompts))
             dtype = next(self.model.parameters()).dtype
             self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device)
+
+    def encode(self, prompts: list[str]) -> list[list[int]]:
+        """Token ids of prompts as this policy reads them (its tokenizer's framing, or its chat template)."""
+        return encode_prompts(self.tokenizer, prompts, chat=self.chat)

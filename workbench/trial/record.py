@@ -84,7 +84,8 @@ class Evaluations:
         self.t_start = time.perf_counter() if t_start is None else t_start
         self.evaluate = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
                                   max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=cfg.seed,
-                                  device=policy.device, sampler=policy.sample)
+                                  device=policy.device, sampler=policy.sample, chat=policy.chat,
+                                  batch_size=cfg.eval.batch_size)
         self.schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
         self.rows: list[dict[str, float]] = []
         self.seconds = 0.0

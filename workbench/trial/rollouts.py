@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workbench.backends.hf import Samples, encode_prompts
+from workbench.backends.hf import Samples
 from workbench.backends.scoring import score
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, group_advantages
@@ -43,7 +43,7 @@ def generate_groups(
 ) -> tuple[list[Rollout], Samples]:
     """Sample `group_size` completions per prompt; rewards, group advantages and behaviour log-probs are frozen here."""
     examples = [task.train[i] for i in prompt_indices]
-    prompt_ids = [p for p in encode_prompts(policy.tokenizer, [e.prompt for e in examples]) for _ in range(group_size)]
+    prompt_ids = [p for p in policy.encode([e.prompt for e in examples]) for _ in range(group_size)]
     policy.model.eval()
     trainer_logprobs = None
     if policy.engine is not None:

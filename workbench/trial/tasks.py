@@ -193,10 +193,10 @@ def split_task(cfg: TaskConfig) -> Task:
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
 
-def read_jsonl_examples(path: str | Path) -> list[Example]:
+def read_jsonl_examples(path: str | Path, chat: bool = False) -> list[Example]:
     """Parse a JSONL file of `{"question", "answer"}` objects, each answer ending `#### <final answer>` (a number,
     or any LaTeX math-verify reads: `\\frac{3}{4}`, `2\\sqrt{3}`, `12 \\text{ cm}`); an error names the file
-    and line."""
+    and line. A prompt is `Q: <question>\nA: `, or with `chat` the bare question (the chat template frames it)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"task.path: no such file {p}")
@@ -218,7 +218,8 @@ def read_jsonl_examples(path: str | Path) -> list[Example]:
             raise ConfigError(f"{p}:{lineno}: answer must end with '#### <final answer>' (a number or LaTeX)")
         number = as_number(final)
         reference = str(number) if number is not None and number.denominator == 1 else final
-        examples.append(Example(f"Q: {obj['question'].strip()}\nA: ", reference, obj["answer"].strip()))
+        question = obj["question"].strip()
+        examples.append(Example(question if chat else f"Q: {question}\nA: ", reference, obj["answer"].strip()))
     if not examples:
         raise ConfigError(f"{p}: no examples")
     return examples
@@ -230,7 +231,7 @@ def _checked(completion: str, example: Example) -> bool:
 
 @register_task("jsonl")
 def jsonl_task(cfg: TaskConfig) -> Task:
-    examples = read_jsonl_examples(cfg.path)  # type: ignore[arg-type]
+    examples = read_jsonl_examples(cfg.path, chat=cfg.chat_template)  # type: ignore[arg-type]
     if cfg.n_eval >= len(examples):
         raise ConfigError(f"task.n_eval: must be < the {len(examples)} examples in {cfg.path}")
     random.Random(cfg.split_seed).shuffle(examples)

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.backends.hf import encode_prompts
 from workbench.config import TrialConfig, build_config
 from workbench.cache import build_once, cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
@@ -86,7 +85,7 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
     chunk = max(1, 512 // r.samples)
     for start in range(0, n, chunk):
         examples = task.train[start : start + chunk]
-        ids = [p for p in encode_prompts(policy.tokenizer, [e.prompt for e in examples]) for _ in range(r.samples)]
+        ids = [p for p in policy.encode([e.prompt for e in examples]) for _ in range(r.samples)]
         out_s = policy.sample(policy.tokenizer, ids, max_new_tokens=policy.max_new_tokens, temperature=r.temperature, generator=generator)
         for j, ex in enumerate(examples):
             found: list[str] = []
