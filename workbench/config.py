@@ -91,7 +91,10 @@ class ModelConfig(Section):
     device: str = "auto"
     """`auto` (CUDA when present, else CPU), `cpu`, `cuda`, `cuda:N`."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """`auto`: float32 on CPU, bfloat16 on CUDA when supported."""
+    """The trainer's weights. `auto`: float32 everywhere, with the matmuls in bf16 on a GPU through `train.autocast`:
+    Adam's updates at RL learning rates (~lr per weight, 1e-6 against weights of ~1e-2) are far below bfloat16's
+    resolution (3.9e-3 relative) and would round away in bf16 weights. `bfloat16` halves the memory of weights,
+    gradients and Adam's moments (a 7B model on one 80 GB GPU: docs/gpu.md) at that cost."""
     hidden_size: int = Field(128, ge=8)
     num_layers: int = Field(2, ge=1)
     intermediate_size: int = Field(512, ge=8)
@@ -115,7 +118,8 @@ class VllmConfig(Section):
     """Engine settings of `generation.backend: vllm` (an engine colocated with the trainer, in its process)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """`auto`: the trainer's dtype (float32 on CPU, bfloat16 on a GPU that supports it)."""
+    """`auto`: bfloat16 on a GPU that supports it (the trainer keeps float32 weights; the mismatch metrics measure
+    the difference and `mismatch_correction` corrects it), else the trainer's dtype."""
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     """Share of GPU memory the engine may take (weights + KV cache); the trainer needs the rest. Ignored on CPU."""
     max_model_len: int | None = Field(None, ge=8)

@@ -62,3 +62,17 @@ def test_shipped_specs_are_valid():
     for path in STUDIES.glob("*.yaml"):
         spec = load_spec(path)
         assert spec.name == path.stem
+
+
+def test_gpu_spec_is_valid_with_its_model_and_data_in_place(tmp_path, monkeypatch):
+    """`studies/gpu/gsm8k_first.yaml` (docs/gpu.md) names a downloaded model and GSM8K's file; with a locally built
+    BPE Llama and a sample file at those paths it loads, and its points run replay with the chat template."""
+    from workbench.trial.subword import build_model_dir
+    from workbench.trial.tasks import write_sample_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    write_sample_jsonl("data/gsm8k_train.jsonl", n=700)
+    build_model_dir("models/Qwen2.5-0.5B-Instruct", "data/gsm8k_train.jsonl", vocab_size=300)
+    spec = load_spec(STUDIES / "gpu" / "gsm8k_first.yaml")
+    assert spec.name == "gsm8k_first" and spec.base["task"]["chat_template"] is True
+    assert spec.base["generation"]["backend"] == "vllm"

@@ -7,7 +7,7 @@ import torch
 from workbench.backends.hf import checkpointing
 from workbench.config import build_config
 from workbench.trial.objectives import OBJECTIVES
-from workbench.trial.policy import Policy
+from workbench.trial.policy import Policy, resolve_dtype
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import _score_frozen, train_step
 from workbench.trial.tasks import load_task
@@ -82,3 +82,12 @@ def test_bf16_autocast_runs_the_step_in_mixed_precision_close_to_float32():
     cosine = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in full.values()]),
                                                    torch.cat([mixed[n].flatten() for n in full]), dim=0)
     assert cosine > 0.95
+
+
+def test_trainer_weights_default_to_float32_on_every_device():
+    """`model.dtype: auto` keeps float32 master weights (bf16 weights would round Adam's ~lr-sized updates away: one
+    Adam step at lr 1e-6 on a bf16 weight of 0.02 leaves it unchanged); an explicit dtype is taken as given."""
+    assert resolve_dtype("auto") is torch.float32
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    w = torch.tensor([0.02], dtype=torch.bfloat16)
+    assert torch.equal(w - 1e-6, w)  # the rounding the default avoids

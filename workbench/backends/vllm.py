@@ -49,6 +49,8 @@ class VllmSampler:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{vcfg.cpu_kvcache_gib:g}")
         _, LLM, self.SamplingParams, self.TokensPrompt = import_vllm()
         name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]
+        if vcfg.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported():
+            name = "bfloat16"  # the trainer's float32 master weights, sampled in bf16 as TRL and verl do
         kwargs = dict(
             model=model_path,
             dtype=name if vcfg.dtype == "auto" else vcfg.dtype,

@@ -26,12 +26,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    return getattr(torch, name)
+def resolve_dtype(name: str) -> torch.dtype:
+    """The trainer's weights: `auto` is float32 on every device (`model.dtype`: bf16 weights would round Adam's
+    updates away; on a GPU the matmuls run in bf16 through `train.autocast`)."""
+    return torch.float32 if name == "auto" else getattr(torch, name)
 
 
 def count_parameters(model) -> int:
@@ -54,7 +52,7 @@ class Policy:
     def __init__(self, cfg: TrialConfig, task: Task):
         device = resolve_device(cfg.model.device)
         path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
-        self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype, device))
+        self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype))
         self.device, self.path = device, str(path)
         self.chat = cfg.task.chat_template
         """Prompts are framed by the tokenizer's chat template (`task.chat_template`)."""
