@@ -56,12 +56,14 @@ def _study_context(args: argparse.Namespace):
 
 
 def cmd_study_run(args: argparse.Namespace) -> int:
+    from workbench.study.devices import parse_devices
     from workbench.study.driver import run_study
     from workbench.study.summary import summary_lines
 
     ctx = _study_context(args)
     n_trials = args.n_trials or ctx.spec.n_trials
-    study = run_study(ctx, n_trials, args.workers, show_progress=progress.bars_wanted())
+    devices = parse_devices(args.devices) if args.devices else None
+    study = run_study(ctx, n_trials, args.workers, show_progress=progress.bars_wanted(), devices=devices)
     for line in summary_lines(study):
         print(line)
     storage, uri = tracking.redact_url(ctx.storage_url), tracking.redact_url(ctx.tracking_uri)
@@ -73,10 +75,13 @@ def cmd_study_run(args: argparse.Namespace) -> int:
 
 
 def cmd_study_worker(args: argparse.Namespace) -> int:
+    from workbench.study.devices import parse_devices
     from workbench.study.worker import run_worker
 
+    devices = parse_devices(args.devices) if args.devices else None
     ctx = _study_context(args)
-    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads)
+    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads,
+               devices=devices)
     return 0
 
 
@@ -530,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
     run.add_argument("--storage", help="Optuna storage URL (default: the spec's, else sqlite:///optuna.db)")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's, else $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    run.add_argument("--devices", help="GPU ids (CPU: core ids) split among the workers, e.g. 0-7: one per synchronous trial, W + T per asynchronous one")
     run.set_defaults(func=cmd_study_run)
     worker = ssub.add_parser("worker", help="join an existing study from any machine and run its trials")
     worker.add_argument("spec")
@@ -539,6 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--threads", type=int, help="torch threads for this worker's trials")
     worker.add_argument("--baseline-threads", type=int, help="torch threads for the baseline trial (default: --threads)")
     worker.add_argument("--quiet", action="store_true", help="warnings only (no per-trial progress lines)")
+    worker.add_argument("--devices", help="the GPU ids (CPU: core ids) this worker may use, e.g. 0,1; it uses no other")
     worker.set_defaults(func=cmd_study_worker)
     status = ssub.add_parser("status", help="trials by state, the best configuration, the Pareto front")
     status.add_argument("spec", nargs="?")

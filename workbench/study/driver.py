@@ -22,40 +22,54 @@ from optuna.trial import TrialState
 from workbench import progress, tracking
 from workbench.study import attrs
 from workbench.study.context import StudyContext, calibrated, create_or_load
+from workbench.study.devices import detect_kind, per_trial, split_devices, worker_env
 from workbench.study.summary import counts_line, done, log_to_parent_run
 
 log = logging.getLogger(__name__)
 
 
-def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0, show_progress: bool = False) -> optuna.Study:
-    """Create or resume the study, run its baseline, then `workers` local worker processes until done."""
+def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0, show_progress: bool = False,
+              devices: list[int] | None = None) -> optuna.Study:
+    """Create or resume the study, run its baseline, then `workers` local worker processes until done; with
+    `devices`, worker k runs on its own group of them (`workbench.study.devices`)."""
+    workers = max(workers, 1)
+    groups = kind = None
+    if devices is not None:
+        groups, kind = split_devices(devices, workers, per_trial(ctx.spec.base)), detect_kind()
     study = create_or_load(ctx)
     cores = os.cpu_count() or 1
-    threads = max(1, cores // max(workers, 1))
-    log.info(f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s);"
+    threads = max(1, cores // workers)
+    if groups and kind == "cpu":
+        threads = cores = len(groups[0])  # a worker's trials (the baseline's too) use its cores only
+    placed = f" on {kind} {' | '.join(','.join(map(str, g)) for g in groups)}" if groups else ""
+    log.info(f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s){placed};"
              f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}")
     _requeue_interrupted(study)
 
-    def spawn() -> subprocess.Popen:
+    def spawn(k: int) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
                "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads),
                "--baseline-threads", str(cores), *(["--quiet"] if show_progress else [])]  # the bar reports their trials
+        env = None
+        if groups:
+            cmd += ["--devices", ",".join(map(str, groups[k]))]
+            env = {**os.environ, **worker_env(groups[k], kind)}
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
-        return subprocess.Popen(cmd, start_new_session=True)
+        return subprocess.Popen(cmd, start_new_session=True, env=env)
 
     procs: list[subprocess.Popen] = []
     bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
     previous = _sigterm_as_interrupt()
     try:
         with progress.bar_safe_logging(show_progress), bar:
-            procs = [spawn()]
+            procs = [spawn(0)]
             if not calibrated(study) and _baseline_pending(study):
                 # The first worker runs the baseline alone with every core (its measured mu is the study's
                 # reference, its curve may set the target); the others start once both are known, so no core is
                 # oversubscribed.
                 log.info(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
                 _watch(study, procs, bar, poll, until=lambda: calibrated(study) or not _baseline_pending(study))
-            procs += [spawn() for _ in range(max(workers, 1) - 1)]
+            procs += [spawn(k) for k in range(1, workers)]
             _watch(study, procs, bar, poll)
     except KeyboardInterrupt:
         log.warning("interrupted: stopping workers (run `workbench study run` again to resume)")

@@ -100,9 +100,12 @@ def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int
 class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 
-    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, baseline_threads: int | None = None):
+    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, baseline_threads: int | None = None,
+                 devices: dict[str, Any] | None = None):
         self.ctx, self.study, self.threads = ctx, study, threads
         self.baseline_threads = baseline_threads or threads
+        self.devices = devices
+        """What this worker process runs on (`workbench.study.devices.apply`), recorded on every trial it runs."""
 
     def __call__(self, trial: optuna.Trial):
         spec = self.ctx.spec
@@ -149,6 +152,8 @@ class StudyObjective:
         run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
                                  parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL})
         trial.set_user_attr(attrs.RUN, run.run_id)
+        if self.devices:
+            trial.set_user_attr(attrs.DEVICES, self.devices)
         run.log_params({**{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
                         tracking.PARAM_SEEDS: ",".join(map(str, seeds)), tracking.PARAM_BASELINE: is_baseline})
         if extra_metrics:

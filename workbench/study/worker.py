@@ -10,6 +10,7 @@ the baseline runs elsewhere (it sets the reference mu). A trial that raises fail
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import optuna
@@ -17,6 +18,7 @@ from optuna.trial import TrialState
 
 from workbench.study import attrs
 from workbench.study.context import StudyContext, calibrated, load_existing
+from workbench.study.devices import apply, per_trial, split_devices
 from workbench.study.objective import StudyObjective
 from workbench.study.spec import StudySpec, feasible_space_size
 from workbench.study.summary import counts
@@ -76,14 +78,24 @@ class StudyBudget:
             study.stop()
 
 
-def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None) -> None:
+def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None,
+               devices: list[int] | None = None) -> None:
     """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant.
 
     A trial that raises (NaN, exception, out of memory) fails with its reason and the worker goes on; trials of
-    dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials.
+    dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials. With `devices`, the
+    process confines itself to them first (`workbench.study.devices.apply`) and every trial records them.
     """
+    seen = None
+    if devices is not None:
+        split_devices(devices, 1, per_trial(ctx.spec.base))  # enough for one trial, or a one-line error
+        seen = apply(devices)
+        if seen["kind"] == "cpu":
+            threads = baseline_threads = len(devices)
+        sees = seen.get("visible") or ",".join(map(str, seen.get("affinity") or []))
+        log.info(f"worker {os.getpid()}: {seen['kind']} devices {','.join(map(str, devices))} (it sees {sees})")
     study = load_existing(ctx)
-    objective = StudyObjective(ctx, study, threads, baseline_threads)
+    objective = StudyObjective(ctx, study, threads, baseline_threads, devices=seen)
     budget = StudyBudget(ctx.spec, n_trials)
     waited = 0.0
     while True:

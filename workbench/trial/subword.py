@@ -41,8 +41,8 @@ SIZES = {
     "tiny": LlamaSize(),
     "100m": LlamaSize(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2048),
 }
-"""Named sizes: `tiny` for tests and a CPU try-out (~0.1M parameters at a 1k vocabulary), `100m` for a first GPU run
-(~100M parameters at a 32k vocabulary, ~87M at 8k)."""
+"""Named sizes: `tiny` for tests and a CPU try-out (0.17M parameters at a 570-token vocabulary), `100m` for a first
+GPU run (85M parameters plus 0.77M per 1k tokens of vocabulary: ~110M at 32k; embeddings tied)."""
 
 
 def jsonl_texts(path: str | Path) -> list[str]:

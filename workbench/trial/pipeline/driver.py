@@ -18,6 +18,7 @@ from workbench.config import TrialConfig
 from workbench.trial.pipeline.generator import PipelineError, Processes, generator_main, process_threads
 from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, average_gradients, free_port, go, join_group,
                                               shard_config, trainer_main)
+from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
@@ -101,7 +102,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     t_start = time.perf_counter()
     W, T = cfg.pipeline.generators, cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
-    policy = Policy(cfg, task)  # builds (and caches) the embedded checkpoint before any other process looks for it
+    policy = Policy(place(cfg, "trainer", 0), task)  # builds (and caches) the embedded checkpoint before any other process looks for it
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
     shard_cfg = shard_config(cfg)
     optimizer = make_optimizer(policy.model, cfg.lr)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from workbench.config import TrialConfig
+from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout
@@ -89,6 +90,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
     try:
         torch.set_num_threads(process_threads(cfg))
+        cfg = place(cfg, "generator", worker)
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
         version = weights.pull(policy.model)

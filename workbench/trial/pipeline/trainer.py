@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.config import TrialConfig
+from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, batch_stats
@@ -181,6 +182,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
     torch.set_num_threads(process_threads(cfg))
     join_group(rank, world, port)
     try:
+        cfg = place(cfg, "trainer", rank)
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
         shard_cfg = shard_config(cfg)
