@@ -99,6 +99,27 @@ def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, s
     assert result.metrics["final/pipeline_trainer_idle_fraction"] > 0.5  # starved most of the time
 
 
+def test_a_collective_broken_by_a_peer_that_is_still_exiting_names_the_dead_peer(monkeypatch):
+    from workbench.trial.pipeline import driver
+
+    def reset():
+        raise RuntimeError("gloo: Connection reset by peer")
+
+    checks = []
+
+    def check():  # the peer's exit becomes visible on the third look, as after a SIGKILL
+        checks.append(1)
+        if len(checks) >= 3:
+            raise PipelineError("pipeline: trainer 1 (pid 7) died (killed by signal 9)")
+
+    with pytest.raises(PipelineError, match="trainer 1") as err:
+        driver._collective(check, reset)
+    assert isinstance(err.value.__cause__, RuntimeError) and len(checks) == 3
+    monkeypatch.setattr(driver, "DEATH_GRACE_S", 0.2)
+    with pytest.raises(RuntimeError, match="Connection reset"):  # nobody died: the collective's own error
+        driver._collective(lambda: None, reset)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim, trainers", [("generator-0", 1), ("trainer-1", 2)])
 def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(tracking_uri, victim, trainers):

@@ -77,16 +77,24 @@ class _Account:
         return out
 
 
+DEATH_GRACE_S = 5.0  # a dead peer's socket closes before the kernel reports its exit: how long to wait for the exit
+
+
 def _collective(check, fn, *args):
-    """`fn(*args)`, which talks to the other trainers: when it fails because one of them died, say which."""
+    """`fn(*args)`, which talks to the other trainers: when it fails because one of them died, say which (waiting up
+    to `DEATH_GRACE_S` for the death to become visible: the connection is reset while the process is still exiting)."""
     try:
         return fn(*args)
     except RuntimeError as e:
-        try:
-            check()
-        except PipelineError as died:
-            raise died from e
-        raise
+        deadline = time.monotonic() + DEATH_GRACE_S
+        while True:
+            try:
+                check()
+            except PipelineError as died:
+                raise died from e
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _histogram(bins: np.ndarray) -> dict[str, int]:
