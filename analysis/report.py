@@ -24,6 +24,7 @@ from analysis.models import compare, optimum
 from analysis.pipeline import mapped_split, split_table
 from analysis.resolution import by_estimator, by_reading, resolution
 from analysis.theory import to_knobs
+from analysis.tuned_lr import tuned_lr
 from workbench.estimators import METRICS
 
 def _config_record(row) -> dict:
@@ -217,6 +218,7 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
         **block,
         "configurations": [_config_record(r) for _, r in configs.iterrows()],
         "confirmations": _confirmations(data, configs),
+        "tuned_lr": tuned_lr(data.runs),
         "whatif": {},
         "laws": _laws(data, block.get("models") or []),
         "pipeline": split_table(data),
@@ -288,6 +290,29 @@ def _comparison_section(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
         lines.append(f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r, _lr_varies(result))} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+    return lines + [""]
+
+
+def _pair(p: dict | None) -> str:
+    return "-" if not p or not math.isfinite(p["ratio"]) else f"{p['ratio']:.2f} [{_fmt(p['low'])}, {_fmt(p['high'])}]: {p['verdict']}"
+
+
+def _tuned_lr_section(result: dict) -> list[str]:
+    t = result.get("tuned_lr")
+    if not t:
+        return []
+    lines = ["## At a matched learning rate", "",
+             "The ratios above set every configuration against on-policy at one learning rate, so a saving there may"
+             " come from the learning rate alone. On-policy ran at " + ", ".join(
+                 f"lr {_fmt(o['lr'])} (trial {o['trial_number']}: {_fmt(o['compute_to_target'])} [{_fmt(o['ci_low'])}, {_fmt(o['ci_high'])}])"
+                 for o in t["on_policy_by_lr"]) + f"; its best, lr {_fmt(t['on_policy_best_lr'])}, is a selection estimate.", "",
+             "Each configuration against on-policy at its own learning rate (paired by seed):", "",
+             "| trial | configuration | ratio to on-policy at the same lr [95% CI]: verdict |", "|---|---|---|"]
+    lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_pair(r['same_lr'])} |" for r in t["same_lr"]]
+    lines += ["", f"Each (x, y) at its best learning rate against on-policy at its best (lr {_fmt(t['on_policy_best_lr'])}), the"
+              " comparison the paper makes (lr re-tuned per configuration); both sides selected on the same seeds:", "",
+              "| trial | configuration (its best lr) | compute to target [95% CI] | ratio to tuned on-policy [95% CI]: verdict |", "|---|---|---|---|"]
+    lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_ci(r)} | {_pair(r['against_tuned'])} |" for r in t["tuned"]]
     return lines + [""]
 
 
@@ -412,6 +437,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
         f"`{result.get('metric', 'accuracy')}` ({METRICS[result.get('metric', 'accuracy')]}).",
         "",
         *_comparison_section(result),
+        *_tuned_lr_section(result),
         *_resolution_section(result),
         *_readings_section(result),
         *_confirmation_section(result),

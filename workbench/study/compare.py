@@ -121,9 +121,52 @@ def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
 
 
 def leader(rows: list[Row]) -> Row | None:
-    """The non-baseline selection arm (sampler or predicted) with the lowest geometric mean compute-to-target."""
-    pool = [r for r in rows if not r.arm.baseline and r.arm.kind != "confirm" and math.isfinite(r.estimate.estimate)]
+    """The replay selection arm (sampler or predicted) with the lowest geometric mean compute-to-target: not the
+    baseline, nor on-policy at another learning rate."""
+    on_policy = {a.number for a in on_policy_arms([r.arm for r in rows])}
+    pool = [r for r in rows if not r.arm.baseline and r.arm.number not in on_policy and r.arm.kind != "confirm"
+            and math.isfinite(r.estimate.estimate)]
     return min(pool, key=lambda r: r.estimate.estimate) if pool else None
+
+
+def on_policy_arms(all_arms: list[Arm]) -> list[Arm]:
+    """The baseline and, when a study searches lr, the selection arms whose knobs are the baseline's but for lr."""
+    base = next((a for a in all_arms if a.baseline and a.kind == "baseline"), None) or next((a for a in all_arms if a.baseline), None)
+    if base is None:
+        return []
+    knobs = lambda a: {k: v for k, v in a.knobs.items() if k != "lr"}  # noqa: E731
+    return [a for a in all_arms if a is base or (a.kind == "sampler" and "lr" in a.knobs and knobs(a) == knobs(base))]
+
+
+def on_policy_by_lr(all_arms: list[Arm]) -> dict[float, Arm]:
+    """On-policy selection arms by learning rate (`on_policy_arms`); the one with the most seeds where two ran one lr."""
+    out: dict[float, Arm] = {}
+    for a in on_policy_arms(all_arms):
+        if "lr" in a.knobs:
+            lr = float(a.knobs["lr"])
+            if lr not in out or len(a.seeds) > len(out[lr].seeds):
+                out[lr] = a
+    return out
+
+
+def matched_lr_lines(rows: list[Row], lead: Row, estimator: str | None = None) -> list[str]:
+    """The leader against on-policy at its own learning rate and at on-policy's best, when on-policy ran at two or more
+    (a saving against the baseline's lr alone may be the learning rate's, not the buffer's)."""
+    ops = on_policy_by_lr([r.arm for r in rows])
+    if len(ops) < 2 or "lr" not in lead.arm.knobs:
+        return []
+    by_number = {r.arm.number: r for r in rows}
+    best = min(ops.values(), key=lambda a: by_number[a.number].estimate.estimate)
+    mine = lead.arm.values(estimator)
+    out = []
+    same = ops.get(float(lead.arm.knobs["lr"]))
+    if same is not None and same.number != lead.arm.number:
+        iv = stats.paired_ratio(mine, same.values(estimator))
+        out.append(f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {stats.verdict(iv)}")
+    if best.number != lead.arm.number:
+        iv = stats.paired_ratio(mine, best.values(estimator))
+        out.append(f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {stats.verdict(iv)}")
+    return out
 
 
 def noise(study: optuna.Study) -> list[dict[str, Any]]:

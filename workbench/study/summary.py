@@ -93,6 +93,7 @@ def summary_lines(study: optuna.Study) -> list[str]:
         spec = study.user_attrs.get(attrs.SPEC, {})
         lines.append(f"best replay configuration: {lead.arm.label} -> {lead.estimate.fmt()} ({spec.get('estimator', 'first')} estimator, "
                      f"{lead.estimate.n} seed(s)); against on-policy: " + (f"{lead.ratio.fmt()}, {lead.verdict}" if lead.ratio else "no baseline"))
+        lines += compare.matched_lr_lines(rows, lead)
     for t in complete:
         if t.user_attrs.get(attrs.ARM) == "predicted":
             lines.append(f"fitted optimum run as trial {t.number} {fmt_params(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"

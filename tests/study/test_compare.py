@@ -1,0 +1,39 @@
+"""The study summary's comparisons when lr is searched: the best replay configuration is also set against on-policy
+at its own learning rate and at on-policy's best (workbench.study.compare), read from a real SQLite Optuna storage."""
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import create_trial
+
+from workbench.study import attrs, compare, summary
+
+SPACE = {"replay.ratio": CategoricalDistribution([1, 2]), "x": CategoricalDistribution([1, 2]),
+         "lr": CategoricalDistribution([1e-5, 1e-4])}
+
+
+def _study(tmp_path, table):
+    study = optuna.create_study(study_name="lr", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    for i, ((y, x, lr), c) in enumerate(table.items()):
+        per_seed = [{"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(4)]
+        study.add_trial(create_trial(params={"replay.ratio": y, "x": x, "lr": lr}, distributions=SPACE, value=c,
+                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+    return study
+
+
+def test_a_win_from_the_learning_rate_alone_is_shown_as_such(tmp_path):
+    # on-policy 100 at lr 1e-5 (the baseline) and 50 at 1e-4; replay 60 at 1e-4: "40% saved" against the baseline.
+    study = _study(tmp_path, {(1, 1, 1e-5): 100.0, (1, 1, 1e-4): 50.0, (2, 2, 1e-4): 60.0, (2, 2, 1e-5): 90.0})
+    rows = compare.comparison(study)
+    lead = compare.leader(rows)
+    assert lead.arm.knobs == {"replay.ratio": 2, "x": 2, "lr": 1e-4}  # on-policy at 1e-4 is not a replay configuration
+    text = "\n".join(summary.summary_lines(study))
+    assert "resolved: less compute (40% saved" in text
+    assert "against on-policy at the same lr (trial 1, lr 0.0001): 1.2" in text
+    assert "against on-policy at its best lr (trial 1, lr 0.0001; a selection estimate too): 1.2" in text
+    assert "resolved: more compute (x1.20" in text
+
+
+def test_no_matched_lines_when_on_policy_ran_at_one_learning_rate(tmp_path):
+    study = _study(tmp_path, {(1, 1, 1e-5): 100.0, (2, 2, 1e-4): 60.0})
+    text = "\n".join(summary.summary_lines(study))
+    assert "best replay configuration" in text and "at the same lr" not in text
