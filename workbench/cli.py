@@ -174,7 +174,7 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     base["tracking"] = {**base.get("tracking", {}), "uri": ctx.tracking_uri, "experiment": f"{ctx.spec.name}-probe"}
     if args.threads:
         base["threads"] = args.threads
-    cfg = probe_config(base)
+    cfg = probe_config(base, steps=args.probe_steps)
     res, run = run_probe(cfg, show_progress=False)
     mu = float(study.user_attrs[attrs.REFERENCE_MU])
     o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
@@ -559,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
     verify.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
     verify.add_argument("--probe", action="store_true", help="predict with one `workbench probe` run on the study's base config instead of the fitted model")
+    verify.add_argument("--probe-steps", type=int, default=48, help="with --probe: the probe run's optimizer steps (default 48; more probes"
+                        " where the fresh gradient is not resolved from its noise)")
     verify.add_argument("--lr-sweep", action=argparse.BooleanOptionalAction, default=None,
                         help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)")
     verify.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "

@@ -201,3 +201,17 @@ def test_probe_lr_scales_on_policys_swept_lr_by_the_points_factor():
     assert probe_lr(predicted, None, lr=1e-5)["lr"] == pytest.approx(5e-6)
     refused = probe_lr({"refused": "why"}, sweep, lr=1e-5)
     assert "lr" not in refused and refused["lr_optimum"]["lr"] == pytest.approx(2e-4) and len(refused["lr_sweep"]) == 3
+
+
+def test_a_probe_point_outside_its_own_replicates_is_refused_as_unstable():
+    from analysis.models import probe_prediction
+
+    biased = _terms(range(1, 17), bias=0.03)
+    steady = probe_prediction(biased, [biased] * 20, gamma=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
+    assert "refused" not in steady and steady["stability"]["same_point"] == 1.0
+    # the replicates all see a strong bias (on-policy); the point estimate a weak one (a long buffer)
+    weak = _terms(range(1, 17), bias=0.01)
+    strong = _terms(range(1, 17), bias=0.5)
+    got = probe_prediction(weak, [strong] * 20, gamma=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
+    assert got["stability"]["x_95"][1] < got["x"]
+    assert got["refused"].startswith("unstable") and "outside its own replicates' 95% range" in got["refused"]
