@@ -191,12 +191,16 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_as_interrupted(tmp_path):
-    # A scheduler (or `kill`) signals the driver alone; its workers run in their own sessions and must not outlive it.
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["foreground", "nohup-background"])
+def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_as_interrupted(tmp_path, sigint):
+    # A scheduler (or `kill`) signals the driver alone; its workers run in their own sessions and must not outlive it,
+    # also when the study was started in a script's background (`nohup workbench study run ... &`: SIGINT ignored,
+    # inherited by every process it starts).
     path = toy_spec(tmp_path, n_trials=2, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
-    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
     workers = subprocess.run(["pgrep", "-f", f"study worker {path}"], capture_output=True, text=True).stdout.split()
     assert workers
@@ -205,6 +209,9 @@ def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_a
     assert driver.returncode == 130, err[-3000:]
     assert "Traceback" not in err
     assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]  # what a rerun resumes: the Ctrl-C test
+    study = optuna.load_study(study_name="toy", storage=ctx.storage_url)
+    interrupted = [t for t in study.get_trials() if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL  # stopped by the signal, not killed
 
 
 @pytest.mark.slow

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 
 import optuna
@@ -86,6 +88,10 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
     dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials. With `devices`, the
     process confines itself to them first (`workbench.study.devices.apply`) and every trial records them.
     """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A study started in the background of a script (`nohup workbench study run ... &`) inherits SIGINT ignored,
+        # and so would its workers: the driver's forwarded SIGINT (its Ctrl-C, its SIGTERM) must stop them.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     seen = None
     if devices is not None:
         split_devices(devices, 1, per_trial(ctx.spec.base))  # enough for one trial, or a one-line error
