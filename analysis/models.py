@@ -392,7 +392,19 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
     elif x_span > RIDGE_SPAN_X or y_span > RIDGE_SPAN_Y:
         out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
                           f" [{X[near].min():.3g}, {X[near].max():.3g}] and y in [{Y[near].min():.3g}, {Y[near].max():.3g}]")
+        out["ridge_point"] = _ridge_point(X, Y, C, near, L if search_lr else None)
     return out
+
+
+def _ridge_point(X, Y, C, near, L=None) -> dict:
+    """The simplest configuration of a flat ridge: the smallest horizon on it (least memory, least staleness), then
+    the least reuse, then (when the model uses it) the learning rate it predicts cheapest there. The model says
+    every point of the ridge costs within `RIDGE_TOLERANCE` of its minimum; running this one tests that claim."""
+    at = near & np.isclose(X, X[near].min())
+    at &= np.isclose(Y, Y[at].min())
+    i = np.unravel_index(np.argmin(np.where(at, C, np.inf)), C.shape)
+    point = {"x": float(X[i]), "y": float(Y[i]), "compute": float(C[i])}
+    return point | ({"lr": float(L[i])} if L is not None else {})
 
 
 def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size: int, y_max: float = 16.0) -> dict:

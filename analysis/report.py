@@ -142,6 +142,10 @@ def _models_section(result: dict) -> list[str]:
         o = m["optimum"]
         at_lr = f", lr {_fmt(o['lr'])}" if "lr" in o else ""
         best = f"refused: {o['refused']}" if "refused" in o else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}{at_lr}: {_fmt(o['compute'])}"
+        if "ridge_point" in o:
+            r = o["ridge_point"]
+            best += (f"; the ridge's simplest point x {_fmt(r['x'])}, y {_fmt(r['y'])}" + (f", lr {_fmt(r['lr'])}" if "lr" in r else "")
+                     + f": {_fmt(r['compute'])} (`study verify --model {m['model']} --ridge`)")
         params = ", ".join(f"{k} {_fmt(v)}" for k, v in m["params"].items() if k != "scale")
         lines.append(f"| `{m['model']}` | {params} | {_fmt(m['aic'])} | {held} | {_fmt(m['r2_log'])} | "
                      f"{', '.join(m['unidentified']) or 'none'} | {best} |")

@@ -116,6 +116,8 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
 
     if args.bootstrap < 0:
         raise ConfigError(f"--bootstrap: must be >= 0 (got {args.bootstrap})")
+    if args.ridge and not args.model:
+        raise ConfigError("--ridge: runs a model's flat ridge; give it with --model NAME|best")
     ctx = _study_context(args)
     study = open_for_verify(ctx)
     result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
@@ -147,12 +149,21 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
     loco = chosen.get("loco", {}).get("median_abs_log_error", math.nan)
     print(f"model {chosen['model']} (leave-one-configuration-out median |log error| {loco:.3g}):"
           + (f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "") if "x" in opt else ""))
+    ridge = opt.get("ridge_point")
     if "refused" in opt:
         print(f"  no prediction: {opt['refused']}")
-        return 0
+        if ridge is None:
+            return 0
+        where = f"x {ridge['x']:.3g}, y {ridge['y']:.3g}" + (f", lr {ridge['lr']:.3g}" if "lr" in ridge else "")
+        if not args.ridge:
+            print(f"  the ridge's simplest point is {where} ({ridge['compute']:.4g} units predicted); --ridge runs it")
+            return 0
+        print(f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units")
+        opt = ridge
     fit = ModelFit.from_summary(chosen)
     lr = opt.get("lr")
-    provenance = {"model": chosen["model"], "params": chosen["params"], "loco": loco, "mu": chosen["mu"]}
+    provenance = {"model": chosen["model"], "params": chosen["params"], "loco": loco, "mu": chosen["mu"],
+                  **({"ridge": True} if opt is ridge else {})}
     v = run_prediction(ctx, study, {**result, "predicted": {"x": opt["x"], "y": opt["y"]}}, lambda x, y: fit.predict(x, y, lr),
                        threads=args.threads, force=args.force, provenance=provenance, lr=lr)
     if args.json:
@@ -565,6 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)")
     verify.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
                         "extended_lr; best = the first by leave-one-configuration-out error) instead of the distinct-draw fit")
+    verify.add_argument("--ridge", action="store_true", help="with --model: where the model refuses a point because its optimum"
+                        " is a flat ridge, run the ridge's simplest point (smallest horizon, least reuse) to test the claim")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")
     verify.set_defaults(func=cmd_study_verify)
     confirm = _arm_parser(ssub, "confirm", "re-run the best configurations and the baseline on fresh seeds (replication)")

@@ -78,6 +78,10 @@ def test_an_optimum_on_a_flat_ridge_is_refused_with_the_reason():
     flat = ModelFit("thm45", {"log_scale": 0.0, "alpha": 0.0, "log_tau0": 0.0, "log_rho": math.log(0.3), "log_sigma": -2.0}, MU, 1.0, 0, 0, 0.0)
     out = optimum(flat)
     assert "flat ridge" in out["refused"] and out["near_x"][1] / out["near_x"][0] > 4
+    # the ridge's simplest point, what `study verify --ridge` runs: its smallest horizon, within the tolerance
+    ridge = out["ridge_point"]
+    assert ridge["x"] == pytest.approx(out["near_x"][0]) and ridge["y"] <= ridge["x"]
+    assert ridge["compute"] <= out["compute"] * 1.05 and ridge["compute"] == pytest.approx(float(flat.predict(ridge["x"], ridge["y"])))
     shaped = ModelFit("with_replacement", {"log_scale": 0.0, "alpha": 0.4, "log_tau0": 0.0, "log_rho": math.log(0.1), "log_sigma": -2.0},
                       MU, 1.0, 0, 0, 0.0)
     out = optimum(shaped)

@@ -213,6 +213,8 @@ def test_study_verify_model_runs_a_compared_models_optimum_or_says_why_not(verif
     _, _, tmp, _ = verified
     wrong = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--model", "nope"], tmp)
     assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--model" in wrong.stderr
+    lone = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--ridge"], tmp)
+    assert lone.returncode == 2 and lone.stderr.count("\n") == 1 and "--ridge" in lone.stderr
     run = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--model", "best", "--force", "--json"], tmp)
     assert run.returncode == 0, run.stderr[-3000:]
     if "no prediction:" in run.stdout:  # too few configurations, or the best model's optimum is refused: said, nothing run
