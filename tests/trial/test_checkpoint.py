@@ -28,11 +28,16 @@ def test_embedded_checkpoint_is_safetensors_loaded_with_from_pretrained(model_ca
     assert records == []
 
 
-def test_embedded_checkpoint_is_deterministic_for_its_seed(tmp_path):
-    weights = []
-    for name in ("a", "b"):
+def test_embedded_checkpoint_is_deterministic_for_its_seed_whatever_the_builders_threads(tmp_path):
+    weights, threads = [], torch.get_num_threads()
+    for name, builder_threads in (("a", 1), ("b", 3)):
         cfg = build_config(toy_dict(model={**TINY_MODEL, "cache_dir": str(tmp_path / name)}))
-        path = ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task))
+        torch.set_num_threads(builder_threads)
+        try:
+            path = ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task))
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.get_num_threads() == threads  # the builder's own setting is given back
         weights.append(load_file(path / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -28,6 +28,11 @@ from workbench.trial.tasks import Task
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 3  # bump when the embedded model or warm start changes meaning
+WARM_START_THREADS = 2
+"""The warm start runs on this many threads whatever the building process has: float sums split over another
+number of threads differ in the last bits (1e-6 after 20 steps), and 400 steps of training turn that into another
+checkpoint (measured: greedy held-out accuracy 0.354 and 0.372 for the split task on two machines), so which
+process built the cache would decide the study's starting point."""
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
@@ -142,7 +147,12 @@ def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, tas
         )
         model = LlamaForCausalLM(config)
         model.train()
-        steps, acc = warm_start(model, tokenizer, task, model_cfg)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(WARM_START_THREADS)
+        try:
+            steps, acc = warm_start(model, tokenizer, task, model_cfg)
+        finally:
+            torch.set_num_threads(threads)
         model.eval()
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
