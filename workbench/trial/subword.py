@@ -10,7 +10,6 @@ ChatML-style one) and may leave out the pad token: the policy then pads with EOS
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workbench.config import ConfigError
+from workbench.trial.tasks import jsonl_lines
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 
@@ -47,20 +47,11 @@ GPU run (85M parameters plus 0.77M per 1k tokens of vocabulary: ~110M at 32k; em
 
 def jsonl_texts(path: str | Path) -> list[str]:
     """Every question and answer of a JSONL task file (the tokenizer's training text); an error names the line."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"--jsonl: no such file {p}")
     texts = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{p}:{lineno}: invalid JSON ({err.msg})") from None
+    for _, _, obj in jsonl_lines(path, "--jsonl"):
         texts += [v for v in (obj.get("question"), obj.get("answer")) if isinstance(v, str)] if isinstance(obj, dict) else []
     if not texts:
-        raise ConfigError(f"{p}: no question or answer text to train a tokenizer on")
+        raise ConfigError(f"{Path(path).expanduser()}: no question or answer text to train a tokenizer on")
     return texts
 
 

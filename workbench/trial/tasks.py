@@ -11,7 +11,7 @@ import functools
 import json
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,21 +193,27 @@ def split_task(cfg: TaskConfig) -> Task:
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
 
-def read_jsonl_examples(path: str | Path, chat: bool = False) -> list[Example]:
-    """Parse a JSONL file of `{"question", "answer"}` objects, each answer ending `#### <final answer>` (a number,
-    or any LaTeX math-verify reads: `\\frac{3}{4}`, `2\\sqrt{3}`, `12 \\text{ cm}`); an error names the file
-    and line. A prompt is `Q: <question>\nA: `, or with `chat` the bare question (the chat template frames it)."""
+def jsonl_lines(path: str | Path, field: str) -> Iterator[tuple[Path, int, object]]:
+    """The parsed non-blank lines of a JSONL file as (file, line number, value); a missing file is an error naming
+    `field` (the setting or option that gave the path), invalid JSON one naming the file and line."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ConfigError(f"task.path: no such file {p}")
-    examples = []
+        raise ConfigError(f"{field}: no such file {p}")
     for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            yield p, lineno, json.loads(line)
         except json.JSONDecodeError as err:
             raise ConfigError(f"{p}:{lineno}: invalid JSON ({err.msg})") from None
+
+
+def read_jsonl_examples(path: str | Path, chat: bool = False) -> list[Example]:
+    """Parse a JSONL file of `{"question", "answer"}` objects, each answer ending `#### <final answer>` (a number,
+    or any LaTeX math-verify reads: `\\frac{3}{4}`, `2\\sqrt{3}`, `12 \\text{ cm}`); an error names the file
+    and line. A prompt is `Q: <question>\nA: `, or with `chat` the bare question (the chat template frames it)."""
+    examples, p = [], Path(path).expanduser()
+    for p, lineno, obj in jsonl_lines(path, "task.path"):
         if not isinstance(obj, dict):
             raise ConfigError(f"{p}:{lineno}: expected an object with question and answer")
         for key in ("question", "answer"):
