@@ -15,3 +15,8 @@ def test_verify_maps_the_prediction_to_knobs_and_finds_a_measured_twin():
     on_policy = {"predicted": {"x": 1.0, "y": 0.6}, "configurations": result["configurations"]}
     knobs, x, y = predicted_knobs(on_policy, 128)
     assert knobs["replay.ratio"] == 1.0 and knobs["replay.capacity"] == 128 and _measured_twin(on_policy, knobs) == 0
+    # a study that searches lr: a prediction without its own lr runs at the base lr, so only that twin counts
+    by_lr = {"configurations": [{"trial_number": 8, "y": 1.0, "capacity": 128, "lr": 5e-5},
+                                {"trial_number": 0, "y": 1.0, "capacity": 128, "lr": 1e-4}]}
+    assert _measured_twin(by_lr, knobs, base_lr=1e-4) == 0 and _measured_twin(by_lr, knobs, base_lr=2e-4) is None
+    assert _measured_twin(by_lr, {**knobs, "lr": 5e-5}, base_lr=1e-4) == 8

@@ -53,9 +53,12 @@ def predicted_knobs(result: dict, batch: int) -> tuple[dict[str, float], float, 
     return {"replay.ratio": ratio, "replay.capacity": capacity, "replay.horizon": None}, capacity * ratio / batch, ratio
 
 
-def _measured_twin(result: dict, knobs: dict) -> int | None:
+def _measured_twin(result: dict, knobs: dict, base_lr: float | None = None) -> int | None:
+    """A measured configuration with these knobs, at the learning rate the prediction runs at (its own `lr` knob,
+    else the study's base lr: a model that does not use the learning rate predicts at the base one)."""
+    lr = knobs.get("lr", base_lr)
     for c in result["configurations"]:
-        same_lr = "lr" not in knobs or (c.get("lr") is not None and math.isclose(c["lr"], knobs["lr"], rel_tol=1e-6))
+        same_lr = lr is None or c.get("lr") is None or math.isclose(c["lr"], lr, rel_tol=1e-6)
         if math.isclose(c["y"], knobs["replay.ratio"], rel_tol=1e-6) and c["capacity"] == knobs["replay.capacity"] and same_lr:
             return int(c["trial_number"])
     return None
@@ -92,11 +95,12 @@ def run_prediction(
     `arm` names what predicted it (`predicted`: the fitted model; `probe`: `workbench probe`), `provenance` what it
     was predicted from (default: the fit's parameters), `lr` the learning rate a learning-rate-aware model chose
     with (x, y) (run as the `lr` knob)."""
-    knobs, x, y = predicted_knobs(result, ctx.spec.trial_config({}, 0).batch_size)
+    base = ctx.spec.trial_config({}, 0)
+    knobs, x, y = predicted_knobs(result, base.batch_size)
     if lr is not None:
         knobs["lr"] = float(f"{lr:.3g}")
     predicted = float(predict(x, y))
-    twin = _measured_twin(result, knobs)
+    twin = _measured_twin(result, knobs, base.lr)
     if twin is not None and not force:
         measured = next(c["compute_to_target"] for c in result["configurations"] if c["trial_number"] == twin)
         log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {twin}: "
