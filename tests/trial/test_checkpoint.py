@@ -69,3 +69,26 @@ def test_a_jsonl_task_gets_its_files_characters_and_a_hint_when_the_warm_start_l
     assert json.loads((path / "warm_start.json").read_text())["accuracy"] == 0
     assert len(warnings) == 1 and "model.path" in warnings[0] and "warm_start.steps" in warnings[0]
     assert any("greedy held-out accuracy 0.000" in r.getMessage() for r in records)
+
+
+def test_a_warm_start_that_never_reaches_its_target_keeps_its_most_accurate_checkpoint(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from workbench.trial import checkpoint
+
+    cfg = build_config(toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 40, "eval_every": 10, "target_accuracy": 0.9}}))
+    task = load_task(cfg.task)
+    tok = checkpoint.build_char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    accuracies, states = iter([0.0, 0.1, 0.4, 0.2, 0.0]), []  # steps 0, 10, 20, 30, 40: best at 20, below the target
+
+    def scripted(m, *args, **kwargs):
+        states.append({k: v.clone() for k, v in m.state_dict().items()})
+        return next(accuracies)
+
+    monkeypatch.setattr(checkpoint, "greedy_accuracy", scripted)
+    assert checkpoint.warm_start(model, tok, task, cfg.model) == (20, 0.4)
+    assert all(torch.equal(v, states[2][k]) for k, v in model.state_dict().items())  # the weights of step 20
+    assert not all(torch.equal(v, states[4][k]) for k, v in model.state_dict().items())
