@@ -94,9 +94,11 @@ def _already(study: optuna.Study, number: int, seeds: list[int]) -> FrozenTrial 
 
 
 def prediction_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The complete `study verify` arms (a model's or the probe's predicted optimum), in the order they ran."""
+    """The complete `study verify` arms (a model's or the probe's predicted optimum) and the measured trials a
+    prediction named instead of running anew (its twins), in trial order."""
+    twins = set(study.user_attrs.get(attrs.PREDICTED_TWINS, []))
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get(attrs.ARM) in PREDICTION_ARMS and t.value is not None]
+            if (t.user_attrs.get(attrs.ARM) in PREDICTION_ARMS or t.number in twins) and t.value is not None]
 
 
 def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None,
@@ -109,8 +111,8 @@ def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, 
     if predicted:
         chosen = {tuple(sorted((t.params or t.user_attrs.get(attrs.KNOBS, {})).items())) for t in best}
         for t in prediction_trials(study):
-            key = tuple(sorted(t.user_attrs.get(attrs.KNOBS, {}).items()))
-            if key not in chosen:  # a prediction that is one of the best is confirmed once
+            key = tuple(sorted((t.params or t.user_attrs.get(attrs.KNOBS, {})).items()))
+            if key not in chosen and not t.user_attrs.get(attrs.BASELINE):  # confirmed once (the baseline always is)
                 best.append(t)
                 chosen.add(key)
         if not prediction_trials(study):

@@ -105,6 +105,7 @@ def run_prediction(
         measured = next(c["compute_to_target"] for c in result["configurations"] if c["trial_number"] == twin)
         log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {twin}: "
                  f"measured {measured:.4g}, predicted {predicted:.4g} (use --force to run it again)")
+        study.set_user_attr(attrs.PREDICTED_TWINS, sorted({*study.user_attrs.get(attrs.PREDICTED_TWINS, []), twin}))
         return Verification(twin, knobs, x, y, predicted, measured, None, same_as=twin)
 
     log.info(f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
