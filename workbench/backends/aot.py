@@ -107,8 +107,9 @@ class _Exported(torch.nn.Module):
 
 def build(fn: Callable, example: tuple, dynamic_shapes: tuple, path: Path) -> None:
     """Export `fn` on `example` (sizes marked in `dynamic_shapes` stay symbolic) and compile it into a package at
-    `path`. Arguments `fn` writes into (KV buffers) stay writable: export records the mutation and the package
-    writes back into the caller's tensors."""
+    `path`. Arguments `fn` writes into stay writable (export records the mutation and the package writes back into
+    the caller's tensors), but at the price of a whole copy of each per call: a hot function should return what it
+    would write and leave the writing to its caller, as the decode step does with its KV buffers."""
     import torch._inductor  # the compiler: loaded only when a package is built
 
     program = torch.export.export(_Exported(fn), example, dynamic_shapes=(dynamic_shapes,), strict=False)  # one entry: *args
