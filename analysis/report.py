@@ -189,7 +189,7 @@ def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
     for _, r in configs[configs["arm"] == "confirm"].iterrows():
         sel = selection.get(by_knobs(r))
-        if sel is not None and not r["baseline"]:
+        if sel is not None:  # the baseline too: its replication is what every other replication is paired against
             seeds = lambda n: sorted(int(s) for s in data.runs.loc[data.runs["trial_number"] == n, "seed"])  # noqa: E731
             out.append({"selection": {**_config_record(sel), "seed_list": seeds(sel["trial_number"])},
                         "replicated": {**_config_record(r), "seed_list": seeds(r["trial_number"])}})
