@@ -27,7 +27,8 @@ def test_the_probe_reads_noise_by_age_and_leaves_the_run_as_an_unprobed_one(trac
     assert -1.0 <= res.rho <= 1.0 and math.isfinite(res.gamma) and res.mu > 0
     assert res.rho_lag == 2  # x/y by default: capacity 32 over B 16, the mean gap between two uses of a rollout
     assert [t["x"] for t in res.horizon][:3] == [1, 2, 3] and all(math.isfinite(t["cross"]) for t in res.horizon)
-    assert len(res.horizon_draws) == 50 and res.horizon_draws[0] != res.horizon_draws[1]  # groups resampled
+    # groups resampled: the 50 draws are not all one (two given draws may coincide when few groups carry a gradient)
+    assert len(res.horizon_draws) == 50 and any(d != res.horizon_draws[0] for d in res.horizon_draws[1:])
 
     plain = run_trial(_cfg(tracking_uri))
     client = MlflowClient(tracking_uri)
