@@ -224,3 +224,34 @@ def test_async_settings_are_checked_at_the_edge():
         build_config(toy_dict(pipeline={"mode": "async", "trainers": 3}))
     with pytest.raises((ConfigError, ValueError), match="replay.capacity"):
         build_config(toy_dict(replay={"strategy": "queue", "capacity": 8}))
+
+
+def _hold_forever(lock) -> None:
+    lock.acquire()
+    time.sleep(3600)
+
+
+def test_a_peer_killed_while_holding_the_weights_lock_is_reported_not_waited_for():
+    # A generator SIGKILLed while it pulled the weights never releases their lock: publishing must notice the death
+    # (here the check raises once the holder is dead) instead of waiting for the lock forever (seen once in a CI run)
+    import torch
+
+    from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+
+    weights = SharedWeights(torch.nn.Linear(2, 2))
+    holder = CONTEXT.Process(target=_hold_forever, args=(weights.lock,), daemon=True)
+    holder.start()
+    while weights.lock.acquire(timeout=0.05):  # until the child holds it
+        weights.lock.release()
+        time.sleep(0.05)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(5)
+
+    def check() -> None:
+        if not holder.is_alive():
+            raise PipelineError(f"pipeline: generator 0 (pid {holder.pid}) died")
+
+    t0 = time.monotonic()
+    with pytest.raises(PipelineError, match="died"):
+        weights.publish(torch.nn.Linear(2, 2), 1, check)
+    assert time.monotonic() - t0 < 5

@@ -168,7 +168,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 mine.add_batch(batch, step)
                 report = _collective(check, mine.summed, T)
                 t0 = time.perf_counter()
-                weights.publish(policy.model, step + 1)
+                weights.publish(policy.model, step + 1, check)
                 account.publish_s += time.perf_counter() - t0
                 account.add(report)
                 v = report.values

@@ -93,7 +93,12 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
         cfg = place(cfg, "generator", worker)
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
-        version = weights.pull(policy.model)
+
+        def orphaned() -> None:  # a trainer killed while publishing never releases the weights' lock
+            if os.getppid() != parent:
+                raise PipelineError("the trainer is gone")
+
+        version = weights.pull(policy.model, orphaned)
         prompts = PromptStream(len(task.train), cfg.seed, stream=worker)
         sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed + 104_729 * worker)
         groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
@@ -109,7 +114,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                 continue
             if weights.latest() - version >= cfg.generation.sync_every:
                 t0 = time.perf_counter()
-                version = weights.pull(policy.model)
+                version = weights.pull(policy.model, orphaned)
                 sync_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             fresh, samples = generate_groups(policy, task, prompts.take(groups), cfg.group_size, version, sampler, uid)

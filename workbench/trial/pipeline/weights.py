@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Callable
+
 import torch
 import torch.multiprocessing as mp
 
 CONTEXT = mp.get_context("spawn")
 """Every process of the pipeline is a spawn child: no state forked from a parent that runs threads."""
+LOCK_POLL_S = 0.2
+"""While waiting for the weights' lock, how often to look whether a peer died (a process killed while it holds the
+lock never releases it)."""
 
 
 class SharedWeights:
@@ -19,15 +25,27 @@ class SharedWeights:
         self.version = CONTEXT.Value("q", 0, lock=False)
         self.lock = CONTEXT.Lock()
 
-    def publish(self, model: torch.nn.Module, version: int) -> None:
-        with self.lock, torch.no_grad():
+    @contextmanager
+    def _held(self, check: Callable[[], None] | None):
+        """The lock; while waiting for it, `check()` every `LOCK_POLL_S` (it raises when a peer has died: a generator
+        SIGKILLed while pulling left the trainer waiting here forever)."""
+        while not self.lock.acquire(timeout=LOCK_POLL_S):
+            if check is not None:
+                check()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def publish(self, model: torch.nn.Module, version: int, check: Callable[[], None] | None = None) -> None:
+        with self._held(check), torch.no_grad():
             for n, p in model.named_parameters():
                 self.tensors[n].copy_(p)
             self.version.value = version
 
-    def pull(self, model: torch.nn.Module) -> int:
+    def pull(self, model: torch.nn.Module, check: Callable[[], None] | None = None) -> int:
         """Copy the published weights into `model`; their version."""
-        with self.lock, torch.no_grad():
+        with self._held(check), torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(self.tensors[n])
             return int(self.version.value)
