@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from workbench.backends.allocator import keep_freed_memory
 from workbench.backends.decode import make_sampler
 from workbench.backends.hf import encode_prompts
 from workbench.config import ConfigError, TrialConfig
@@ -50,6 +51,7 @@ class Policy:
     """The model, its tokenizer and the sampling settings of a trial."""
 
     def __init__(self, cfg: TrialConfig, task: Task):
+        keep_freed_memory()  # this process trains or samples from here on (the warm start included)
         device = resolve_device(cfg.model.device)
         path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
         self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype))
