@@ -38,7 +38,14 @@ def _groups(tok, texts, completion_lengths, group: int, seed: int, model, max_ne
     return out.prompt_ids, [c[: completion_lengths(i)] or c[:1] for i, c in enumerate(out.completion_ids)]
 
 
-def test_packed_scoring_gives_the_padded_batch_values_and_gradients():
+@pytest.mark.parametrize("rope", ["complex", "halves_differ", "large_model"])
+def test_packed_scoring_gives_the_padded_batch_values_and_gradients(rope, monkeypatch):
+    """RoPE as a complex factor on interleaved q/k rows (the default for small models), and the model's own
+    rotation: for a RoPE whose halves turn by different angles, and for models above the interleaving size."""
+    if rope == "halves_differ":
+        monkeypatch.setattr(packed, "_halves_agree", lambda cos, sin: False)
+    if rope == "large_model":
+        monkeypatch.setattr(packed, "FUSE_MAX_PARAMETERS", 0)
     model, tok, task = toy_policy()
     model.train()
     assert packed.supports(model) is None

@@ -18,10 +18,12 @@ models take this path (what the static decoder knows, without attention dropout 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
 
+from workbench.backends.decode import FUSE_MAX_PARAMETERS
 from workbench.backends.decode import supports as decodable
 from workbench.backends.hf import checkpointing, distinct_prompts
 
@@ -93,16 +95,70 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _layer(layer, x: torch.Tensor, at: Layout, cos: torch.Tensor, sin: torch.Tensor, prefix, mask):
+@dataclass
+class Rope:
+    """One call's rotary embedding of its tokens: `cos`, `sin` `[N, 1, head_dim]` as the model computes them and,
+    where the model's two halves share their frequencies (every Llama-family RoPE), `turn` `[N, 1, head_dim / 2]`:
+    the same rotation as one complex factor per pair (i, i + head_dim / 2). With the q and k projections' rows
+    interleaved so that each pair is adjacent (`_rotated`), the rotation is one complex multiply forward and one
+    backward, where `_rotate` runs five kernels each way. Scores are unchanged: q and k are permuted alike within
+    each head, and q . k does not see the order of its terms."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    turn: torch.Tensor | None
+
+    @classmethod
+    def of(cls, rotary_emb, x: torch.Tensor, positions: torch.Tensor, interleaved: bool) -> "Rope":
+        cos, sin = (t[0, :, None, :] for t in rotary_emb(x, positions[None]))
+        half = cos.shape[-1] // 2
+        turn = None
+        if interleaved and cos.dtype == torch.float32 and _halves_agree(cos, sin):
+            turn = torch.complex(cos[..., :half].contiguous(), sin[..., :half].contiguous())
+        return cls(cos, sin, turn)
+
+
+def _halves_agree(cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether the pairs (i, i + head_dim / 2) turn by one angle (the rotation is then one complex factor)."""
+    half = cos.shape[-1] // 2
+    return torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:])
+
+
+@cache
+def _interleaved(heads: int, head_dim: int) -> torch.Tensor:
+    """A q or k projection's rows with each head's pairs (i, i + head_dim / 2) adjacent."""
+    half = head_dim // 2
+    within = torch.stack([torch.arange(half), torch.arange(half) + half], 1).reshape(-1)
+    return (torch.arange(heads)[:, None] * head_dim + within).reshape(-1)
+
+
+def interleave_rope(model) -> bool:
+    """Whether training rotates q and k as complex pairs from interleaved projection rows (`Rope`): for models up
+    to the decoder's fusing size, where the permuted copy of the q and k weights each call makes (and autograd
+    holds until backward) is cheap."""
+    return sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS
+
+
+def _rotated(proj, h: torch.Tensor, rope: Rope, head_dim: int) -> torch.Tensor:
+    """q or k of packed tokens, rotated: `[N, heads, head_dim]`."""
+    n, heads = h.shape[0], proj.out_features // head_dim
+    if rope.turn is None:
+        return _rotate(proj(h).view(n, heads, head_dim), rope.cos, rope.sin)
+    order = _interleaved(heads, head_dim).to(h.device)
+    y = F.linear(h, proj.weight.index_select(0, order), None if proj.bias is None else proj.bias.index_select(0, order))
+    return torch.view_as_real(torch.view_as_complex(y.view(n, heads, head_dim // 2, 2)) * rope.turn).view(n, heads, head_dim)
+
+
+def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
     """One decoder layer on packed tokens `x` `[N, hidden]`; attention over `prefix` (per-row keys and values
     before these tokens, or None) and the rows' own tokens, under `mask` (None: causal). Returns the new hidden
-    states and this layer's keys and values in the padded layout (what later tokens attend to)."""
+    states and this layer's keys and values in the padded layout (what later tokens attend to; with `rope.turn`,
+    each head's key dimensions in `_interleaved` order, as its queries')."""
     attn = layer.self_attn
-    n = x.shape[0]
+    n, d = x.shape[0], attn.head_dim
     h = _norm(layer.input_layernorm, x)
-    q = _rotate(attn.q_proj(h).view(n, -1, attn.head_dim), cos, sin)
-    k = _rotate(attn.k_proj(h).view(n, -1, attn.head_dim), cos, sin)
-    v = attn.v_proj(h).view(n, -1, attn.head_dim)
+    q, k = _rotated(attn.q_proj, h, rope, d), _rotated(attn.k_proj, h, rope, d)
+    v = attn.v_proj(h).view(n, -1, d)
     q, k, v = (at.pad(t).transpose(1, 2) for t in (q, k, v))  # [rows, heads, width, head_dim]
     kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2))
     out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling,
@@ -124,15 +180,15 @@ def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[i
     # positions: a prompt's tokens from 0, its completions' tokens after the prompt's length
     xp, xc = inner.embed_tokens(prompts.tokens), inner.embed_tokens(comps.tokens)
     pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
-    cos_p, sin_p = (t[0, :, None, :] for t in inner.rotary_emb(xp, prompts.col[None]))
-    cos_c, sin_c = (t[0, :, None, :] for t in inner.rotary_emb(xc, pos_c[None]))
+    complex_ok = interleave_rope(model)
+    rope_p, rope_c = Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok), Rope.of(inner.rotary_emb, xc, pos_c, complex_ok)
     # a completion token sees its prompt's real tokens and the completion's tokens up to itself
     seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(0, which)
     causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
     mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[:, None]
     for layer in inner.layers:
-        xp, kp, vp = _layer(layer, xp, prompts, cos_p, sin_p, None, None)
-        xc, _, _ = _layer(layer, xc, comps, cos_c, sin_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
+        xp, kp, vp = _layer(layer, xp, prompts, rope_p, None, None)
+        xc, _, _ = _layer(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
     # completion token j is predicted by the hidden state before it: its prompt's last token for j = 0
     last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
     index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]
