@@ -9,7 +9,9 @@ fp32 `torch.mm` throughput measured here at the model's own GEMM shapes (decode 
 hidden, against each weight); the floor is the step's FLOPs at the best of them. Then each measured step (`--steps`
 after warm-up, with the configured decoder) against the floor at the ceiling measured right after it (the best shape,
 `--gemm-seconds`): a shared machine's speed drifts by 20-40% over minutes, and a step is judged against the
-machine's speed of its own moment. The fraction printed is the median over steps, with its quartiles.
+machine's speed of its own moment. The fraction printed is the median over steps, with its quartiles. Last, the
+step's own GEMMs alone at its shapes (`gemm_only_seconds`): how much of the measured step is GEMM work at the
+speeds these shapes really get, and the fraction a step of nothing else could reach.
 
     .venv/bin/python benchmarks/roofline.py [--threads 2] [--steps 8] [--decode auto]
 """
@@ -68,6 +70,37 @@ def step_flops(model, prompt_ids: list[list[int]], completion_lens: list[int], s
     return {"generation": gen, "training": train}
 
 
+def gemm_only_seconds(model, prompt_tokens: int, rows: int, decode_steps: int, completion_tokens: int, reps: int = 5) -> dict[str, float]:
+    """Seconds the step's own GEMMs take alone, at the shapes the step runs them, run back to back in this
+    process: the prefill over the distinct prompts' tokens, `decode_steps` decode steps of `rows` rows, and the
+    packed training forward (prompts and completions) with its backward (the input's and the weight's gradient
+    of every matmul). Attention, elementwise work and Python are left out: a step with nothing but these could
+    reach at most floor / this of the ceiling. Median over `reps`."""
+    weights = [w.detach().t().contiguous() for w in matmul_weights(model)]  # [in, out], as x @ w
+    sizes = {m for m in (prompt_tokens, rows, completion_tokens)}
+    acts = {(m, d): torch.randn(m, d) for m in sizes for w in weights for d in w.shape}  # made before the clock runs
+
+    def run(m: int, backward: bool) -> None:
+        for w in weights:
+            a, g = acts[(m, w.shape[0])], acts[(m, w.shape[1])]
+            a @ w
+            if backward:
+                g @ w.t()  # the input's gradient
+                a.t() @ g  # the weight's gradient
+    inputs = {"generation": [(prompt_tokens, False)] + [(rows, False)] * decode_steps,
+              "training": [(prompt_tokens, True), (completion_tokens, True)]}
+    out = {}
+    for part, calls in inputs.items():
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            for m, backward in calls:
+                run(m, backward)
+            times.append(time.perf_counter() - t0)
+        out[part] = statistics.median(times[1:])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -102,7 +135,8 @@ def main() -> None:
             lens = [len(c) for c in out.completion_ids]
             f = step_flops(policy.model, out.prompt_ids, lens)
             f["per_row_prompts"] = sum(step_flops(policy.model, out.prompt_ids, lens, share_prompts=False).values())
-            rows.append({"gen_s": t1 - t0, "train_s": t2 - t1, "peak": peak, **f})
+            rows.append({"gen_s": t1 - t0, "train_s": t2 - t1, "peak": peak, **f,
+                         "shape": (len({tuple(p) for p in out.prompt_ids}), sum(len(p) for p in {tuple(p) for p in out.prompt_ids}), len(lens), max(lens), sum(lens))})
     med = statistics.median
     frac = [(r["generation"] + r["training"]) / r["peak"] / (r["gen_s"] + r["train_s"]) for r in rows]
     frac_gen = [r["generation"] / r["peak"] / r["gen_s"] for r in rows]
@@ -111,6 +145,10 @@ def main() -> None:
     gen_s, train_s = med(r["gen_s"] for r in rows), med(r["train_s"] for r in rows)
     gen_f, train_f = med(r["generation"] for r in rows), med(r["training"] for r in rows)
     q = statistics.quantiles(frac, n=4) if len(frac) > 1 else [frac[0]] * 3
+    # the GEMMs alone, at the median step's shapes: what a step with no other cost would take
+    _, prompt_tokens, n_rows, longest, completion_tokens = sorted(r["shape"] for r in rows)[len(rows) // 2]
+    gemm = gemm_only_seconds(policy.model, prompt_tokens, n_rows, longest - 1, completion_tokens)
+    gemm_s = gemm["generation"] + gemm["training"]
     result = {
         "threads": args.threads, "decode": args.decode, "gemm_gflops_by_shape": {k: round(v, 1) for k, v in ceiling.items()},
         "ceiling_gflops": round(peak / 1e9, 1), "ceiling_gflops_range": [round(min(r["peak"] for r in rows) / 1e9, 1), round(max(r["peak"] for r in rows) / 1e9, 1)],
@@ -120,6 +158,8 @@ def main() -> None:
         "fraction_of_ceiling": round(med(frac), 3), "fraction_quartiles": [round(q[0], 3), round(q[2], 3)],
         "generation": {"gflop": round(gen_f / 1e9, 2), "s": round(gen_s, 4), "fraction": round(med(frac_gen), 3)},
         "training": {"gflop": round(train_f / 1e9, 2), "s": round(train_s, 4), "fraction": round(med(frac_train), 3)},
+        "gemm_only_s": {"generation": round(gemm["generation"], 4), "training": round(gemm["training"], 4), "step": round(gemm_s, 4)},
+        "fraction_if_only_gemms": round((gen_f + train_f) / peak / gemm_s, 3),
     }
     print(f"# torch {torch.__version__}, {args.threads} threads, decode {args.decode}, {args.steps} timed steps")
     print(f"fp32 GEMM ceiling at the model's shapes: best {'x'.join(map(str, best_shape))}, {result['ceiling_gflops']:.0f} GFLOP/s"
@@ -127,6 +167,9 @@ def main() -> None:
     print(f"one step: {result['step_gflop']} GFLOP useful -> floor {result['floor_s']:.3f} s; measured {result['measured_s']:.3f} s;"
           f" {result['fraction_of_ceiling']:.0%} of the ceiling (median over steps, quartiles {q[0]:.0%}-{q[2]:.0%};"
           f" generation {result['generation']['fraction']:.0%}, training {result['training']['fraction']:.0%})")
+    print(f"the step's GEMMs alone, at its shapes: {gemm_s:.3f} s (generation {gemm['generation']:.3f}, training"
+          f" {gemm['training']:.3f}): a step of nothing else would reach {result['fraction_if_only_gemms']:.0%} of the ceiling;"
+          f" the rest of the measured step is {result['measured_s'] - gemm_s:.3f} s")
     print(json.dumps(result))
 
 
