@@ -109,14 +109,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, sin_all, bias, noise, temperature):
     """One token for every row: the model's next-token distribution and the choice from it.
 
-    `keys`/`values`: per layer `[n, kv_heads, L, head_dim]` buffers of the tokens before this one, only read here;
-    `bias`: `[n, 1, 1, L]`, 0 where a buffered key is visible, -inf elsewhere; `temperature`: a 0-d tensor, so
+    `keys`/`values`: per layer `[L, n, kv_heads, head_dim]` buffers of the tokens before this one, position-major
+    so that the caller passes only the positions filled so far (a contiguous slice, in buckets of `LENGTH_BUCKET`:
+    the attention's memory traffic, most of a step's time outside its GEMMs, grows with the tokens decoded instead
+    of being the whole buffer's from the first token), only read here; `bias`: `[L, n]`, 0 where a buffered key is
+    visible, -inf elsewhere; `temperature`: a 0-d tensor, so
     evaluation and training share one compiled step whatever their temperatures. The new token's own key and value
     join the attention beside the buffer and are returned, for the caller to write into the buffers in place: a
     compiled step that wrote them itself would copy every buffer whole at every token (functionalised in-place
     writes; 500 rows decoded 0.25 s compiled against 0.26 s eagerly, 0.19 s since). Returns the next token, its log-prob, the
     entropy of the distribution it was drawn from (0 for finished rows), the finished flags and, per layer, this
-    token's keys and values `[n, kv_heads, 1, head_dim]`."""
+    token's keys and values `[n, kv_heads, head_dim]`."""
     embed, layers, norm, head = weights
     n = token.shape[0]
     cos = cos_all.index_select(1, t).unsqueeze(1)  # [n, 1, 1, d]
@@ -135,10 +138,10 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
         k = _rotate(k.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2), cos, sin)  # [n, kv_heads, 1, d]
         v = v.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2)
         qg = q.reshape(n, s.kv_heads, group, s.head_dim)
-        scores = torch.cat([torch.matmul(qg, keys[i].transpose(-1, -2)) * s.scaling + bias,
-                            (qg * k).sum(-1, keepdim=True) * s.scaling], dim=-1)  # [n, kv_heads, group, L + 1]
+        buffered = torch.matmul(qg, keys[i].permute(1, 2, 3, 0)) * s.scaling + bias.t()[:, None, None, :]
+        scores = torch.cat([buffered, (qg * k).sum(-1, keepdim=True) * s.scaling], dim=-1)  # [n, kv_heads, group, L + 1]
         p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        attn = torch.matmul(p[..., :-1], values[i]) + p[..., -1:] * v  # [n, kv_heads, group, d]
+        attn = torch.matmul(p[..., :-1], values[i].permute(1, 2, 0, 3)) + p[..., -1:] * v  # [n, kv_heads, group, d]
         x = x + F.linear(attn.reshape(n, 1, q_size), w["o"])
         h = _rms(x, w["ln2"], s.eps)
         if s.fused:
@@ -146,8 +149,8 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
         else:
             gate, up = F.linear(h, w["gate"]), F.linear(h, w["up"])
         x = x + F.linear(F.silu(gate) * up, w["down"])
-        new_keys.append(k)
-        new_values.append(v)
+        new_keys.append(k.squeeze(2))
+        new_values.append(v.squeeze(2))
     logits = F.linear(_rms(x, norm, s.eps)[:, 0], head)
     return (*pick(logits, finished, noise, temperature=temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id),
             new_keys, new_values)
@@ -199,9 +202,9 @@ def _symbolic(args: tuple) -> tuple:
     length = LENGTH_BUCKET * torch.export.Dim("buckets", min=1, max=MAX_BUCKETS)
     steps = torch.export.Dim("steps", min=2, max=MAX_STEPS)
     weights, _, _, keys, values, _, _, _, _, noise, _ = args
-    return (pytree.tree_map(lambda _: None, weights), {0: rows}, {0: rows}, [{0: rows, 2: length} for _ in keys],
-            [{0: rows, 2: length} for _ in values], None, {0: rows, 1: steps}, {0: rows, 1: steps},
-            {0: rows, 3: length}, None if noise is None else {0: rows}, None)
+    return (pytree.tree_map(lambda _: None, weights), {0: rows}, {0: rows}, [{0: length, 1: rows} for _ in keys],
+            [{0: length, 1: rows} for _ in values], None, {0: rows, 1: steps}, {0: rows, 1: steps},
+            {0: length, 1: rows}, None if noise is None else {0: rows}, None)
 
 
 def _example(args: tuple) -> tuple:
@@ -222,9 +225,9 @@ def _example(args: tuple) -> tuple:
         return torch.zeros(size, dtype=x.dtype, device=x.device)
 
     cos = zeros(cos_all, n, steps, cos_all.shape[-1])
-    return (weights, zeros(token, n), zeros(finished, n), [zeros(k, n, k.shape[1], length, k.shape[3]) for k in keys],
-            [zeros(v, n, v.shape[1], length, v.shape[3]) for v in values], torch.zeros_like(t),
-            cos, cos.clone(), zeros(bias, n, 1, 1, length), None if noise is None else zeros(noise, n, noise.shape[1]),
+    return (weights, zeros(token, n), zeros(finished, n), [zeros(k, length, n, *k.shape[2:]) for k in keys],
+            [zeros(v, length, n, *v.shape[2:]) for v in values], torch.zeros_like(t),
+            cos, cos.clone(), zeros(bias, length, n), None if noise is None else zeros(noise, n, noise.shape[1]),
             temperature.clone())
 
 
@@ -296,15 +299,15 @@ class StaticDecoder:
         g = self.geometry
         keys, values = [], []
         for layer in out.past_key_values.layers:
-            k = torch.zeros(n, g["kv_heads"], length, g["head_dim"], dtype=dtype, device=device)
+            k = torch.zeros(length, n, g["kv_heads"], g["head_dim"], dtype=dtype, device=device)
             v = torch.zeros_like(k)
-            k[:, :, :width], v[:, :, :width] = layer.keys[rows], layer.values[rows]
+            k[:width], v[:width] = layer.keys[rows].permute(2, 0, 1, 3), layer.values[rows].permute(2, 0, 1, 3)
             keys.append(k)
             values.append(v)
         new_positions = positions[:, -1:] + torch.arange(1, max_new_tokens + 1, device=device)
         cos_all, sin_all = model.model.rotary_emb(keys[0], new_positions)  # [n, T, d], the model's own RoPE
-        bias = torch.full((n, 1, 1, length), float("-inf"), dtype=dtype, device=device)
-        bias[:, 0, 0, :width] = torch.where(mask.bool(), 0.0, float("-inf"))
+        bias = torch.full((length, n), float("-inf"), dtype=dtype, device=device)
+        bias[:width] = torch.where(mask.bool(), 0.0, float("-inf")).t()
         shape = Shape(**g, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
         tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
         weights = _weights(model, g["fused"])
@@ -321,7 +324,9 @@ class StaticDecoder:
                 break
             noise = None if greedy else uniform_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
-            args = (weights, token, finished, keys, values, index, cos_all, sin_all, bias, noise, tempered)
+            filled = min(length, math.ceil((width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # the positions written so far
+            args = (weights, token, finished, [k[:filled] for k in keys], [v[:filled] for v in values], index, cos_all,
+                    sin_all, bias[:filled], noise, tempered)
             if step is None:
                 step = self._step(shape, args)
             try:
@@ -334,8 +339,8 @@ class StaticDecoder:
                 token, logp, entropy, finished, new_keys, new_values = step(*args)
             slot = t + width  # this token's place in the buffers, open to the tokens after it
             for buffer, new in zip(keys + values, new_keys + new_values):
-                buffer.select(2, slot).copy_(new.squeeze(2))  # a strided copy: half the time of `index_copy_`
-            bias[..., slot] = 0.0
+                buffer[slot] = new  # one contiguous block
+            bias[slot] = 0.0
             tokens.append(token)
             logps.append(logp)
             entropies.append(entropy)
