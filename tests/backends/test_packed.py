@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
 
-from workbench.backends import hf, packed
+from workbench.backends import decode, hf, packed
 from workbench.backends.hf import encode_prompts, sample
 from workbench.backends.scoring import score
 from workbench.trial.checkpoint import build_char_tokenizer
@@ -45,7 +45,7 @@ def test_packed_scoring_gives_the_padded_batch_values_and_gradients(rope, monkey
     if rope == "halves_differ":
         monkeypatch.setattr(packed, "_halves_agree", lambda cos, sin: False)
     if rope == "large_model":
-        monkeypatch.setattr(packed, "FUSE_MAX_PARAMETERS", 0)
+        monkeypatch.setattr(decode, "FUSE_MAX_PARAMETERS", 0)
     model, tok, task = toy_policy()
     model.train()
     assert packed.supports(model) is None

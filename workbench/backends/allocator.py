@@ -5,7 +5,7 @@ attention's scattered blocks). glibc serves blocks above its mmap threshold with
 memory at the heap's top to the OS beyond its trim threshold, so every step pays the page faults of memory it had
 a moment ago. `keep_freed_memory` raises both thresholds (and pads the heap's growth) with `mallopt`, as the
 PyTorch CPU tuning guides do with jemalloc or tcmalloc, without a preloaded library: measured on the default trial
-(`benchmarks/allocator.py`), a training step 1.10x faster and peak memory unchanged (docs/performance.md).
+(`benchmarks/allocator.py`), a training step 1.13x faster and peak memory unchanged (docs/performance.md).
 
 Values are untouched (where memory lives never changes what is computed). It applies to glibc's `malloc` only (any
 Linux the project runs on); elsewhere, or when the user set glibc's own `MALLOC_*` variables, or with

@@ -49,6 +49,12 @@ MAX_ROWS, MAX_BUCKETS, MAX_STEPS = 1 << 16, 1 << 12, 1 << 16
 """The ranges the compiled step accepts (rows and tokens to generate from 2; fewer decode eagerly)."""
 
 
+def small_enough_to_copy(model) -> bool:
+    """Whether `model` is small enough (`FUSE_MAX_PARAMETERS`) for copies of its weights made at every call: the
+    decoder's fused q/k/v and gate/up, training's interleaved q/k rows (`packed.Rope`)."""
+    return sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS
+
+
 def supports(model) -> str | None:
     """Why `model` cannot use the static decoder, or None when it can."""
     cfg = getattr(model, "config", None)
@@ -255,7 +261,7 @@ class StaticDecoder:
             heads=cfg.num_attention_heads, kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
             head_dim=attn.head_dim, inter=cfg.intermediate_size, eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
             scaling=float(getattr(attn, "scaling", attn.head_dim**-0.5)), qkv_bias=attn.q_proj.bias is not None,
-            fused=sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS,
+            fused=small_enough_to_copy(model),
         )
 
     def _step(self, shape: Shape, args: tuple):

@@ -23,7 +23,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
-from workbench.backends.decode import FUSE_MAX_PARAMETERS
+from workbench.backends.decode import small_enough_to_copy
 from workbench.backends.decode import supports as decodable
 from workbench.backends.hf import checkpointing, distinct_prompts
 
@@ -132,13 +132,6 @@ def _interleaved(heads: int, head_dim: int) -> torch.Tensor:
     return (torch.arange(heads)[:, None] * head_dim + within).reshape(-1)
 
 
-def interleave_rope(model) -> bool:
-    """Whether training rotates q and k as complex pairs from interleaved projection rows (`Rope`): for models up
-    to the decoder's fusing size, where the permuted copy of the q and k weights each call makes (and autograd
-    holds until backward) is cheap."""
-    return sum(p.numel() for p in model.parameters()) <= FUSE_MAX_PARAMETERS
-
-
 def _rotated(proj, h: torch.Tensor, rope: Rope, head_dim: int) -> torch.Tensor:
     """q or k of packed tokens, rotated: `[N, heads, head_dim]`."""
     n, heads = h.shape[0], proj.out_features // head_dim
@@ -180,7 +173,7 @@ def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[i
     # positions: a prompt's tokens from 0, its completions' tokens after the prompt's length
     xp, xc = inner.embed_tokens(prompts.tokens), inner.embed_tokens(comps.tokens)
     pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
-    complex_ok = interleave_rope(model)
+    complex_ok = small_enough_to_copy(model)  # the permuted q/k weights copied at every call
     rope_p, rope_c = Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok), Rope.of(inner.rotary_emb, xc, pos_c, complex_ok)
     # a completion token sees its prompt's real tokens and the completion's tokens up to itself
     seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(0, which)
