@@ -11,7 +11,9 @@ after warm-up, with the configured decoder) against the floor at the ceiling mea
 `--gemm-seconds`): a shared machine's speed drifts by 20-40% over minutes, and a step is judged against the
 machine's speed of its own moment. The fraction printed is the median over steps, with its quartiles. Last, the
 step's own GEMMs alone at its shapes (`gemm_only_seconds`): how much of the measured step is GEMM work at the
-speeds these shapes really get, and the fraction a step of nothing else could reach.
+speeds these shapes really get, and the fraction a step of nothing else could reach; and the fraction with only
+one half of the step (training or generation) cut to its GEMMs, the other as measured: what the best conceivable
+work on one half alone could reach.
 
     .venv/bin/python benchmarks/roofline.py [--threads 2] [--steps 8] [--decode auto]
 """
@@ -160,6 +162,9 @@ def main() -> None:
         "training": {"gflop": round(train_f / 1e9, 2), "s": round(train_s, 4), "fraction": round(med(frac_train), 3)},
         "gemm_only_s": {"generation": round(gemm["generation"], 4), "training": round(gemm["training"], 4), "step": round(gemm_s, 4)},
         "fraction_if_only_gemms": round((gen_f + train_f) / peak / gemm_s, 3),
+        # one half of the step cut to its GEMMs, the other as measured: what each half alone can contribute
+        "fraction_if_training_only_gemms": round((gen_f + train_f) / peak / (gen_s + gemm["training"]), 3),
+        "fraction_if_generation_only_gemms": round((gen_f + train_f) / peak / (gemm["generation"] + train_s), 3),
     }
     print(f"# torch {torch.__version__}, {args.threads} threads, decode {args.decode}, {args.steps} timed steps")
     print(f"fp32 GEMM ceiling at the model's shapes: best {'x'.join(map(str, best_shape))}, {result['ceiling_gflops']:.0f} GFLOP/s"
@@ -170,6 +175,8 @@ def main() -> None:
     print(f"the step's GEMMs alone, at its shapes: {gemm_s:.3f} s (generation {gemm['generation']:.3f}, training"
           f" {gemm['training']:.3f}): a step of nothing else would reach {result['fraction_if_only_gemms']:.0%} of the ceiling;"
           f" the rest of the measured step is {result['measured_s'] - gemm_s:.3f} s")
+    print(f"with training cut to its GEMMs and generation as measured: {result['fraction_if_training_only_gemms']:.0%};"
+          f" with generation cut to its GEMMs and training as measured: {result['fraction_if_generation_only_gemms']:.0%}")
     print(json.dumps(result))
 
 
