@@ -1,10 +1,9 @@
-"""What-if: the packed training layer compiled by `torch.compile` (inductor fuses its elementwise work forward and
-backward), against the eager packed path the workbench runs, and what that would do to the FLOP fraction.
+"""`train.compile`: the packed training layers under `torch.compile` (inductor fuses their elementwise work forward
+and backward) against the eager packed path, and what that does to the FLOP fraction.
 
-A measurement of a route not taken (docs/performance.md, "eleventh session"). In one process, alternating rounds
-over the same generated batches: the training step with `packed._layer` eager (the shipped path, RoPE as one
-complex multiply) and compiled (`dynamic=True`; RoPE as the model's real rotation, since inductor generates no
-code for complex tensors). Prints the median per-step ratio with its quartiles over rounds, the compile's
+In one process, alternating rounds over the same generated batches: the training step eager (the default; RoPE as
+one complex multiply) and compiled (RoPE as the model's real rotation, which inductor fuses; it generates no code
+for complex tensors). Prints the median per-step ratio with its quartiles over rounds, the compile's
 seconds in this process (run twice with the same `--cache` to see the warm cost), and the FLOP fraction of a
 step with compiled training beside the generation measured here, and beside generation cut to its GEMMs.
 
@@ -33,7 +32,6 @@ def main() -> None:
 
     import torch
 
-    import workbench.backends.packed as packed
     from roofline import gemm_gflops, gemm_only_seconds, matmul_weights, step_flops
     from workbench.config import build_config
     from workbench.trial.policy import Policy
@@ -42,7 +40,7 @@ def main() -> None:
     from workbench.trial.tasks import load_task
 
     torch.set_num_threads(args.threads)
-    cfg = build_config({})
+    cfg = build_config({"train": {"compile": True}})
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
     opt = make_optimizer(policy.model, cfg.lr)
@@ -56,15 +54,8 @@ def main() -> None:
         outs.append(out)
     batches, outs, gen_s = batches[2:], outs[2:], gen_s[2:]  # the first two warm the decoder
 
-    eager_layer, eager_complex = packed._layer, packed.small_enough_to_copy
-    compiled_layer = torch.compile(eager_layer, dynamic=True)
-
-    def use(compiled: bool) -> None:
-        packed._layer = compiled_layer if compiled else eager_layer
-        packed.small_enough_to_copy = (lambda model: False) if compiled else eager_complex
-
     def round_(compiled: bool) -> list[float]:
-        use(compiled)
+        policy.compile_training = compiled
         times = []
         for b in batches:
             t0 = time.perf_counter()
@@ -83,7 +74,6 @@ def main() -> None:
         eager.append(got[False])
         compiled.append(got[True])
         ratios.append(got[False] / got[True])
-    use(False)
 
     med = statistics.median
     q = statistics.quantiles(ratios, n=4)

@@ -1,11 +1,11 @@
-"""Memory settings of the trainer (`train.*`): micro-batches, gradient checkpointing and autocast change how a step
-is computed, not what it computes."""
+"""Memory and speed settings of the trainer (`train.*`): micro-batches, gradient checkpointing, autocast and
+compilation change how a step is computed, not what it computes."""
 
 import pytest
 import torch
 
 from workbench.backends.hf import checkpointing
-from workbench.config import build_config
+from workbench.config import ConfigError, build_config
 from workbench.trial.objectives import OBJECTIVES
 from workbench.trial.policy import Policy, resolve_dtype
 from workbench.trial.rollouts import PromptStream, generate_groups
@@ -71,6 +71,27 @@ def test_gradient_checkpointing_recomputes_the_same_gradients():
     checkpointed, loss2 = gradients(cfg2, checkpointed_policy, rollouts)
     assert loss2 == pytest.approx(loss, rel=1e-5)
     assert max(float((checkpointed[n] - plain[n]).abs().max()) for n in plain) <= 1e-5
+
+
+def test_compiled_training_computes_the_eager_loss_and_gradients():
+    """`train.compile`: the packed layers under torch.compile (the model's real RoPE rotation, fused by inductor)
+    against the eager packed path (RoPE as one complex multiply): float rounding apart, the same step."""
+    cfg, policy, rollouts = batch_and_policy()
+    eager, loss = gradients(cfg, policy, rollouts)
+    cfg2, compiled_policy, _ = batch_and_policy(compile=True)
+    assert compiled_policy.compile_training
+    compiled, loss2 = gradients(cfg2, compiled_policy, rollouts)
+    compiled_again, loss3 = gradients(cfg2, compiled_policy, rollouts[:-3])  # another batch shape: no new trace needed
+    assert loss2 == pytest.approx(loss, rel=1e-5)
+    assert max(float((compiled[n] - eager[n]).abs().max()) for n in eager) <= 1e-5
+    assert max(float(g.abs().max()) for g in eager.values()) > 1e-3  # not a comparison of zeros
+    assert loss3 != loss2 and set(compiled_again) == set(compiled)
+
+
+def test_compiled_training_refuses_what_it_cannot_compile():
+    cfg = build_config(toy_dict(train={"compile": True, "gradient_checkpointing": True}))
+    with pytest.raises(ConfigError, match="train.compile: gradient checkpointing"):
+        Policy(cfg, load_task(cfg.task))
 
 
 def test_bf16_autocast_runs_the_step_in_mixed_precision_close_to_float32():

@@ -23,7 +23,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
-from workbench.backends.decode import small_enough_to_copy
+from workbench.backends.decode import compile_available, small_enough_to_copy
 from workbench.backends.decode import supports as decodable
 from workbench.backends.hf import checkpointing, distinct_prompts
 
@@ -38,6 +38,16 @@ def supports(model) -> str | None:
     if model.training and checkpointing(model):
         return "gradient checkpointing in training (the model's own layers recompute their activations)"
     return None
+
+
+def compile_unavailable(device: torch.device) -> str | None:
+    """Why the packed layer cannot be compiled on `device` (`train.compile`), or None when it can: inductor needs a
+    C++ compiler on a CPU and triton on a GPU."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "no triton (torch.compile's GPU kernels)"
+    return compile_available()
 
 
 @dataclass
@@ -161,10 +171,20 @@ def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
     return x, k, v
 
 
+@cache
+def _compiled_layer():
+    """`_layer` under `torch.compile` (`train.compile`): inductor fuses each layer's elementwise work (RMSNorm,
+    RoPE, SwiGLU, the residual adds, the packing's gathers) forward and backward, and sizes stay symbolic, so a
+    process traces it once per kind of call (prompts, completions; ragged or dense rows), whatever the batch."""
+    return torch.compile(_layer, dynamic=True)
+
+
 def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, temperature: float,
-                 with_entropy: bool):
+                 with_entropy: bool, compiled: bool = False):
     """`hf.score`'s result (`[n, T]` log-probs, `[n, T]` mask and, with `with_entropy`, the summed entropy) with
-    every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward."""
+    every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward.
+    `compiled`: each layer runs compiled (`_compiled_layer`), rotating q and k the model's way (inductor generates
+    no code for complex tensors, and fuses the real rotation anyway)."""
     inner = model.model
     device = next(model.parameters()).device
     distinct, which_list = distinct_prompts(prompt_ids)
@@ -173,15 +193,16 @@ def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[i
     # positions: a prompt's tokens from 0, its completions' tokens after the prompt's length
     xp, xc = inner.embed_tokens(prompts.tokens), inner.embed_tokens(comps.tokens)
     pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
-    complex_ok = small_enough_to_copy(model)  # the permuted q/k weights copied at every call
+    complex_ok = not compiled and small_enough_to_copy(model)  # the permuted q/k weights copied at every call
+    layer_fn = _compiled_layer() if compiled else _layer
     rope_p, rope_c = Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok), Rope.of(inner.rotary_emb, xc, pos_c, complex_ok)
     # a completion token sees its prompt's real tokens and the completion's tokens up to itself
     seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(0, which)
     causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
     mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[:, None]
     for layer in inner.layers:
-        xp, kp, vp = _layer(layer, xp, prompts, rope_p, None, None)
-        xc, _, _ = _layer(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
+        xp, kp, vp = layer_fn(layer, xp, prompts, rope_p, None, None)
+        xc, _, _ = layer_fn(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
     # completion token j is predicted by the hidden state before it: its prompt's last token for j = 0
     last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
     index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]

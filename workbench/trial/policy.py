@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workbench.backends.allocator import keep_freed_memory
-from workbench.backends.decode import make_sampler
+from workbench.backends import packed
+from workbench.backends.decode import make_sampler, use_compile_cache
 from workbench.backends.hf import encode_prompts
 from workbench.config import ConfigError, TrialConfig
 from workbench.cache import cache_root
@@ -65,6 +66,16 @@ class Policy:
                 self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.compile_training = cfg.train.compile
+        """The training step's packed layers run compiled (`train.compile`)."""
+        if cfg.train.compile:
+            was_training = self.model.training
+            self.model.train()  # what training scores in (`packed.supports` looks at training-only settings)
+            reason = packed.supports(self.model) or packed.compile_unavailable(device)
+            self.model.train(was_training)
+            if reason is not None:
+                raise ConfigError(f"train.compile: {reason}")
+            use_compile_cache(cache_root(cfg.model))
         self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id

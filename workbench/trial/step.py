@@ -58,6 +58,7 @@ def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float 
         [r.completion_ids for r in batch],
         temperature=policy.temperature,
         pad_id=policy.pad_id,
+        compiled=policy.compile_training,
     )
     behaviour = _frozen(logprobs, [r.behaviour_logprobs for r in batch])
     weights = None
