@@ -452,7 +452,7 @@ def markdown(result: dict, figures: dict[str, Path]) -> str:
            f" uniform strategy (on-policy included); {', '.join(result['other_strategies'])} are compared in the tables above,"
            " not modelled.", ""] if result.get("other_strategies") else []),
         *([f"With {result['fit_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
-           " illustration of the pipeline, not as an estimate (run studies/replay_grid.yaml for a real fit).", ""]
+           " illustration of the pipeline, not as an estimate (run studies/replay_grid_demo_hi.yaml for a real fit).", ""]
           if result["fit_configurations"] < 6 else []),
         f"Model: log C = log s + log J(x, y), {result['variance_form']}, {result['noise_model']}; censored runs enter as lower bounds (Tobit).",
         "",

@@ -58,8 +58,9 @@ def test_bad_specs_name_their_field(tmp_path, change, field):
 
 def test_shipped_specs_are_valid():
     names = sorted(p.stem for p in STUDIES.glob("*.yaml"))
-    assert {"quickstart", "replay_grid", "paper_repro", "strategies"} <= set(names)
-    for path in STUDIES.glob("*.yaml"):
+    assert {"quickstart", "replay_grid_demo_hi", "paper_repro", "strategies_demo"} <= set(names)
+    assert {"replay_grid", "strategies"} <= {p.stem for p in STUDIES.glob("archive/*.yaml")}
+    for path in [*STUDIES.glob("*.yaml"), *STUDIES.glob("archive/*.yaml")]:
         spec = load_spec(path)
         assert spec.name == path.stem
 
