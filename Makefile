@@ -30,7 +30,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup setup-torch quickstart train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
+.PHONY: setup setup-torch quickstart embedded-checkpoints train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,11 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 
 quickstart: setup
 	$(BIN)/workbench study run studies/quickstart.yaml --workers 2
+
+# The shipped warm-started checkpoints of the built-in tasks (workbench/trial/embedded/), rebuilt after a change to
+# the embedded model, its warm start or CHECKPOINT_FORMAT (tests/trial/test_checkpoint.py says when one is due)
+embedded-checkpoints: setup
+	$(BIN)/python -m workbench.trial.checkpoint
 
 train: setup
 	$(BIN)/workbench train

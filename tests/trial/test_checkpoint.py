@@ -92,3 +92,22 @@ def test_a_warm_start_that_never_reaches_its_target_keeps_its_most_accurate_chec
     assert checkpoint.warm_start(model, tok, task, cfg.model) == (20, 0.4)
     assert all(torch.equal(v, states[2][k]) for k, v in model.state_dict().items())  # the weights of step 20
     assert not all(torch.equal(v, states[4][k]) for k, v in model.state_dict().items())
+
+
+def test_the_built_in_tasks_ship_their_default_checkpoints_and_trials_load_them(model_cache):
+    """A change to the embedded model, its warm start or CHECKPOINT_FORMAT changes the key: this test then says to
+    rebuild the shipped checkpoints (`make embedded-checkpoints`) rather than leave every fresh machine to build its
+    own for a minute or two."""
+    from workbench.trial.checkpoint import BUILT_IN_TASKS, SHIPPED
+
+    for name in BUILT_IN_TASKS:
+        cfg = build_config({"task": {"name": name}})
+        shipped = SHIPPED / f"tiny-llama-{embedded_key(cfg.model, cfg.task)}"
+        assert (shipped / "warm_start.json").is_file(), f"{name}: no shipped checkpoint for the current key; run `make embedded-checkpoints`"
+        assert (shipped / "model.safetensors").is_file() and not list(shipped.glob("*.bin"))
+        assert ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task)) == shipped  # nothing built
+        assert not list((model_cache / "models").glob(shipped.name))
+        model, tok = load_policy(shipped, torch.device("cpu"), torch.float32)
+        info = json.loads((shipped / "warm_start.json").read_text())
+        assert sum(p.numel() for p in model.parameters()) == info["params"] and 0 < info["accuracy"] < 1
+    assert len(list(SHIPPED.glob("tiny-llama-*"))) == len(BUILT_IN_TASKS)  # no stale checkpoint shipped

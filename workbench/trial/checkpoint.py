@@ -131,9 +131,22 @@ def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, flo
     return best[0], best[1]
 
 
+SHIPPED = Path(__file__).with_name("embedded")
+"""The embedded checkpoints of the built-in tasks at their default settings, shipped with the project (built by
+`make embedded-checkpoints`, i.e. `python -m workbench.trial.checkpoint`): a fresh machine starts RL at once
+instead of warm-starting for a minute or two, and every machine starts from the same weights (a checkpoint built
+on another CPU may differ in its last bits, and 600 warm-start steps turn that into another starting point)."""
+BUILT_IN_TASKS = ("arithmetic", "split")
+
+
 def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, task: Task) -> Path:
-    """The embedded warm-started checkpoint directory, built once (under a lock, atomically) if needed."""
-    final = cache_root(model_cfg) / "models" / f"tiny-llama-{embedded_key(model_cfg, task_cfg)}"
+    """The embedded warm-started checkpoint directory: the shipped one where its key matches, else built once in
+    the cache (under a lock, atomically) if needed."""
+    name = f"tiny-llama-{embedded_key(model_cfg, task_cfg)}"
+    if (SHIPPED / name / "warm_start.json").is_file():
+        _hint_if_unlearned(SHIPPED / name, task_cfg.name)
+        return SHIPPED / name
+    final = cache_root(model_cfg) / "models" / name
 
     def build(tmp: Path) -> None:
         log.info(f"building the embedded tiny Llama and its warm start in {final} (once)")
@@ -189,3 +202,33 @@ def _hint_if_unlearned(path: Path, task_name: str) -> None:
         log.warning(f"task {task_name}: the embedded tiny model answers no held-out example after its warm start, so RL gets no"
                     " reward: set model.path to a real model, or raise model.warm_start.steps and the model's size"
                     " (model.hidden_size, model.num_layers)")
+
+
+def ship_built_in_checkpoints() -> list[Path]:
+    """Build the built-in tasks' checkpoints at their default settings and copy them to `SHIPPED` (what `make
+    embedded-checkpoints` runs after a change to the model, the warm start or `CHECKPOINT_FORMAT`)."""
+    import shutil
+
+    from workbench.config import build_config
+    from workbench.trial.tasks import load_task
+
+    shipped = []
+    for name in BUILT_IN_TASKS:
+        cfg = build_config({"task": {"name": name}})
+        target = SHIPPED / f"tiny-llama-{embedded_key(cfg.model, cfg.task)}"
+        built = ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task))  # the shipped one, or a build
+        if built != target:
+            shutil.copytree(built, target, ignore=shutil.ignore_patterns(".*"))
+        shipped.append(target)
+    for stale in SHIPPED.glob("tiny-llama-*"):
+        if stale not in shipped:
+            shutil.rmtree(stale)
+    return shipped
+
+
+if __name__ == "__main__":
+    from workbench import progress
+
+    progress.setup_logging()
+    for path in ship_built_in_checkpoints():
+        print(path)
