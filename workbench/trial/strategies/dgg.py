@@ -1,4 +1,4 @@
-"""`dgg`: dynamic gradient gating of repeated passes over a fresh batch (Miao et al.; replay-papers §4.3)."""
+"""`dgg`: dynamic gradient gating of repeated passes over a fresh batch (Miao et al.; docs/strategies/dgg.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from workbench.trial.strategies.base import Strategy, StrategyContext, register_
 
 
 class DggParams(Section):
-    """`dgg` (Miao et al.; replay-papers §4.3)."""
+    """`dgg`: dynamic gradient gating (Miao et al.; docs/strategies/dgg.md)."""
 
     max_reuse: int = Field(4, ge=1)
     """K: optimizer passes per fresh batch at most."""
@@ -29,7 +29,7 @@ class DggParams(Section):
 
 @register_strategy("dgg")
 class Dgg(Strategy):
-    """Dynamic gradient gating (replay-papers §4.3): each fresh batch reused for up to K optimizer passes; a pass
+    """Dynamic gradient gating (docs/strategies/dgg.md): each fresh batch reused for up to K optimizer passes; a pass
     is gated (its gradients zeroed before the optimizer step, and reuse of the batch stopped) when a running
     z-score of the lm_head gradient energy g = ||grad W_lm_head||² (or of its increment) exceeds tau.
 

@@ -1,4 +1,5 @@
-"""`positive_bias`: Arnal et al. §5.5, a buffer that keeps the freshest successes (replay-papers §1.6 item 5)."""
+"""`positive_bias`: Arnal et al. §5.5, a buffer that keeps the freshest successes
+(docs/strategies/positive_bias.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from workbench.trial.strategies.uniform import Uniform
 
 
 class PositiveBiasParams(Section):
-    """`positive_bias` (Arnal et al. §5.5)."""
+    """`positive_bias`: a buffer that keeps the freshest successes (Arnal et al. §5.5;
+    docs/strategies/positive_bias.md)."""
 
     delta: float = Field(0.2, ge=0, lt=1)
     """Share of the buffer (and of each batch) reserved for the freshest correct rollouts."""
@@ -30,7 +32,7 @@ def positives_share(delta: float, capacity: int) -> int:
 
 @register_strategy("positive_bias")
 class PositiveBias(Uniform):
-    """Arnal et al. §5.5 (replay-papers §1.6 item 5): the freshest (1 - delta)·N rollouts plus the freshest
+    """Arnal et al. §5.5: the freshest (1 - delta)·N rollouts plus the freshest
     delta·N correct rollouts not among them; batches drawn uniformly from that set.
 
     `stratified` (default): round(delta·B) of the batch is drawn from the set's correct rollouts and the rest

@@ -1,4 +1,5 @@
-"""`prioritized`: Yoo et al.'s rollout-level replay, fresh-anchored with advantage priority (replay-papers §2.3)."""
+"""`prioritized`: Yoo et al.'s rollout-level replay, fresh-anchored with advantage priority
+(docs/strategies/prioritized.md)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from workbench.trial.strategies.base import Strategy, StrategyContext, register_
 
 
 class PrioritizedParams(Section):
-    """`prioritized` (Yoo et al.; defaults are the reimplementation's "paper defaults", replay-papers §2.4)."""
+    """`prioritized`: advantage-prioritized replay with age eviction (Yoo et al.; the defaults of a reimplementation of
+    the paper: docs/strategies/prioritized.md)."""
 
     replay_fraction: float = Field(0.5, ge=0)
     """r: replayed rollouts per step = round(r · surviving fresh rollouts); uses per rollout y ≈ 1 + r."""
     alpha: float = Field(0.5, ge=0)
     """Priority exponent: P(i) ∝ (|A_i| + eps)^alpha (0 = uniform)."""
     eps: float = Field(1e-6, gt=0)
+    """Added to |A| so that a rollout of zero advantage keeps a small chance of being drawn."""
     tau_max: int = Field(10, ge=0)
     """Rollouts older than tau_max optimizer steps are evicted (min with replay.horizon when that is set)."""
     warmup_steps: int = Field(20, ge=0)
@@ -37,7 +40,7 @@ def drop_zero_variance(rollouts: list[Rollout]) -> list[Rollout]:
 
 @register_strategy("prioritized")
 class Prioritized(Strategy):
-    """Yoo et al. (replay-papers §2.3): rollout-level storage with age eviction, fresh-anchored batches.
+    """Yoo et al. (docs/strategies/prioritized.md): rollout-level storage with age eviction, fresh-anchored batches.
 
     Each step: B fresh rollouts; zero-variance groups dropped; the buffer evicts every rollout older than
     `tau_max` steps; the batch is the surviving fresh rollouts plus round(replay_fraction · survivors) rollouts

@@ -1,6 +1,6 @@
 """`queue`: no buffer; each rollout trained once, the freshest first: the baseline of Arnal et al.'s asynchronous
-system (replay-papers §1.3: workers push to a transfer queue, trainers pull, use each rollout once and discard it;
-the pseudo-code's queue is LIFO, App. B.1)."""
+system (docs/strategies/queue.md: workers push to a transfer queue, trainers pull, use each rollout once and
+discard it; the paper's pseudo-code queue is LIFO, App. B.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`rlep`: RLEP's replay of verified successes from a seed policy's pool (Zhang et al.; replay-papers §3.2)."""
+"""`rlep`: RLEP's replay of verified successes from a seed policy's pool (Zhang et al.; docs/strategies/rlep.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class RlepParams(Section):
-    """`rlep` (Zhang et al.; replay-papers §3.2)."""
+    """`rlep`: replay of verified successes from a seed policy's pool (Zhang et al.; docs/strategies/rlep.md)."""
 
     m: int = Field(2, ge=1)
     """M: pooled successes mixed into each prompt's group (G' = G + M)."""
@@ -43,12 +43,12 @@ class RlepParams(Section):
 
 @register_strategy("rlep")
 class Rlep(Strategy):
-    """RLEP (replay-papers §3.2): each prompt's fresh group of G is mixed with M verified successes from a pool
+    """RLEP (docs/strategies/rlep.md): each prompt's fresh group of G is mixed with M verified successes from a pool
     collected by a seed policy; advantages over the mixed group, old log-probs recomputed by the current policy.
 
     The pool is a JSONL file (`replay.rlep.pool`) or, when null, built once from the embedded warm start after a
     short RL run and cached (`workbench rlep-pool` builds one explicitly). A prompt with fewer than M pooled
-    successes gets the ones it has (none: a plain group of G), never empty padding (RLEP's code quirk, §3.6).
+    successes gets the ones it has (none: a plain group of G), never empty padding (a quirk of RLEP's code).
     Training prompts are the first `replay.rlep.n_prompts` of the train split, the ones the pool was collected on.
     """
 

@@ -1,4 +1,4 @@
-"""RLEP's experience pool (replay-papers §3.2, phases 0 and 1): verified successes of a seed policy.
+"""RLEP's experience pool (docs/strategies/rlep.md, phases 0 and 1): verified successes of a seed policy.
 
 Phase 0 trains a seed policy: on the embedded default, `seed_rl_steps` on-policy GRPO steps from the warm start
 (RLEP trained 400 DAPO steps). Phase 1 samples `samples` completions per prompt at `temperature` for the first

@@ -1,4 +1,4 @@
-"""`uniform`: Arnal et al.'s FIFO buffer with uniform draws (replay-papers §1.3, design §1)."""
+"""`uniform`: Arnal et al.'s FIFO buffer with uniform draws (docs/strategies/uniform.md)."""
 
 from __future__ import annotations
 
