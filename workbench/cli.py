@@ -120,7 +120,7 @@ def _study_context(args: argparse.Namespace):
 def cmd_study_run(args: argparse.Namespace) -> int:
     from workbench.study.devices import parse_devices
     from workbench.study.driver import run_study
-    from workbench.study.summary import summary_lines
+    from workbench.study.summary import closing_lines, summary_lines
 
     ctx = _study_context(args)
     n_trials = args.n_trials or ctx.spec.n_trials
@@ -129,10 +129,10 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     for line in summary_lines(study):
         print(line)
     storage, uri = tracking.redact_url(ctx.storage_url), tracking.redact_url(ctx.tracking_uri)
-    print(f"Optuna storage: {storage}")
-    print(f"MLflow: {uri}")
+    print(f"Optuna storage: {storage}; MLflow: {uri}")
     print(f"Open both: workbench ui --tracking-uri {uri} --storage {storage}")
-    print(f"  (or: mlflow ui --backend-store-uri {uri} --host 127.0.0.1; optuna-dashboard {storage} --host 127.0.0.1)")
+    for line in closing_lines(study, args.spec):
+        print(line)
     return 0
 
 
@@ -152,7 +152,7 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
     from workbench.study.context import load_study
     from workbench.study.storage import default_storage_url
-    from workbench.study.summary import summary_lines, trial_table
+    from workbench.study.summary import closing_lines, summary_lines, trial_table
 
     if args.spec:
         ctx = _study_context(args)
@@ -168,6 +168,8 @@ def cmd_study_status(args: argparse.Namespace) -> int:
         print(line)
     if args.table:
         print(trial_table(study), end="")
+    for line in closing_lines(study, args.spec):
+        print(line)
     return 0
 
 
@@ -320,10 +322,11 @@ def cmd_study_compare(args: argparse.Namespace) -> int:
     """Every configuration with its interval and paired savings; `--noise`: the per-run noise of each estimator."""
     from workbench.study.compare import comparison_lines, confirmation_lines, noise_lines
     from workbench.study.context import load_existing
+    from workbench.study.summary import closing_lines, reading_lines
 
     study = load_existing(_study_context(args))
-    lines = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
-    for line in lines or ["no complete trial yet"]:
+    rows = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
+    for line in (reading_lines(study) + rows if rows else []) + closing_lines(study, args.spec):
         print(line)
     return 0
 

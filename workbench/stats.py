@@ -94,12 +94,25 @@ def log_sd(values: Sequence[float]) -> float:
     return float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan
 
 
-def verdict(ratio: Interval, what: str = "compute") -> str:
-    """A ratio's interval in words: whether the difference against 1 is resolved at this level."""
+def direction(ratio: Interval) -> int:
+    """The rule every comparison is held to: -1 when the ratio's interval lies below 1 (resolved, less), +1 when it
+    lies above (resolved, more), 0 otherwise (unresolved: the interval contains 1, or one seed gave no interval)."""
+    if ratio.n < 2 or not math.isfinite(ratio.low):
+        return 0
+    return -1 if ratio.high < 1.0 else 1 if ratio.low > 1.0 else 0
+
+
+def verdict(ratio: Interval, what: str = "compute", brief: bool = False) -> str:
+    """A ratio's interval in words: whether the difference against 1 is resolved at this level (`brief`: without
+    repeating the interval, for a line that already shows it)."""
+    side = direction(ratio)
     if ratio.n < 2 or not math.isfinite(ratio.low):
         return "unresolved (one seed: no interval)"
-    if ratio.high < 1.0:
-        return f"resolved: less {what} ({100 * (1 - ratio.estimate):.0f}% saved, 95% CI {100 * (1 - ratio.high):.0f}% to {100 * (1 - ratio.low):.0f}%)"
-    if ratio.low > 1.0:
-        return f"resolved: more {what} (x{ratio.estimate:.2f}, 95% CI x{ratio.low:.2f} to x{ratio.high:.2f})"
-    return f"unresolved: the 95% CI x{ratio.low:.2f} to x{ratio.high:.2f} contains 1"
+    if side < 0:
+        saved = f"{100 * (1 - ratio.estimate):.0f}% saved"
+        return f"resolved: less {what} ({saved})" if brief else \
+            f"resolved: less {what} ({saved}, 95% CI {100 * (1 - ratio.high):.0f}% to {100 * (1 - ratio.low):.0f}%)"
+    if side > 0:
+        return f"resolved: more {what} (x{ratio.estimate:.2f})" if brief else \
+            f"resolved: more {what} (x{ratio.estimate:.2f}, 95% CI x{ratio.low:.2f} to x{ratio.high:.2f})"
+    return "unresolved (the interval contains 1)" if brief else f"unresolved: the 95% CI x{ratio.low:.2f} to x{ratio.high:.2f} contains 1"

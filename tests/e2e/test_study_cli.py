@@ -81,7 +81,7 @@ def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
         table = client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path))
         assert sum(1 for line in open(table) if ",COMPLETE," in line) == 4
         status = run_cli(["study", "status", "--study", "toy", "--storage", pg["url"]["optuna"]], tmp_path)
-        assert status.returncode == 0 and "4 complete" in status.stdout and "best replay configuration: trial" in status.stdout
+        assert status.returncode == 0 and "4 complete" in status.stdout and "Bottom line: " in status.stdout
 
 
 # ---------------------------------------------------------------- faults

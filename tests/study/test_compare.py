@@ -36,4 +36,6 @@ def test_a_win_from_the_learning_rate_alone_is_shown_as_such(tmp_path):
 def test_no_matched_lines_when_on_policy_ran_at_one_learning_rate(tmp_path):
     study = _study(tmp_path, {(1, 1, 1e-5): 100.0, (2, 2, 1e-4): 60.0})
     text = "\n".join(summary.summary_lines(study))
-    assert "best replay configuration" in text and "at the same lr" not in text
+    assert "at the same lr" not in text and "matched learning rate" not in text
+    bottom = summary.closing_lines(study)[0]
+    assert "the compute of on-policy at another lr (1e-05: a saving may be the learning rate's)" in bottom

@@ -24,6 +24,20 @@ from workbench.study import attrs
 from workbench.study.spec import fmt_params
 
 RACE = "race"
+KNOB_SYMBOLS = {"replay.ratio": "y", "x": "x"}
+"""Knobs shown by their symbol (y: the replay ratio, x = N/R: the staleness horizon; the summary defines both)."""
+
+
+def knob_text(knobs: dict[str, Any]) -> str:
+    """A configuration in the summary's words: `y=2 x=8`, other knobs as `key=value`."""
+    return fmt_params({KNOB_SYMBOLS.get(k, k): v for k, v in knobs.items()})
+
+
+def ratio_text(iv: stats.Interval) -> str:
+    """A paired ratio as `0.94x [0.84, 1.05]` (compute against on-policy's on the same seeds)."""
+    if iv.n < 2 or not math.isfinite(iv.low):
+        return f"{iv.estimate:.2f}x (1 seed: no interval)"
+    return f"{iv.estimate:.2f}x [{iv.low:.2f}, {iv.high:.2f}]"
 
 
 @dataclass
@@ -76,7 +90,7 @@ def arms(study: optuna.Study) -> list[Arm]:
         kind = t.user_attrs.get(attrs.ARM) or ("baseline" if baseline else "sampler")
         knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
         arm = Arm(t.number, kind, knobs, per_seed, baseline, t.user_attrs.get(attrs.CONFIRMS))
-        what = "on-policy" if baseline else fmt_params(knobs)
+        what = "on-policy" if baseline else knob_text(knobs)
         arm.label = f"trial {t.number} {what}" + (f" (confirms trial {arm.confirms})" if arm.confirms is not None else "")
         out.append(arm)
     return out
@@ -115,7 +129,7 @@ def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
         if ratio is None:
             verdict = "baseline"
         else:
-            verdict = stats.verdict(ratio) + (f" ({cens} censored seed(s): a bound)" if cens else "")
+            verdict = stats.verdict(ratio, brief=True) + (f", {cens} censored seed(s): a bound" if cens else "")
         rows.append(Row(a, est, ratio, a.censored(estimator), verdict))
     return rows
 
@@ -169,6 +183,97 @@ def matched_lr_lines(rows: list[Row], lead: Row, estimator: str | None = None) -
     return out
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A replay configuration against on-policy: the comparison the study's bottom line is made of."""
+
+    row: Row
+    ratio: stats.Interval
+    """Paired ratio of its compute to on-policy's (at its own learning rate where on-policy ran there too)."""
+    against: str
+    """`on-policy`, or which on-policy run when the learning rate is searched."""
+    censored: int
+    """Censored seeds on either side: the ratio is then a bound."""
+    replicated: stats.Interval | None
+    """The same comparison from `study confirm`'s fresh seeds, where it ran."""
+
+    @property
+    def name(self) -> str:
+        return f"{knob_text(self.row.arm.knobs)} (trial {self.row.arm.number})"
+
+
+def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
+    """Every replay selection configuration (sampler or predicted) against on-policy: at its own learning rate when
+    on-policy ran at two or more and at this one (a saving against another lr may be the lr's), else against the
+    baseline; with its replication on fresh seeds where `study confirm` ran it."""
+    all_arms = [r.arm for r in rows]
+    on_policy = {a.number for a in on_policy_arms(all_arms)}
+    by_lr = on_policy_by_lr(all_arms)
+    base = next((a for a in all_arms if a.baseline and a.kind == "baseline"), None)
+    out = []
+    for r in rows:
+        if r.arm.baseline or r.arm.number in on_policy or r.arm.kind not in ("sampler", "predicted") or r.ratio is None:
+            continue
+        ratio, against, cens = r.ratio, "on-policy", r.censored + (base.censored(estimator) if base else 0)
+        lr = r.arm.knobs.get("lr")
+        same = by_lr.get(float(lr)) if lr is not None and len(by_lr) > 1 else None
+        if same is not None:
+            ratio = stats.paired_ratio(r.arm.values(estimator), same.values(estimator))
+            against, cens = f"on-policy at the same lr ({float(lr):g})", r.censored + same.censored(estimator)
+        elif lr is not None and base is not None and "lr" in base.knobs and float(base.knobs["lr"]) != float(lr):
+            against = f"on-policy at another lr ({float(base.knobs['lr']):g}: a saving may be the learning rate's)"
+        rep = next((c.ratio for c in rows if c.arm.kind == "confirm" and c.arm.confirms == r.arm.number and c.ratio), None)
+        out.append(Claim(r, ratio, against, cens, rep))
+    return out
+
+
+def none_reached(rows: list[Row], estimator: str | None = None) -> bool:
+    """Whether no run of the study reached the target: every value is then a run's total compute, and nothing is
+    measured."""
+    return bool(rows) and all(r.arm.censored(estimator) == len(r.arm.per_seed) for r in rows)
+
+
+def bottom_line(rows: list[Row], reading: str, estimator: str | None = None) -> tuple[str, list[Claim]]:
+    """The study's conclusion in one sentence, held to the project's rule (a difference is a claim only when its 95%
+    interval excludes 1; inside the noise it is unresolved, never a win), and the claims it rests on."""
+    if none_reached(rows, estimator):
+        return (f"no run reached the {reading} target within its budget, so nothing is measured: every number above"
+                " is a run's total compute, a lower bound."), []
+    cl = [c for c in claims(rows, estimator) if math.isfinite(c.ratio.estimate)]
+    base = next((r for r in rows if r.arm.baseline and r.arm.kind == "baseline"), None)
+    if not cl:
+        if base is None:
+            others = [r for r in rows if math.isfinite(r.estimate.estimate) and r.arm.kind != "confirm"]
+            if not others:
+                return "no configuration reached a comparable result yet.", []
+            low = min(others, key=lambda r: r.estimate.estimate)
+            return (f"no on-policy run completed, so no saving can be claimed; the lowest compute to target: "
+                    f"{knob_text(low.arm.knobs)} (trial {low.arm.number}), {low.estimate.fmt()} units."), []
+        return f"only on-policy has completed ({base.estimate.fmt()} units to the target); no replay setting to compare yet.", []
+    n = sorted({c.ratio.n for c in cl})
+    seeds = f"{n[0]} seed{'s' if n[-1] > 1 else ''}" if len(n) == 1 else f"{n[0]}-{n[-1]} seeds"
+    bound = lambda c: " (censored seeds: a bound)" if c.censored else ""  # noqa: E731
+    wins = [c for c in cl if stats.direction(c.ratio) < 0]
+    if wins:
+        best = min(wins, key=lambda c: c.ratio.estimate)
+        text = (f"{best.name} reaches the target with {ratio_text(best.ratio)} the compute of {best.against}{bound(best)}"
+                f" (resolved; {seeds}, {reading})")
+        if len(wins) > 1:
+            text += f"; {len(wins) - 1} other setting(s) also resolved"
+        if best.replicated is None:
+            text += "; a selection estimate until replicated on fresh seeds."
+        else:
+            side = {-1: "holds", 0: "unresolved", 1: "reversed"}[stats.direction(best.replicated)]
+            text += f"; on fresh seeds {ratio_text(best.replicated)}: {side}."
+        return text, cl
+    closest = min(cl, key=lambda c: c.ratio.estimate)
+    where = f"the closest, {closest.name}, {ratio_text(closest.ratio)}{bound(closest)}"
+    if all(stats.direction(c.ratio) > 0 for c in cl):
+        return f"every replay setting needs resolvably more compute than on-policy here ({seeds}, {reading}); {where}.", cl
+    state = "unresolved" if stats.direction(closest.ratio) == 0 else "resolved, more compute"
+    return f"no replay setting resolvably beats on-policy here ({seeds}, {reading}); {where}: {state}.", cl
+
+
 def noise(study: optuna.Study) -> list[dict[str, Any]]:
     """Per arm and estimator: the per-run standard deviation of log compute-to-target across seeds (censored seeds
     left out and counted), and the paired savings against the baseline with its interval."""
@@ -190,14 +295,16 @@ def noise(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def comparison_lines(study: optuna.Study) -> list[str]:
-    """The comparison in words: each arm's estimate and interval, its paired savings and whether it is resolved."""
+    """The comparison in words: each arm's estimate and interval (compute units), its paired ratio to on-policy and
+    whether it is resolved."""
     rows = comparison(study)
     if not rows:
         return []
-    lines = ["compute to target, geometric mean over seeds [95% CI]; savings paired by seed against on-policy:"]
+    lines = ["compute to target in units, geometric mean over seeds [95% CI]; ratio = its compute over on-policy's"
+             " on the same seeds (< 1: less):"]
     for r in rows:
         head = f"  {r.arm.label}: {r.estimate.fmt()} over {r.estimate.n} seed(s)" + (f", {r.censored} censored" if r.censored else "")
-        lines.append(head + ("" if r.ratio is None else f"; ratio to on-policy {r.ratio.fmt()}: {r.verdict}"))
+        lines.append(head + ("" if r.ratio is None else f"; ratio {r.ratio.fmt()}: {r.verdict}"))
     return lines
 
 
@@ -210,12 +317,12 @@ def confirmation_lines(study: optuna.Study) -> list[str]:
         if r.arm.kind != "confirm" or r.arm.baseline or r.arm.confirms not in by_number:
             continue
         sel = by_number[r.arm.confirms]
-        lines.append(f"  trial {sel.arm.number} {fmt_params(sel.arm.knobs)}:")
+        lines.append(f"  trial {sel.arm.number} {knob_text(sel.arm.knobs)}:")
         for what, row in (("selection", sel), ("replicated", r)):
             seeds = ",".join(map(str, row.arm.seeds))
             ratio = f"ratio to on-policy {row.ratio.fmt()}: {row.verdict}" if row.ratio else "no paired baseline"
             lines.append(f"    {what:10s} (seeds {seeds}): {row.estimate.fmt()}; {ratio}")
-    return (["selection against replication on fresh seeds (compute to target, geometric mean [95% CI]):"] + lines) if lines else []
+    return (["selection against replication on fresh seeds (compute to target in units, geometric mean [95% CI]):"] + lines) if lines else []
 
 
 def noise_lines(study: optuna.Study) -> list[str]:
@@ -225,7 +332,8 @@ def noise_lines(study: optuna.Study) -> list[str]:
     if not rows:
         return []
     target = study.user_attrs.get(attrs.TARGET)
-    lines = [f"per-run noise of compute-to-target (target accuracy {target}); sd of log over seeds, censored seeds left out:",
+    lines = [f"per-run noise of compute-to-target (target {target} on the curve named above); sd of log over seeds,"
+             " censored seeds left out:",
              f"  {'estimator':13s} {'arm':40s} {'seeds':>5s} {'cens.':>5s} {'log sd':>7s} {'geo mean':>9s}  paired ratio to on-policy [95% CI]"]
     for r in rows:
         ratio = "" if r["ratio"] is None else f"{r['ratio'].fmt()}  {stats.verdict(r['ratio']).split(':')[0]}"
