@@ -120,6 +120,7 @@ def _study_context(args: argparse.Namespace):
 def cmd_study_run(args: argparse.Namespace) -> int:
     from workbench.study.devices import parse_devices
     from workbench.study.driver import run_study
+    from workbench.study.failfast import verdict
     from workbench.study.summary import closing_lines, summary_lines
 
     ctx = _study_context(args)
@@ -133,6 +134,10 @@ def cmd_study_run(args: argparse.Namespace) -> int:
     print(f"Open both: workbench ui --tracking-uri {uri} --storage {storage}")
     for line in closing_lines(study, args.spec):
         print(line)
+    stop = verdict(study, ctx.spec)  # its failures stopped the study, or it completed no trial
+    if stop is not None:
+        _err(stop.reason)
+        return stop.exit_code
     return 0
 
 
@@ -142,9 +147,9 @@ def cmd_study_worker(args: argparse.Namespace) -> int:
 
     devices = parse_devices(args.devices) if args.devices else None
     ctx = _study_context(args)
-    run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads,
-               devices=devices)
-    return 0
+    stop = run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads,
+                      devices=devices)
+    return stop.exit_code if stop is not None else 0  # the worker logged why its study stopped
 
 
 def cmd_study_status(args: argparse.Namespace) -> int:

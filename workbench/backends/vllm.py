@@ -22,7 +22,8 @@ import os
 
 import torch
 
-from workbench.config import ConfigError, TrialConfig
+from workbench.backends import not_installed
+from workbench.config import TrialConfig
 from workbench.backends.hf import Samples
 
 
@@ -34,10 +35,7 @@ def import_vllm():
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
     except ImportError:
-        raise ConfigError(
-            "generation.backend: vllm is not installed in this environment (GPU: pip install '.[vllm]'; CPU: make vllm-env,"
-            " then run .venv-vllm/bin/workbench)"
-        ) from None
+        raise not_installed("vllm") from None
     return vllm, LLM, SamplingParams, TokensPrompt
 
 

@@ -11,7 +11,8 @@ REFERENCE_MU = "reference_mu"
 TARGET = "target_accuracy"
 """The study's target accuracy: the spec's number, or set by the baseline when the spec says `auto`."""
 REQUEUED = "requeued"
-"""Numbers of interrupted trials whose configuration was enqueued again."""
+"""Numbers of failed trials a resumed `study run` dealt with (interrupted ones, and those behind a fail-fast stop,
+`workbench.study.failfast`): their configurations enqueued again, unless no longer a point of the spec's space."""
 
 # on a trial
 RUN = "mlflow_run_id"
@@ -41,6 +42,9 @@ SEEDS = "seeds"
 SUMMARY = "summary"
 CENSORED_SEEDS = "censored_seeds"
 FAIL_REASON = "fail_reason"
+CONFIG_ERROR = "config_error"
+"""A trial that failed with a `ConfigError` (a configuration that cannot run): its one-line message. It stops the
+study (`workbench.study.failfast`)."""
 DEVICES = "devices"
 """What the trial's worker process ran on (`study run/worker --devices`): kind, ids, pid, and what it saw (its
 CUDA_VISIBLE_DEVICES or its CPU affinity)."""

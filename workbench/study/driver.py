@@ -1,8 +1,11 @@
 """`workbench study run`: create or resume a study, run its baseline first, then local worker processes.
 
+The study's configurations are checked on this machine before anything is created (`workbench.study.preflight`).
 Workers are `workbench study worker` subprocesses, the same path a worker on another machine takes. The driver
 watches the study: a bar of completed trials on a terminal, a line per change otherwise. Ctrl-C stops the
 workers (their running trials are recorded as interrupted; SIGTERM does the same) and the next `study run` resumes up to `n_trials`.
+Failures that stop the study (`workbench.study.failfast`) stop its workers too; the next `study run` enqueues the
+configurations behind them again, as it does the interrupted ones.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import optuna
 from optuna.trial import TrialState
 
 from workbench import progress, tracking
-from workbench.study import attrs
+from workbench.config import ConfigError
+from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, create_or_load
 from workbench.study.devices import detect_kind, per_trial, split_devices, worker_env
+from workbench.study.preflight import check_study
+from workbench.study.spec import StudySpec, check_point
 from workbench.study.summary import counts_line, done, log_to_parent_run
 
 log = logging.getLogger(__name__)
@@ -31,7 +37,9 @@ log = logging.getLogger(__name__)
 def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0, show_progress: bool = False,
               devices: list[int] | None = None) -> optuna.Study:
     """Create or resume the study, run its baseline, then `workers` local worker processes until done; with
-    `devices`, worker k runs on its own group of them (`workbench.study.devices`)."""
+    `devices`, worker k runs on its own group of them (`workbench.study.devices`). A configuration that cannot run
+    here is a `ConfigError` before the study is created; `failfast.verdict` tells how the run ended."""
+    check_study(ctx.spec)
     workers = max(workers, 1)
     groups = kind = None
     if devices is not None:
@@ -44,7 +52,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     placed = f" on {kind} {' | '.join(','.join(map(str, g)) for g in groups)}" if groups else ""
     log.info(f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s){placed};"
              f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}")
-    _requeue_interrupted(study)
+    _requeue(study, ctx.spec)
 
     # The baseline gets every core only where it runs alone (its mu or target still to measure); in a calibrated
     # study the other workers start at once, and a baseline on every core beside them oversubscribes the cores
@@ -63,6 +71,9 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
         return subprocess.Popen(cmd, start_new_session=True, env=env)
 
+    def stopped() -> failfast.Stop | None:
+        return failfast.check(study, ctx.spec)
+
     procs: list[subprocess.Popen] = []
     bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
     previous = _sigterm_as_interrupt()
@@ -74,9 +85,11 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
                 # reference, its curve may set the target); the others start once both are known, so no core is
                 # oversubscribed.
                 log.info(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
-                _watch(study, procs, bar, poll, until=lambda: calibrated(study) or not _baseline_pending(study))
-            procs += [spawn(k) for k in range(1, workers)]
-            _watch(study, procs, bar, poll)
+                _watch(study, procs, bar, poll, until=lambda: calibrated(study) or not _baseline_pending(study),
+                       stopped=stopped)
+            if stopped() is None:  # a failed baseline stops the trials that depend on it
+                procs += [spawn(k) for k in range(1, workers)]
+            _watch(study, procs, bar, poll, stopped=stopped)
     except KeyboardInterrupt:
         log.warning("interrupted: stopping workers (run `workbench study run` again to resume)")
         for p in procs:
@@ -111,8 +124,11 @@ def _sigterm_as_interrupt():
     return signal.signal(signal.SIGTERM, interrupt)
 
 
-def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], bool] | None = None) -> None:
-    """Report the trial counts when they change (bar or line), until every worker exited (or `until()` holds)."""
+def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], bool] | None = None,
+           stopped: Callable[[], failfast.Stop | None] = lambda: None) -> None:
+    """Report the trial counts when they change (bar or line), until every worker exited (or `until()` holds). A
+    worker's non-zero exit is an error unless the study's failures stopped it (`stopped()`: `study run` reports
+    those)."""
     last = None
     while True:
         if until is not None and until():
@@ -128,7 +144,7 @@ def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], boo
             last = line
         if not alive:
             bad = [p.returncode for p in procs if p.returncode not in (0, None)]
-            if bad:
+            if bad and stopped() is None:
                 raise RuntimeError(f"a worker exited with code {bad[0]}")
             return
         time.sleep(poll)
@@ -138,13 +154,24 @@ def _baseline_pending(study: optuna.Study) -> bool:
     return any(t.user_attrs.get(attrs.BASELINE) and t.state in (TrialState.WAITING, TrialState.RUNNING) for t in study.get_trials(deepcopy=False))
 
 
-def _requeue_interrupted(study: optuna.Study) -> None:
-    """Enqueue again (once) the configurations whose trials were interrupted by Ctrl-C, so none is lost."""
+def _requeue(study: optuna.Study, spec: StudySpec) -> None:
+    """Enqueue again (once) the configurations whose trials were interrupted by Ctrl-C, and those of the failed
+    trials that stopped the study (`failfast.check`: its cause is taken as fixed, since the preflight passed), so
+    none is lost. A configuration that is no longer a point of the spec's space (the fix removed it) is not."""
     requeued = set(study.user_attrs.get(attrs.REQUEUED, []))
-    todo = [t for t in study.get_trials(deepcopy=False)
-            if t.state == TrialState.FAIL and t.user_attrs.get(attrs.INTERRUPTED) and t.number not in requeued]
+    stop = failfast.check(study, spec)
+    if stop is not None and stop.trials:
+        log.info(f"resuming after: {stop.reason}")
+    behind = set(stop.trials) if stop is not None else set()
+    todo = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL and t.number not in requeued
+            and not t.user_attrs.get(attrs.ARM) and (t.user_attrs.get(attrs.INTERRUPTED) or t.number in behind)]
     for t in todo:
-        user_attrs = {attrs.REQUEUED_FROM: t.number, **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {})}
-        study.enqueue_trial(t.params, user_attrs=user_attrs)
+        try:
+            check_point(spec, t.params, f"trial {t.number}")
+        except ConfigError as err:
+            log.warning(f"not run again: {err}")
+            continue
+        kept = {k: True for k in (attrs.BASELINE, attrs.POINT) if t.user_attrs.get(k)}
+        study.enqueue_trial(t.params, user_attrs={attrs.REQUEUED_FROM: t.number, **kept})
     if todo:
         study.set_user_attr(attrs.REQUEUED, sorted(requeued | {t.number for t in todo}))

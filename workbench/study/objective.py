@@ -19,9 +19,10 @@ from optuna.trial import TrialState
 
 from workbench import stats, tracking
 from workbench.compute import to_target, units
+from workbench.config import ConfigError
 from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary, readings
 from workbench.study import attrs
-from workbench.study.context import StudyContext
+from workbench.study.context import StudyContext, calibrated
 from workbench.study.pruning import ComputePruner
 from workbench.study.spec import StudySpec, fmt_params
 from workbench.trial.loop import TrialResult, TrialStopped, run_trial
@@ -97,6 +98,10 @@ def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int
     return None
 
 
+def _baseline_waiting(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
 class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 
@@ -118,6 +123,11 @@ class StudyObjective:
             ratio = params.get("replay.ratio", spec.trial_config({}, 0).replay.ratio)
             if params["x"] < ratio:
                 self._skip(trial, f"x = {params['x']} < y = {ratio}: capacity below batch_size")
+        if not is_baseline and not calibrated(self.study) and _baseline_waiting(self.study):
+            # A baseline enqueued again on resume stands behind the points enqueued at creation; it runs first.
+            self.study.enqueue_trial(params, user_attrs={k: trial.user_attrs[k] for k in (attrs.POINT, attrs.REQUEUED_FROM)
+                                                         if k in trial.user_attrs})
+            self._skip(trial, "deferred: the on-policy baseline runs first (it sets the study's reference mu and target)")
         twin = same_params(self.study, trial.number, params)
         if twin is not None:  # a sampler proposing a configuration already run: do not train it twice
             self._skip(trial, f"same configuration as trial {twin}")
@@ -192,6 +202,8 @@ class StudyObjective:
         except BaseException as err:
             reason = tracking.failure_reason(err)
             trial.set_user_attr(attrs.FAIL_REASON, reason)
+            if isinstance(err, ConfigError):  # a configuration that cannot run: it stops the study (failfast)
+                trial.set_user_attr(attrs.CONFIG_ERROR, str(err))
             log.warning(f"trial {trial.number} failed: {reason}")
             raise
         values = [summary[name] for name in spec.objectives]

@@ -138,7 +138,7 @@ class StudySpec(BaseModel):
     """`compute`: stop a trial (on its first seed) once it has spent more than the incumbent's compute-to-target
     interval allows without reaching the target, or its fitted curve cannot reach it within its budget
     (`workbench.study.pruning`). `median`: Optuna's median pruner on held-out accuracy at equal steps."""
-    seeds: list[int] | int = 1
+    seeds: list[int] | int = Field(1, validate_default=True)
     """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
     target_accuracy: float | Literal["auto"] | None = None
     """Sets `eval.target_accuracy` of every trial. `auto`: set from the on-policy baseline (which runs first) as the
@@ -162,7 +162,15 @@ class StudySpec(BaseModel):
     compute_mu: float | None = Field(None, gt=0)
     """The study's reference mu. `null`: measured on the baseline trial (median over its seeds)."""
     max_failures: int = Field(20, ge=0)
-    """Stop the study after this many failed trials (a configuration that always crashes must not loop forever)."""
+    """Stop the study after this many failed trials (a configuration that always crashes must not loop forever);
+    0: no limit. Failures a resumed `study run` enqueued again, interrupted trials and trials retried after their
+    worker died do not count."""
+    max_same_failures: int = Field(3, ge=0)
+    """Stop the study when this many trials in a row fail with the same reason (exception and message: a missing
+    package, a data file every trial reads, a device too small); 0: never. Whatever the count, a trial that fails with
+    a `ConfigError` (a configuration that cannot run) stops it at once, and so does a failed on-policy baseline (the
+    other trials are accounted and compared against it). A stopped study exits non-zero; once the cause is fixed,
+    `study run` resumes it and runs the stopped configurations again (`workbench.study.failfast`)."""
     points: list[dict[str, Any]] = []
     """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
     strategy with its paper's settings); the sampler proposes the trials after them."""
@@ -273,7 +281,7 @@ def _get_dotted(data: dict[str, Any], key: str) -> Any:
     return node
 
 
-def _probe_point(spec: StudySpec, knob: str, value: Any) -> dict[str, Any]:
+def probe_point(spec: StudySpec, knob: str, value: Any) -> dict[str, Any]:
     """A configuration that sets `knob` to `value`: earlier knobs chosen so that its condition holds, the other
     active knobs at their first probe value (so a strategy is probed together with its own parameters)."""
     want = spec.search_space[knob].when or {}
@@ -309,7 +317,7 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError("pruner: compute needs the compute_to_target objective")
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
-            params = _probe_point(spec, knob, value)
+            params = probe_point(spec, knob, value)
             if knob == "x" and "replay.ratio" not in params:
                 params["replay.ratio"] = 1  # x alone: probe against on-policy
             try:

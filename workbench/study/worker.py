@@ -1,10 +1,12 @@
 """`workbench study worker`: join a study from any machine and run its trials until the study has enough.
 
+Before joining, the configurations the study runs are checked on this machine (`workbench.study.preflight`).
 Trials come from Optuna's `study.optimize`; a callback in the manner of Optuna's `MaxTrialsCallback` (counting as
-this study counts: skipped proposals and `study verify` arms do not count) stops it when the study is done, too
-many trials failed, the space is exhausted, or the remaining work is in flight elsewhere. The worker then waits
-rather than exits while another worker's trial may still need a retry (its heartbeat stops if it dies) or while
-the baseline runs elsewhere (it sets the reference mu). A trial that raises fails with its reason; the worker goes on.
+this study counts: skipped proposals and `study verify` arms do not count) stops it when the study is done, its
+failures stop it (`workbench.study.failfast`), the space is exhausted, or the remaining work is in flight
+elsewhere. The worker then waits rather than exits while another worker's trial may still need a retry (its
+heartbeat stops if it dies) or while the baseline runs elsewhere (it sets the reference mu). A trial that raises
+fails with its reason; the worker goes on unless that failure stops the study.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import time
 import optuna
 from optuna.trial import TrialState
 
-from workbench.study import attrs
+from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.devices import apply, per_trial, split_devices
 from workbench.study.objective import StudyObjective
+from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, feasible_space_size
 from workbench.study.summary import counts
 
@@ -45,10 +48,6 @@ def baseline_running(study: optuna.Study) -> bool:
     return any(t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False))
 
 
-def _retried(study: optuna.Study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False) if "failed_trial" in t.system_attrs)
-
-
 class StudyBudget:
     """When a worker stops asking for trials: an Optuna callback, and the checks the worker makes between runs."""
 
@@ -60,8 +59,9 @@ class StudyBudget:
         c = counts(study)
         if c["complete"] + c["pruned"] >= self.n_trials:
             return "done"
-        if c["fail"] - _retried(study) >= self.spec.max_failures > 0:
-            return f"{c['fail']} failed trials (max_failures = {self.spec.max_failures})"
+        stop = failfast.check(study, self.spec)
+        if stop is not None:
+            return stop.reason
         if c["skipped"] >= 10 * self.n_trials or space_exhausted(study, self.spec):
             return "the search space has no untried feasible configuration left"
         return None
@@ -81,13 +81,16 @@ class StudyBudget:
 
 
 def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None,
-               devices: list[int] | None = None) -> None:
-    """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant.
+               devices: list[int] | None = None) -> failfast.Stop | None:
+    """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant. Returns the
+    failures that stopped the study, if they did (`workbench.study.failfast`).
 
-    A trial that raises (NaN, exception, out of memory) fails with its reason and the worker goes on; trials of
-    dead workers are failed by heartbeat and retried. Stops after `max_failures` failed trials. With `devices`, the
-    process confines itself to them first (`workbench.study.devices.apply`) and every trial records them.
+    The study's configurations are checked on this machine first (`ConfigError`, nothing run). A trial that raises
+    (NaN, exception, out of memory) fails with its reason and the worker goes on, unless the failure stops the
+    study; trials of dead workers are failed by heartbeat and retried. With `devices`, the process confines itself
+    to them first (`workbench.study.devices.apply`) and every trial records them.
     """
+    check_study(ctx.spec)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # A study started in the background of a script (`nohup workbench study run ... &`) inherits SIGINT ignored,
         # and so would its workers: the driver's forwarded SIGINT (its Ctrl-C, its SIGTERM) must stop them.
@@ -108,9 +111,10 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
         optuna.storages.fail_stale_trials(study)
         why = budget.finished(study)
         if why:
-            if why != "done":
-                log.warning(f"stopping: {why}")
-            return
+            if why == "done":
+                return None
+            log.warning(f"stopping: {why}")
+            return failfast.check(study, ctx.spec)
         if budget.waiting(study):
             if not calibrated(study) and waited >= MU_WAIT_SECONDS:
                 raise RuntimeError("gave up waiting for the baseline trial to set the study's reference mu and target")
