@@ -267,7 +267,8 @@ def bottom_line(rows: list[Row], reading: str, estimator: str | None = None) -> 
             text += f"; on fresh seeds {ratio_text(best.replicated)}: {side}."
         return text, cl
     closest = min(cl, key=lambda c: c.ratio.estimate)
-    where = f"the closest, {closest.name}, {ratio_text(closest.ratio)}{bound(closest)}"
+    against = "" if closest.against == "on-policy" else f" against {closest.against}"
+    where = f"the closest, {closest.name}, {ratio_text(closest.ratio)}{against}{bound(closest)}"
     if all(stats.direction(c.ratio) > 0 for c in cl):
         return f"every replay setting needs resolvably more compute than on-policy here ({seeds}, {reading}); {where}.", cl
     state = "unresolved" if stats.direction(closest.ratio) == 0 else "resolved, more compute"
