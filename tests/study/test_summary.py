@@ -215,3 +215,11 @@ def test_the_cli_prints_a_dozen_lines_ending_with_the_bottom_line_and_the_next_c
     assert main(["study", "compare", str(path), "--noise"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("target: demo_prob") and out[-2].startswith("Bottom line: ")
+
+
+def test_an_interrupted_study_is_resumed_not_debugged(tmp_path):
+    study, path = _study(tmp_path, {})
+    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={attrs.FAIL_REASON: "interrupted", attrs.INTERRUPTED: True}))
+    bottom, nxt = _bottom(study, path)
+    assert bottom == "Bottom line: no trial completed, so there is nothing to compare: the study was interrupted."
+    assert nxt == f"Next: workbench study run {path} (it resumes; nothing recorded is lost)"

@@ -169,19 +169,24 @@ def _best_single(study: optuna.Study, name: str) -> optuna.trial.FrozenTrial | N
     return best if not best.user_attrs.get(attrs.ARM) else ranked[0]
 
 
-def _no_result(study: optuna.Study) -> str:
-    """Why nothing can be compared: what happened to the trials, and the commonest failure."""
+def _no_result(study: optuna.Study, ref: str) -> list[str]:
+    """Why nothing can be compared (what happened to the trials, the commonest failure) and what to do."""
     trials = study.get_trials(deepcopy=False)
-    running = sum(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
-    reasons = Counter(t.user_attrs.get(attrs.FAIL_REASON) for t in trials if t.state == TrialState.FAIL)
+    pending = sum(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    reasons = Counter(t.user_attrs.get(attrs.FAIL_REASON) for t in failed if not t.user_attrs.get(attrs.INTERRUPTED))
     reasons.pop(None, None)
     text = "no trial completed, so there is nothing to compare" + ("" if trials else " (no trial has started)")
-    if running and not reasons:
-        text += f" yet ({running} running or waiting)"
+    resume = f"workbench study run {ref} (it resumes; nothing recorded is lost)"
     if reasons:
         reason, n = reasons.most_common(1)[0]
-        text += f"; {n} of {sum(reasons.values())} failures: {reason}"
-    return text + "."
+        return [f"{text}; {n} of {sum(reasons.values())} failures: {reason}.",
+                f"workbench study status {ref} --table (each trial's failure), fix the cause, then {resume}"]
+    if failed:
+        return [f"{text}: the study was interrupted.", resume]
+    if any(t.state == TrialState.RUNNING for t in trials):
+        return [f"{text} yet ({pending} running or waiting).", f"workbench study status {ref} again when a trial has finished"]
+    return [f"{text}.", resume]
 
 
 def closing_lines(study: optuna.Study, spec_ref: str | None = None) -> list[str]:
@@ -193,9 +198,8 @@ def closing_lines(study: optuna.Study, spec_ref: str | None = None) -> list[str]
     trials = study.get_trials(deepcopy=False)
     names = objective_names(study)
     if not any(t.state == TrialState.COMPLETE for t in trials):
-        return [f"Bottom line: {_no_result(study)}",
-                f"Next: workbench study status {ref} --table (each trial's failure), fix the cause, then"
-                f" workbench study run {ref} (it resumes; nothing recorded is lost)"]
+        bottom, nxt = _no_result(study, ref)
+        return [f"Bottom line: {bottom}", f"Next: {nxt}"]
     steps = []
     if len(names) > 1:
         front = len(study.best_trials)
