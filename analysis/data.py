@@ -1,4 +1,5 @@
-"""A study's trials from MLflow into tidy pandas frames (MLflow is the source of truth for curves, design §6).
+"""A study's trials from MLflow into tidy pandas frames (MLflow is the source of truth for curves;
+docs/architecture.md).
 
 - `runs`: one row per seed run (a configuration trained once): knobs, x = N/R, y = B/R, seed, compute-to-target at
   the study's reference mu by the study's estimator (`workbench.estimators`; with the bracket its crossing lies in
@@ -47,8 +48,10 @@ class StudyData:
     def configs(self) -> pd.DataFrame:
         """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
         seeds at their total: a bound), the paired ratio against the baseline on the same seeds with its interval,
-        means of the rest, seeds and censored seeds counted."""
+        means of the rest (`best_accuracy`: greedy accuracy's best; `best_reading`: the best of the study's own
+        curve, `metric`), seeds and censored seeds counted."""
         keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + (["lr"] if "lr" in self.runs else [])
+        best_reading = self.curves.groupby("run_id")["reading"].max() if "reading" in self.curves else pd.Series(dtype=float)
         rows = []
         for key, g in self.runs.groupby(keys, dropna=False, sort=False):
             values = dict(zip(g["seed"], np.where(g["censored"] > 0, g["total_units"], g["compute_to_target"])))
@@ -56,6 +59,7 @@ class StudyData:
             row = dict(zip(keys, key))
             row.update(seeds=len(g), censored_seeds=int(g["censored"].sum()), compute_to_target=est.estimate,
                        ci_low=est.low, ci_high=est.high, best_accuracy=g["best_accuracy"].mean(),
+                       best_reading=g["run_id"].map(best_reading).mean(),
                        final_accuracy=g["final_accuracy"].mean(), total_units=g["total_units"].mean(),
                        mu_measured=g["mu_measured"].median(), predicted_when_run=g["predicted_when_run"].iloc[0],
                        _values=values)

@@ -1,4 +1,5 @@
-"""Fit the bias-variance-compute model to measured compute-to-target (docs/theory.md, replay-papers §6.3).
+"""Fit the bias-variance-compute model to measured compute-to-target (docs/theory.md, "Models of
+compute-to-target").
 
 This is the `thm45` model of `analysis.models` with the fields the report and `study verify` read (alpha, tau0,
 rho); `analysis.models` fits and compares every registered model with the same likelihood.
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from analysis import phases
 from analysis.models import log_likelihood
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
 
@@ -139,13 +141,15 @@ def brackets(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     return runs["low_units"].to_numpy(float), runs["high_units"].to_numpy(float)
 
 
-def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, bootstrap: int = 200, seed: int = 0) -> Fit:
-    """Fit the per-seed runs of a study, then bootstrap (resampling configurations) and leave-one-configuration-out."""
+def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, bootstrap: int = 200, seed: int = 0,
+             bar: bool = False) -> Fit:
+    """Fit the per-seed runs of a study, then bootstrap (resampling configurations) and leave-one-configuration-out;
+    the refits counted on stderr (`analysis.phases`: a bar when `bar`, else a line every few seconds)."""
     fit = fit_points(*points(runs), mu, with_replacement, seed=seed, bracket=brackets(runs))
     configs = [g for _, g in runs.groupby(["x", "y"])]
     rng = np.random.default_rng(seed)
     draws = []
-    for _ in range(bootstrap):
+    for _ in phases.counted(range(bootstrap), bootstrap, "bootstrap refits", bar):
         sample = pd.concat([configs[i] for i in rng.integers(0, len(configs), len(configs))])
         if sample["censored"].all():
             continue

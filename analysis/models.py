@@ -11,7 +11,7 @@ Models (the issue-13 set):
 - `thm45`: Theorem 4.5's objective with the distinct-draw variance of the `uniform` strategy,
   C = s·sigma_bar²(x)·(1 + y/mu)·(1/y + rho) (`analysis.fit` fits this one for the report's optimum);
 - `with_replacement`: the same with the duplicate-draw term, (1/y + 1/x + rho);
-- `extended`: a fixed learning rate with a noise floor (replay-papers §6.2, regime B made explicit),
+- `extended`: a fixed learning rate with a noise floor (docs/theory.md, regime B made explicit),
   C = s·(1 + mu/y)/(1 + mu) / (1 - V_eff/V*), V_eff = sigma_bar²(x)·(1 + c·y/x + rho·y): c·y/x is the lost local
   diversity of reusing rollouts within a short window, rho·y the coupling, V* the noise the learning rate tolerates;
 - `extended_lr`: `extended` with the learning rate as an input (lam = lr / lr_ref): C = s·cost(y) / (lam·(1 -
@@ -31,25 +31,31 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
+from analysis import phases
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
 
 
 # ---------------------------------------------------------------- the likelihood
 
 
+LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
 def log_likelihood(pred_log, logc, censored, sigma: float, bracket=None) -> np.ndarray:
     """Per run: log density of a measured log compute `logc` under N(pred_log, sigma²); for a censored run the log
     probability of exceeding its bound (`logc` is then log of its total compute); for a run with a `bracket`
     (log low, log high) and low < high, the log probability of the interval."""
+    # scipy.special's ndtr and log_ndtr, not scipy.stats.norm: the same numbers, without the distribution
+    # machinery's per-call overhead (this runs some hundred thousand times in a report's bootstrap refits)
     z = (logc - pred_log) / sigma
-    ll = np.where(censored, stats.norm.logsf(z), stats.norm.logpdf(z) - math.log(sigma))
+    ll = np.where(censored, special.log_ndtr(-z), -0.5 * z * z - LOG_SQRT_2PI - math.log(sigma))
     if bracket is not None:
         loglow, loghigh = bracket
         bracketed = ~censored & (loglow < loghigh - 1e-9)
         if bracketed.any():
-            mass = stats.norm.cdf((loghigh - pred_log) / sigma) - stats.norm.cdf((loglow - pred_log) / sigma)
+            mass = special.ndtr((loghigh - pred_log) / sigma) - special.ndtr((loglow - pred_log) / sigma)
             ll = np.where(bracketed, np.log(np.maximum(mass, 1e-300)), ll)
     return ll
 
@@ -286,16 +292,16 @@ def _runs_into_a_bound(model: Model, runs: pd.DataFrame, mu: float, fit: ModelFi
     return False
 
 
-def fit_model_runs(model: Model | str, runs: pd.DataFrame, mu: float, bootstrap: int = 100, seed: int = 0) -> ModelFit:
-    """`fit_model` on a study's per-seed runs, then bootstrap intervals (resampling configurations), the
-    unidentified flags and the leave-one-configuration-out error."""
+def fit_model_runs(model: Model | str, runs: pd.DataFrame, mu: float, bootstrap: int = 100, seed: int = 0, bar: bool = False) -> ModelFit:
+    """`fit_model` on a study's per-seed runs, then bootstrap intervals (resampling configurations; counted on
+    stderr, `analysis.phases`), the unidentified flags and the leave-one-configuration-out error."""
     model = MODELS[model] if isinstance(model, str) else model
     x, y, value, censored, lr, bracket = _points(runs)
     fit = fit_model(model, x, y, value, censored, mu, lr, bracket, seed=seed)
     configs = [g for _, g in runs.groupby(_config_keys(runs))]
     rng = np.random.default_rng(seed)
     draws = []
-    for _ in range(bootstrap):
+    for _ in phases.counted(range(bootstrap), bootstrap, f"{model.name} bootstrap refits", bar):
         sample = pd.concat([configs[i] for i in rng.integers(0, len(configs), len(configs))])
         if sample["censored"].all():
             continue
@@ -337,12 +343,13 @@ def leave_one_configuration_out(model: Model | str, runs: pd.DataFrame, mu: floa
     return {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))), "rmse_log": float(np.sqrt(np.mean(e**2))), "bias_log": float(np.mean(e))}
 
 
-def compare(runs: pd.DataFrame, mu: float, models: list[str] | None = None, bootstrap: int = 100, seed: int = 0) -> list[ModelFit]:
+def compare(runs: pd.DataFrame, mu: float, models: list[str] | None = None, bootstrap: int = 100, seed: int = 0,
+            bar: bool = False) -> list[ModelFit]:
     """Every registered model (those that use the learning rate only when the runs vary it) fitted to `runs`,
     best first: by leave-one-configuration-out median |log error|, then AIC."""
     varies_lr = "lr" in runs and runs["lr"].nunique() > 1
     names = models or [n for n, m in MODELS.items() if varies_lr or not m.uses_lr]
-    fits = [fit_model_runs(n, runs, mu, bootstrap, seed) for n in names]
+    fits = [fit_model_runs(n, runs, mu, bootstrap, seed, bar) for n in names]
     return sorted(fits, key=lambda f: (f.loco.get("median_abs_log_error", math.inf), f.aic))
 
 
@@ -418,7 +425,7 @@ def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size
     with g_bar_x the mean gradient over ages 0..x-1 (`workbench.noise.horizon_terms`: the staleness bias enters
     through its projection on g_0 and its norm), c·y/x the within-group correlation a batch keeps when it holds
     y/x of each group (1 + c at on-policy, where a batch is whole groups), and (y - 1)·rho the noise a rollout
-    repeats over its y uses (none on-policy; replay-papers §6.2 writes rho·y, which charges on-policy a coupling it
+    repeats over its y uses (none on-policy; the paper writes rho·y, which charges on-policy a coupling it
     does not have). L cancels against on-policy (x 1, y 1). `terms`: dicts with x, sigma2_bar, signal, mixed, cross.
 
     Returns {x, y, relative_compute, lr_factor, near_x, near_y} (lr_factor: the best lr relative to on-policy's), with

@@ -1,9 +1,9 @@
-"""The asynchronous pipeline's study tables (issue 14): for each configuration of a study whose runs include
+"""The asynchronous pipeline's study tables: for each configuration of a study whose runs include
 `pipeline.mode: async`, its split (W generators, T trainers), the replay ratio that emerged, mu by the paper's
 estimator (App. D.4), each side's idle fraction, and the wall time to the target (the pipeline's wall seconds,
 evaluations excluded) against the synchronous baseline on the same seeds.
 
-The theory's mapping (replay-papers §1.3, §6.2): with W generators and T trainers that never stall, each trained
+The theory's mapping (docs/theory.md, docs/pipeline.md): with W generators and T trainers that never stall, each trained
 rollout is used y ≈ mu·T/W times, so the split that realises a replay ratio y* is W/T ≈ mu/y*, and the buffer that
 realises x* holds N = x*·R = x*·B/y* rollouts. Each row compares the y its split implies (at the synchronous mu the
 study measured) with the y that emerged, and `mapped_split` turns a predicted (x*, y*) into (W/T, N).

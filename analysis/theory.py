@@ -1,10 +1,10 @@
 """The closed-form bias-variance-compute model of Arnal et al. (arXiv 2604.08706), §4 and App. C.
 
-Symbols as in the paper (replay-papers §1.5, §6.1): B batch, R fresh rollouts per step, N buffer capacity,
+Symbols as in the paper (docs/theory.md): B batch, R fresh rollouts per step, N buffer capacity,
 x = N/R the staleness horizon, y = B/R the replay ratio, mu = generation cost / training cost of a rollout,
 rho the coupling of samples through the iterate path, sigma²(tau) the gradient-noise variance at age tau.
 
-Two variance forms are implemented (design §7):
+Two variance forms are implemented (docs/theory.md):
 - `with_replacement=True`: Theorem 4.4's V = sigma_bar²(x)·(1/B + 1/N + rho/R); the 1/N term is the chance of
   drawing one rollout twice in a batch (App. C.2.3).
 - `with_replacement=False`: the `uniform` strategy's distinct draws, V = sigma_bar²(x)·(1/B + rho/R).
@@ -31,7 +31,7 @@ def power_law_sigma_bar_sq(alpha: float, tau0: float = 1.0) -> NoiseFn:
 
 
 def shifted_power_law_sigma_bar_sq(alpha: float, tau0: float, sigma0_sq: float = 1.0) -> NoiseFn:
-    """replay-papers §6.2: sigma²(tau) = sigma0²·(1 + tau/tau0)^(2 alpha), averaged over ages [0, x] (continuous).
+    """The shifted power law (docs/theory.md): sigma²(tau) = sigma0²·(1 + tau/tau0)^(2 alpha), averaged over ages [0, x] (continuous).
 
     Unlike the pure power law, sigma²(0) = sigma0² > 0, so fresh samples are not noise-free.
     """
@@ -130,7 +130,7 @@ def closed_form_optimum(mu: float, rho: float, alpha: float) -> tuple[float, flo
 
 
 def x_star_quadratic(mu: float, rho: float, alpha: float) -> float:
-    """x* as the positive root of App. C.3.2's quadratic (the form printed in replay-papers §1.5)."""
+    """x* as the positive root of App. C.3.2's quadratic (the form docs/theory.md prints)."""
     a = alpha
     if rho == 0 or abs(1 / mu - rho) < 1e-15:
         return closed_form_optimum(mu, rho, alpha)[0]
@@ -152,7 +152,7 @@ class BufferSettings:
     ratio: float
     """The `replay.ratio` knob (y)."""
     workers_per_trainer: float
-    """W/T ≈ mu / y (replay-papers §6.2, async mapping)."""
+    """W/T ≈ mu / y (docs/theory.md, the asynchronous mapping)."""
     horizon: int
     """The age limit implied by the buffer, ceil(x) optimizer steps (`replay.horizon` can stay null)."""
 

@@ -363,12 +363,14 @@ def _target(value: float | None) -> float | None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
+    from analysis import destination
     from analysis.report import analyze
 
     name, uri = _analysis_inputs(args)
-    result, _, _ = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap, target=_target(args.target), estimator=args.estimator)
-    out = Path(args.out or Path("reports") / name)
-    out.mkdir(parents=True, exist_ok=True)
+    whatif_mu, target = _whatif(args.whatif_mu), _target(args.target)
+    out = destination.prepare(Path(args.out) if args.out else None, name, uri, ["analysis.json"], args.force)
+    result, _, _ = analyze(name, uri, whatif_mu=whatif_mu, bootstrap=args.bootstrap, target=target, estimator=args.estimator,
+                           bar=progress.bars_wanted())
     (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
     f, p, e = result["fit"], result["predicted"], result["empirical"]
     print(f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}")
@@ -387,12 +389,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from analysis.report import analyze, write_report
+    """The study's report (Markdown, one self-contained HTML page, the analysis JSON, the figures) where
+    `analysis.destination` says: --out, else reports-out/NAME/ beside the MLflow store; never over tracked files
+    unless --force."""
+    from analysis import destination
+    from analysis.bottom_line import bottom_line
+    from analysis.report import OUTPUT_FILES, analyze, write_report
 
     name, uri = _analysis_inputs(args)
-    result, data, fit = analyze(name, uri, whatif_mu=_whatif(args.whatif_mu), bootstrap=args.bootstrap, target=_target(args.target), estimator=args.estimator)
-    paths = write_report(result, data, fit, Path(args.out or Path("reports") / name))
-    print(f"wrote {paths['markdown']} and {paths['html']}")
+    whatif_mu, target = _whatif(args.whatif_mu), _target(args.target)
+    out = destination.prepare(Path(args.out) if args.out else None, name, uri, list(OUTPUT_FILES), args.force)
+    result, data, fit = analyze(name, uri, whatif_mu=whatif_mu, bootstrap=args.bootstrap, target=target, estimator=args.estimator,
+                                bar=progress.bars_wanted())
+    paths = write_report(result, data, fit, out, spec=args.spec)
+    print(bottom_line(result, args.spec).replace("**", "").replace("`", ""))
+    print(f"wrote {paths['html']} (open it in a browser), with report.md, analysis.json and the figures beside it")
     return 0
 
 
@@ -699,13 +710,15 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--noise", action="store_true", help="per estimator: the per-run noise (sd of log compute-to-target)")
     compare.set_defaults(func=cmd_study_compare)
 
-    for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (JSON)"),
-                            ("report", cmd_report, "write reports/NAME/report.md and a self-contained report.html")):
+    for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (analysis.json)"),
+                            ("report", cmd_report, "write a study's report: report.html (self-contained), report.md, analysis.json, figures")):
         p = sub.add_parser(cmd, help=text)
         p.add_argument("spec", nargs="?", help="the study spec (or give --study)")
         p.add_argument("--study", help="study name (= its MLflow experiment)")
         p.add_argument("--tracking-uri")
-        p.add_argument("--out", help="output directory (default reports/NAME)")
+        p.add_argument("--out", help="output folder (default: reports-out/NAME/ beside the study's MLflow store, e.g. next to"
+                       " ./mlflow.db; a store on a server: in the working directory)")
+        p.add_argument("--force", action="store_true", help="write even over files git tracks (refused otherwise)")
         p.add_argument("--whatif-mu", type=float, action="append", help="also re-account at this mu (default 5.28)")
         p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals")
         p.add_argument("--target", type=float, help="read compute-to-target at this accuracy instead of the study's")

@@ -55,6 +55,21 @@ def test_f1_is_falsified_when_the_optimum_never_moves():
     assert v.verdict == "falsified" and "does not move" in v.reason
 
 
+def test_f1_on_a_grid_of_one_replay_ratio_is_not_testable():
+    # on-policy and replay at y 2 only (the quickstart's grid): the optimum can only switch once, whatever the law
+    v = laws.f1_sqrt_mu(_study(steps={1: 10, 2: 14}))
+    assert v.verdict == "not testable" and "one ratio (y 2)" in v.reason and not v.rows
+
+
+def test_f1_where_the_law_cannot_move_on_the_grid_is_not_testable_not_falsified_by_float_noise():
+    # replay at y 4 so fast that it is the optimum at every mu; the sqrt law (a large c) sits at y 4 as well. Both
+    # slopes are 0 up to float noise (+-1e-17), which a strict comparison read as "falsified".
+    v = laws.f1_sqrt_mu(_study(steps={1: 30, 2: 12, 4: 5}, jitter=1))
+    assert {r["y"] for r in v.rows} == {4}
+    assert v.numbers["slope"] == v.numbers["law"] == v.numbers["slope_low"] == v.numbers["slope_high"] == 0
+    assert v.verdict == "not testable" and "stays at y 4" in v.reason
+
+
 def test_f2_finds_the_interior_minimum_and_checks_it_against_the_law():
     v = laws.f2_u_shape(_study(steps={1: 10, 2: 11, 4: 30}, jitter=1), rho=0.3, mus=(5.28,))
     (row,) = v.rows

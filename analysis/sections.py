@@ -1,0 +1,360 @@
+"""The report's tables, as Markdown sections (`tables`): every configuration with its interval, what the study can
+resolve, the fitted optimum against the empirical one, the re-accounting at another mu, the paper's laws, the fit
+and the compared models, the asynchronous pipeline, the Pareto front. Each section says in words what its numbers
+are; the report puts them after its bottom line and its figures (`analysis.report`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from workbench.estimators import METRICS
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if math.isfinite(v) else "-"
+    return str(v)
+
+
+def _ci(r: dict) -> str:
+    if not math.isfinite(r.get("ci_low", math.nan)):
+        return _fmt(r["compute_to_target"])
+    return f"{_fmt(r['compute_to_target'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+
+
+def _ratio(r: dict) -> str:
+    if not math.isfinite(r.get("ratio_to_baseline", math.nan)):
+        return "-"
+    return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+
+
+def _lr_varies(result: dict) -> bool:
+    return len({c.get("lr") for c in result.get("configurations", [])}) > 1
+
+
+def _what(r: dict, show_lr: bool = False) -> str:
+    lr = f", lr {r['lr']:.3g}" if show_lr and "lr" in r else ""
+    if r["baseline"]:
+        return "on-policy" + lr
+    return (f"{r['strategy']} " if r.get("strategy", "uniform") != "uniform" else "") + f"x {_fmt(r['x'])}, y {_fmt(r['y'])}" + lr
+
+
+def _comparison_section(result: dict) -> list[str]:
+    lines = ["## Every configuration, with its uncertainty", "",
+             "Compute to target: geometric mean over seeds with its 95% interval (bootstrap over seeds, never narrower than"
+             " Student's t). Ratio: compute to target over on-policy's on the same seeds (paired), 95% interval; a"
+             " difference is resolved only when that interval excludes 1. Censored seeds enter at their total compute"
+             " (a lower bound).", "",
+             "| trial | arm | configuration | seeds (censored) | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
+        lines.append(f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r, _lr_varies(result))} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+    return lines + [""]
+
+
+def _pair(p: dict | None) -> str:
+    return "-" if not p or not math.isfinite(p["ratio"]) else f"{p['ratio']:.2f} [{_fmt(p['low'])}, {_fmt(p['high'])}]: {p['verdict']}"
+
+
+def _tuned_lr_section(result: dict) -> list[str]:
+    t = result.get("tuned_lr")
+    if not t:
+        return []
+    lines = ["## At a matched learning rate", "",
+             "The ratios above set every configuration against on-policy at one learning rate, so a saving there may"
+             " come from the learning rate alone. On-policy ran at " + ", ".join(
+                 f"lr {_fmt(o['lr'])} (trial {o['trial_number']}: {_fmt(o['compute_to_target'])} [{_fmt(o['ci_low'])}, {_fmt(o['ci_high'])}])"
+                 for o in t["on_policy_by_lr"]) + f"; its best, lr {_fmt(t['on_policy_best_lr'])}, is a selection estimate.", "",
+             "Each configuration against on-policy at its own learning rate (paired by seed):", "",
+             "| trial | configuration | ratio to on-policy at the same lr [95% CI]: verdict |", "|---|---|---|"]
+    lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_pair(r['same_lr'])} |" for r in t["same_lr"]]
+    lines += ["", f"Each (x, y) at its best learning rate against on-policy at its best (lr {_fmt(t['on_policy_best_lr'])}), the"
+              " comparison the paper makes (lr re-tuned per configuration); both sides selected on the same seeds:", "",
+              "| trial | configuration (its best lr) | compute to target [95% CI] | ratio to tuned on-policy [95% CI]: verdict |", "|---|---|---|---|"]
+    lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_ci(r)} | {_pair(r['against_tuned'])} |" for r in t["tuned"]]
+    return lines + [""]
+
+
+def _resolution_section(result: dict) -> list[str]:
+    z = result.get("resolution") or {}
+    lines = ["## What this study can and cannot resolve", ""]
+    sd = z.get("per_run_log_sd", math.nan)
+    if not math.isfinite(sd):
+        lines.append("No configuration has two uncensored seeds: the per-run noise is not measured, and no difference"
+                     " between configurations can be resolved.")
+    else:
+        lines.append(f"Per-run noise: the standard deviation of log compute-to-target between seeds of one configuration is "
+                     f"{sd:.3f} (pooled over configurations, {z['per_run_log_sd_df']} degrees of freedom): one run is uncertain by "
+                     f"about x{math.exp(sd):.2f}. Paired by seed against on-policy, the log ratio varies by "
+                     f"{_fmt(z.get('paired_log_sd', math.nan))} between seeds.")
+    if "smallest_resolvable_saving" in z:
+        lines.append(f"With {z['seeds_per_configuration']} seeds per configuration, savings smaller than about "
+                     f"{z['smallest_resolvable_saving']:.0%} cannot be told apart from none; resolving a 10% saving would take "
+                     f"about {z.get('seeds_to_resolve_10pct') or 'more than 1000'} paired seeds, a 25% saving about "
+                     f"{z.get('seeds_to_resolve_25pct') or 'more than 1000'}.")
+    noise = result.get("noise_by_estimator") or []
+    if noise:
+        lines += ["", f"Per-run noise by estimator at target {result['target_accuracy']:g} (the study uses "
+                  f"`{result.get('estimator', 'first')}`): sd of log compute-to-target over seeds (censored seeds left out), and "
+                  "each configuration's paired ratio to on-policy with its 95% interval.", "",
+                  "| estimator | trial | seeds (censored) | log sd | geometric mean | paired log sd | ratio to on-policy [95% CI] |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in noise:
+            ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+            lines.append(f"| {r['estimator']} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) "
+                         f"| {_fmt(r['log_sd'])} | {_fmt(r['geo_mean'])} | {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} |")
+        lines.append("")
+    resolved = [r for r in result["configurations"] if r["verdict"].startswith("resolved")]
+    unresolved = [r for r in result["configurations"] if r["verdict"].startswith("unresolved")]
+    lines.append(f"Of the {len(resolved) + len(unresolved)} configurations compared with on-policy, {len(resolved)} differ resolvably "
+                 f"and {len(unresolved)} are unresolved (their intervals contain 1): for those this study says nothing either way.")
+    return lines + [""]
+
+
+def _readings_section(result: dict) -> list[str]:
+    rows = result.get("by_reading") or []
+    if len({r["reading"] for r in rows}) < 2:
+        return []
+    lines = ["## The same comparisons read on another curve", "",
+             f"The runs logged more than one held-out curve at every evaluation. Each comparison with on-policy read on each"
+             f" of them by `{result.get('estimator', 'first')}`: the study's own curve at its target, the others at the"
+             " level the baseline's seeds reach by the study's auto-target rule there. Where the verdicts differ, whether"
+             " a setting saves compute depends on what the user reads (docs/measurement.md, \"Reading a smooth curve\").", "",
+             "| curve read (target) | trial | seeds (censored) | log sd | paired log sd | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["trial_number"], not r["study_reading"])):
+        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        lines.append(f"| {r['reading']} at {r['target']:g}{' (the study)' if r['study_reading'] else ''} | {r['trial_number']}"
+                     f"{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} "
+                     f"| {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} | {r.get('verdict', '-')} |")
+    verdicts: dict[int, set[str]] = {}
+    for r in rows:
+        if "verdict" in r:  # the verdict's kind: resolved less, resolved more, or unresolved
+            verdicts.setdefault(r["trial_number"], set()).add(" ".join(r["verdict"].replace(":", " ").split()[:2]) if r["verdict"].startswith("resolved") else "unresolved")
+    split = sorted(n for n, v in verdicts.items() if len(v) > 1)
+    lines += ["", ("The curves disagree about trial" + ("s " if len(split) > 1 else " ") + ", ".join(map(str, split)) + ": "
+                   "read both rows of each before taking a verdict.") if split else
+              "Every comparison gets the same verdict on every curve read.", ""]
+    return lines
+
+
+def _pipeline_section(result: dict) -> list[str]:
+    rows = result.get("pipeline") or []
+    if not rows:
+        return []
+    lines = ["## The asynchronous pipeline", "",
+             "Each configuration's split (W generators, T trainers), the replay ratio that emerged (K_train / K_gen), mu"
+             " by the paper's estimator (K_train/T)/(K_gen/W) (App. D.4; a cost ratio only where neither side stalls),"
+             " each side's idle fraction, and the wall time to the target (evaluations excluded; geometric mean over seeds"
+             " with its 95% interval), paired by seed against the synchronous on-policy baseline. `y from split` is"
+             " mu·T/W at the synchronous runs' measured mu: the replay ratio the theory's mapping expects of that split.", "",
+             "| trial | pipeline | strategy | W | T | capacity | seeds (censored) | replay ratio | y from split | mu (D.4) |"
+             " trainer idle | generator idle | wall to target, s [95% CI] | / sync on the same seeds [95% CI] | compute to target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        wall = f"{_fmt(r['wall_to_target'])} [{_fmt(r['wall_ci'][0])}, {_fmt(r['wall_ci'][1])}]"
+        ratio = "baseline" if r["baseline"] else (
+            f"{_fmt(r.get('wall_ratio_to_sync'))} [{_fmt(r.get('wall_ratio_ci', [None, None])[0])}, "
+            f"{_fmt(r.get('wall_ratio_ci', [None, None])[1])}]: {r.get('wall_verdict', '-')}")
+        lines.append(f"| {r['trial_number']} | {r['pipeline']} | {r['strategy']} | {r['generators']} | {r['trainers']} | {r['capacity']} "
+                     f"| {r['seeds']} ({r['censored_seeds']}) | {_fmt(r['replay_ratio'])} | {_fmt(r.get('replay_ratio_from_split'))} "
+                     f"| {_fmt(r['mu_d4'])} | {_fmt(r['trainer_idle'])} | {_fmt(r['generator_idle'])} | {wall} | {ratio} "
+                     f"| {_fmt(r['compute_to_target'])} |")
+    m = result.get("pipeline_mapped")
+    if m:
+        lines += ["", f"The fitted optimum (x* {_fmt(m['x'])}, y* {_fmt(m['y'])}) as an asynchronous split at mu {_fmt(result['reference_mu'])}:"
+                  f" W/T ≈ {_fmt(m['workers_per_trainer'])}, a buffer of N ≈ {m['capacity']} rollouts (docs/pipeline.md)."]
+    return lines + [""]
+
+
+def _confirmation_section(result: dict) -> list[str]:
+    if not result.get("confirmations"):
+        return ["No configuration of this study has been re-run on fresh seeds yet (`workbench study confirm SPEC`): "
+                "the best configuration's estimate is a selection estimate.", ""]
+    lines = ["## Replication on fresh seeds (`workbench study confirm`)", "",
+             "The best configurations and the baseline re-run on seeds never used in selection: the selection estimate"
+             " beside the replicated one (the winner's curse made visible).", "",
+             "| trial | configuration | estimate | seeds | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for c in result["confirmations"]:
+        for what in ("selection", "replicated"):
+            r = c[what]
+            lines.append(f"| {r['trial_number']} | {_what(r, _lr_varies(result))} | {what} | {','.join(map(str, r['seed_list']))} | {_ci(r)} | {_ratio(r)} | {r['verdict']} |")
+    return lines + [""]
+
+
+def _models_section(result: dict) -> list[str]:
+    models = result.get("models") or []
+    if not models:
+        return []
+    lines = [
+        "## Models compared",
+        "",
+        "Every registered model of compute-to-target (`analysis.models`; equations in docs/theory.md, \"Models of "
+        "compute-to-target\") fitted to the same runs with the same censored likelihood, best first by the "
+        "leave-one-configuration-out error (a model's prediction for a configuration it was not fitted on, against that "
+        "configuration's median), then AIC. A parameter is *unidentified* when its 95% profile-likelihood interval runs into "
+        "a bound; an optimum is refused when the predicted compute is flat around it.",
+        "",
+        "| model | parameters | AIC | LOCO median abs log error (configurations) | R² (log) | unidentified | predicted optimum |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in models:
+        loco = m["loco"]
+        held = f"{_fmt(loco['median_abs_log_error'])} ({loco['n']})" if loco.get("n") else "-"
+        o = m["optimum"]
+        at_lr = f", lr {_fmt(o['lr'])}" if "lr" in o else ""
+        best = f"refused: {o['refused']}" if "refused" in o else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}{at_lr}: {_fmt(o['compute'])}"
+        if "ridge_point" in o:
+            r = o["ridge_point"]
+            best += (f"; the ridge's simplest point x {_fmt(r['x'])}, y {_fmt(r['y'])}" + (f", lr {_fmt(r['lr'])}" if "lr" in r else "")
+                     + f": {_fmt(r['compute'])} (`study verify --model {m['model']} --ridge`)")
+        params = ", ".join(f"{k} {_fmt(v)}" for k, v in m["params"].items() if k != "scale")
+        lines.append(f"| `{m['model']}` | {params} | {_fmt(m['aic'])} | {held} | {_fmt(m['r2_log'])} | "
+                     f"{', '.join(m['unidentified']) or 'none'} | {best} |")
+    return lines + [""]
+
+
+def _laws_section(result: dict) -> list[str]:
+    verdicts = result.get("laws") or []
+    if not verdicts:
+        return []
+    lines = ["## The paper's laws", "",
+             "Falsification tests of the theory's predictions (docs/theory.md, \"The paper's laws as tests\"; `analysis.laws`),"
+             " with a bootstrap over the seeds every configuration ran: *holds*, *falsified*, *unresolved* when the data"
+             " cannot tell, or *not testable* when this study's grid could not decide it whatever the data.", ""]
+    lines += [f"- **{v['law']}** ({v['claim']}): *{v['verdict']}*: {v['reason'].rstrip('.')}." for v in verdicts]
+    f1 = next((v for v in verdicts if v["law"] == "F1" and v["rows"]), None)
+    if f1:
+        lines += ["", "F1: one grid re-accounted at each mu (the learning curves do not depend on mu in the synchronous setting;"
+                  " not new measurements).", "",
+                  "| mu | optimum x | optimum y | its compute | y 95% interval | share of draws where each (x, y) is optimal |",
+                  "|---|---|---|---|---|---|"]
+        for r in f1["rows"]:
+            share = ", ".join(f"({k}) {100 * v:.0f}%" for k, v in r["optimum_share"].items())
+            lines.append(f"| {_fmt(r['mu'])} | {_fmt(r['x'])} | {_fmt(r['y'])} | {_fmt(r['compute_to_target'])} | "
+                         f"[{_fmt(r['y_low'])}, {_fmt(r['y_high'])}] | {share} |")
+    return lines + [""]
+
+
+def _fit_section(result: dict) -> list[str]:
+    f = result["fit"]
+    iv = f.get("intervals", {})
+    ci = lambda k: f" [{_fmt(iv[k][0])}, {_fmt(iv[k][1])}]" if k in iv else ""  # noqa: E731
+    return [
+        "## Fit of the bias-variance-compute model",
+        "",
+        *([f"The model describes uniform replay: it is fitted to the {result['fit_configurations']} (x, y) configurations of the"
+           f" uniform strategy (on-policy included); {', '.join(result['other_strategies'])} are compared in the tables above,"
+           " not modelled.", ""] if result.get("other_strategies") else []),
+        *([f"With {result['fit_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
+           " illustration of the pipeline, not as an estimate (a grid of six or more (x, y) configurations gives a real fit).", ""]
+          if result["fit_configurations"] < 6 else []),
+        f"Model: log C = log s + log J(x, y), {result['variance_form']}, {result['noise_model']}; censored runs enter as lower"
+        " bounds (Tobit). Equations: docs/theory.md.",
+        "",
+        "| parameter | estimate | 95% bootstrap interval |",
+        "|---|---|---|",
+        f"| alpha | {_fmt(f['alpha'])} |{ci('alpha')} |",
+        f"| tau0 | {_fmt(f['tau0'])} |{ci('tau0')} |",
+        f"| rho | {_fmt(f['rho'])} |{ci('rho')} |",
+        f"| scale s | {_fmt(f['scale'])} |{ci('scale')} |",
+        f"| noise sigma (log) | {_fmt(f['sigma'])} |{ci('sigma')} |",
+        "",
+        f"Goodness of fit: R² (log, uncensored) = {_fmt(f['r2_log'])}, median |log error| = {_fmt(f['median_abs_log_error'])}; "
+        f"leave-one-configuration-out: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in f['loco'].items()})}.",
+        "",
+    ]
+
+
+def _optimum_section(result: dict) -> list[str]:
+    p, e = result["predicted"], result["empirical"]
+    lines = [
+        "## Predicted against empirical optimum",
+        "",
+        "| | x = N/R | y = B/R | capacity | compute to target (measured) | predicted |",
+        "|---|---|---|---|---|---|",
+        f"| predicted optimum | {_fmt(p['x'])} | {_fmt(p['y'])} | {p['knobs']['capacity']} | nearest measured (x={_fmt(p['nearest_measured']['x'])}, y={_fmt(p['nearest_measured']['y'])}): {_fmt(p['nearest_measured']['compute_to_target'])} | {_fmt(p['compute_to_target'])} |",
+        f"| empirical optimum (trial {e['trial_number']}, selection estimate) | {_fmt(e['x'])} | {_fmt(e['y'])} | {e['capacity']} | {_ci(e)} | {_fmt(e['predicted_compute_to_target'])} |",
+    ]
+    if "baseline" in result:
+        b = result["baseline"]
+        lines.append(f"| on-policy baseline (trial {b['trial_number']}) | 1 | 1 | {b['capacity']} | {_ci(b)} | {_fmt(b['predicted_compute_to_target'])} |")
+    lines += ["", f"Measured compute of the configuration nearest the predicted optimum / empirical optimum: "
+              f"{_fmt(result['measured_ratio_nearest_predicted_to_empirical'])}."]
+    if "savings_vs_on_policy" in result:
+        s = result["savings_vs_on_policy"]
+        ci = s.get("measured_ci", [math.nan, math.nan])
+        lines.append(f"Savings of the empirical optimum against on-policy, paired by seed: measured {s['measured']:.1%} "
+                     f"(95% CI {ci[0]:.1%} to {ci[1]:.1%}; {s.get('verdict', 'no interval')}), predicted {s['predicted']:.1%}. "
+                     "The empirical optimum is the best of the configurations tried, so its estimate is biased in its favour "
+                     "(the winner's curse); only a confirmation on fresh seeds removes that bias.")
+    if p["on_policy_optimal"]:
+        lines.append("The fitted model predicts that on-policy training is optimal on this task at this mu.")
+    if result.get("verified"):
+        lines += ["", "## The fitted optimum, run as trials of the study (`workbench study verify`)", "",
+                  "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | predicted by this fit | measured / predicted when run |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for v in result["verified"]:
+            lines.append(f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
+                         f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['predicted_now'])} "
+                         f"| {_fmt(v['compute_to_target'] / v['predicted_when_run'])} |")
+        lines += ["", "These runs are part of the data this fit was made from (the fit when they were run did not include them)."]
+    if result.get("probe_verified"):
+        lines += ["", "## The probe's optimum, run as trials of the study (`workbench study verify --probe`)", "",
+                  "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | measured / empirical best |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for v in result["probe_verified"]:
+            lines.append(f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
+                         f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['ratio_to_empirical_best'])} |")
+    return lines + [""]
+
+
+def _whatif_section(result: dict) -> list[str]:
+    if not result.get("whatif"):
+        return []
+    lines = ["## What if generation cost more: the same runs, re-accounted (not new measurements)", "",
+             f"Nothing here was run again. Each run's curve is the one measured at mu {_fmt(result['reference_mu'])}; only"
+             " the compute charged for it is counted again at another mu, each generated rollout costing mu times a"
+             " trained one (in the synchronous loop the curve in optimizer steps does not depend on mu). Savings are"
+             " paired by seed with their 95% interval, as above; the best configuration is again a selection estimate.", "",
+             "| mu (re-accounted) | predicted x* | predicted y* | empirical best (x, y) | its savings vs on-policy [95% CI] | verdict | predicted savings |",
+             "|---|---|---|---|---|---|---|"]
+    for mu, w in result["whatif"].items():
+        s = w.get("savings_vs_on_policy", {})
+        ci = s.get("measured_ci", [math.nan, math.nan])
+        lines.append(f"| {mu} | {_fmt(w['predicted']['x'])} | {_fmt(w['predicted']['y'])} | ({_fmt(w['empirical']['x'])}, {_fmt(w['empirical']['y'])}) "
+                     f"| {s.get('measured', math.nan):.1%} [{ci[0]:.1%}, {ci[1]:.1%}] | {s.get('verdict', '-')} | {s.get('predicted', math.nan):.1%} |")
+    return lines + [""]
+
+
+def _pareto_section(result: dict) -> list[str]:
+    metric = result.get("metric", "accuracy")
+    lines = [f"## Pareto front (best `{metric}` against compute to target)", "",
+             f"The configurations no other reaches a higher best `{metric}` ({METRICS[metric]}, mean over seeds) with less"
+             " compute than.", "",
+             f"| trial | x | y | compute to target | best {metric} |", "|---|---|---|---|---|"]
+    for r in result["pareto_front"]:
+        lines.append(f"| {r['trial_number']} | {_fmt(r['x'])} | {_fmt(r['y'])} | {_fmt(r['compute_to_target'])} | {_fmt(r['best_reading'])} |")
+    return lines + [""]
+
+
+def tables(result: dict) -> str:
+    """Every table section of the report, as Markdown, the comparisons first and the model's details after."""
+    return "\n".join([
+        *_comparison_section(result),
+        *_tuned_lr_section(result),
+        *_confirmation_section(result),
+        *_resolution_section(result),
+        *_readings_section(result),
+        *_optimum_section(result),
+        *_whatif_section(result),
+        *_laws_section(result),
+        *_fit_section(result),
+        *_models_section(result),
+        *_pipeline_section(result),
+        *_pareto_section(result),
+    ])
