@@ -26,6 +26,7 @@ from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import arms
 from workbench.study.context import StudyContext, calibrated, load_existing
+from workbench.study.preflight import check_study
 from workbench.study.objective import StudyObjective
 from workbench.study.spec import fmt_params
 
@@ -77,6 +78,7 @@ def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
 
 
 def open_for_confirm(ctx: StudyContext) -> optuna.Study:
+    check_study(ctx.spec)  # this machine can run the study's trials (data, backend), before anything is recorded
     # Arms are not sampler proposals: a plain sampler, so a grid sampler's `tell` cannot stop anything.
     study = load_existing(ctx, sampler=optuna.samplers.RandomSampler())
     if len(ctx.spec.objectives) != 1:

@@ -25,6 +25,7 @@ from workbench import tracking
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
+from workbench.study.preflight import check_study
 from workbench.study.objective import StudyObjective
 from workbench.study.spec import fmt_params
 
@@ -67,6 +68,7 @@ def _measured_twin(result: dict, knobs: dict, base_lr: float | None = None) -> i
 def open_for_verify(ctx: StudyContext) -> optuna.Study:
     """The study, checked to be one whose optimum can be predicted and run (raises ConfigError otherwise)."""
     # The study's own sampler is not consulted (the knobs come from the fit), and a grid sampler would call
+    check_study(ctx.spec)  # this machine can run the study's trials (data, backend), before anything is recorded
     # study.stop() from `tell` once its grid is done: load the study with a plain sampler.
     study = load_existing(ctx, sampler=optuna.samplers.RandomSampler())
     if study.user_attrs.get(attrs.REFERENCE_MU) is None:
