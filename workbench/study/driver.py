@@ -135,19 +135,26 @@ def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], boo
             return
         alive = [p for p in procs if p.poll() is None]
         line = counts_line(study)
-        if line != last:
-            if bar.disable:
+        if bar.disable:
+            if line != last:
                 log.info(f"[{time.strftime('%H:%M:%S')}] trials: {line}")
-            else:
-                bar.n = done(study)
-                bar.set_postfix_str(line)
-            last = line
+        else:  # every poll: the running trials' progress, and the bar's clock
+            bar.n = done(study)
+            bar.set_postfix_str("; ".join([line, *_running(study)]), refresh=False)
+            bar.refresh()
+        last = line
         if not alive:
             bad = [p.returncode for p in procs if p.returncode not in (0, None)]
             if bad and stopped() is None:
                 raise RuntimeError(f"a worker exited with code {bad[0]}")
             return
         time.sleep(poll)
+
+
+def _running(study: optuna.Study) -> list[str]:
+    """`trial 3 (seed 2/3, 31/60 units)` for each running trial that has reported its progress."""
+    return [f"trial {t.number} ({t.user_attrs[attrs.PROGRESS]})" for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if attrs.PROGRESS in t.user_attrs]
 
 
 def _baseline_pending(study: optuna.Study) -> bool:

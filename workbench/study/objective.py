@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+import time
 from typing import Any
 
 import optuna
@@ -88,6 +89,26 @@ def aggregate(per_seed: list[dict[str, float]]) -> dict[str, float]:
     summary["censored_seeds"] = sum(v["censored"] for v in per_seed)
     summary["seeds"] = len(per_seed)
     return summary
+
+
+PROGRESS_EVERY_SECONDS = 5.0
+
+
+def _reporting(trial: optuna.Trial, index: int, seeds: int, budget: float | None, then=None):
+    """An evaluation hook that records the trial's progress on it (`attrs.PROGRESS`, at most every few seconds, for
+    the driver's bar), then calls `then` (a pruning hook) if any."""
+    last = [-PROGRESS_EVERY_SECONDS]
+
+    def hook(row: dict[str, float]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_SECONDS:
+            last[0] = now
+            of = f"/{budget:.0f}" if budget else ""
+            trial.set_user_attr(attrs.PROGRESS, f"seed {index + 1}/{seeds}, {row['compute_units']:.0f}{of} units")
+        if then is not None:
+            then(row)
+
+    return hook
 
 
 def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:
@@ -176,8 +197,9 @@ class StudyObjective:
                         parent_run_id=run.run_id,
                         run_name=f"trial {trial.number} seed {cfg.seed}",
                         tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
-                        on_eval=self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
-                        if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None,
+                        on_eval=_reporting(trial, i, len(configs), cfg.budget.compute_units,
+                                           self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
+                                           if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None),
                     )
                     for i, cfg in enumerate(configs)
                 ]
