@@ -1,8 +1,8 @@
 """The report's first lines: what the study found, in one or two sentences, and the command to run next.
 
-Read from the analysis result (`analysis.report.analyze`): the best replay configuration against on-policy on the
-study's own curve (`eval.metric`), paired by seed, with its 95% interval and whether that interval resolves the
-difference; then what would settle it (`study race` for more seeds, `study confirm` for fresh ones).
+Read from the analysis result (`analysis.report.analyze`): every configuration of the study's selection against
+on-policy on the study's own curve (`eval.metric`), paired by seed, with its 95% interval, handed as plain data to
+`workbench.verdicts`, which holds the rule and the words the study's own closing lines use too.
 """
 
 from __future__ import annotations
@@ -11,24 +11,44 @@ import math
 
 from workbench import stats
 from workbench.estimators import METRICS
+from workbench.verdicts import BottomLine, Setting, against_other_lr, setting_label
+from workbench.verdicts import bottom_line as verdict_line
 
 
-def _knobs(c: dict) -> str:
-    strategy = f"{c['strategy']} " if c.get("strategy", "uniform") != "uniform" else ""
-    lr = f", lr {c['lr']:.3g}" if "lr" in c and math.isfinite(c["lr"]) and c.get("lr_varies") else ""
-    return f"{strategy}replay at x {c['x']:g}, y {c['y']:g}{lr} (trial {c['trial_number']})"
+def _interval(c: dict, key: str = "ratio_to_baseline", low: str = "ratio_ci_low", high: str = "ratio_ci_high") -> stats.Interval:
+    return stats.Interval(c[key], c[low], c[high], c["seeds"])
 
 
-def _direction(c: dict) -> int:
-    """`workbench.stats.direction` of a configuration's paired ratio: -1 resolved less, +1 resolved more, 0 not."""
-    return stats.direction(stats.Interval(c["ratio_to_baseline"], c["ratio_ci_low"], c["ratio_ci_high"], c["seeds"]))
+def settings(result: dict) -> list[Setting]:
+    """The report's configurations (not the re-runs on fresh seeds) as `workbench.verdicts` reads them: knobs in the
+    outputs' words (the strategy and lr where they vary), on-policy at every learning rate it ran, each replication."""
+    configs = [c for c in result["configurations"] if c.get("arm") != "confirm"]
+    lr_varies = len({c.get("lr") for c in result["configurations"]}) > 1
+    strategy_varies = len({c.get("strategy", "uniform") for c in configs}) > 1
+    base = next((c for c in configs if c["baseline"]), None)
+    shape = lambda c: (c["x"], c["y"], c.get("strategy", "uniform"))  # noqa: E731  on-policy's, at any lr
+    replicated = {r["selection"]["trial_number"]: _interval(r["replicated"]) for r in result.get("confirmations", [])}
+    out = []
+    for c in configs:
+        knobs = {"replay.ratio": c["y"], "x": c["x"]}
+        if strategy_varies:
+            knobs["replay.strategy"] = c.get("strategy", "uniform")
+        if lr_varies and "lr" in c:
+            knobs["lr"] = c["lr"]
+        on_policy = c["baseline"] or (base is not None and shape(c) == shape(base))
+        paired = not on_policy and math.isfinite(c.get("ratio_to_baseline", math.nan))
+        censored = c["censored_seeds"] + (base["censored_seeds"] if paired and base is not None else 0)
+        other_lr = paired and lr_varies and base is not None and "lr" in base and base["lr"] != c.get("lr")
+        out.append(Setting(setting_label(knobs, c["trial_number"]), _interval(c, "compute_to_target", "ci_low", "ci_high"),
+                           _interval(c) if paired else None, on_policy, censored,
+                           against_other_lr(base["lr"]) if other_lr else "on-policy", replicated.get(c["trial_number"])))
+    return out
 
 
-def _interval(c: dict) -> str:
-    if not math.isfinite(c.get("ratio_ci_low", math.nan)):
-        return f"{c['ratio_to_baseline']:.2f}x on-policy's compute (one seed: no interval)"
-    return (f"{c['ratio_to_baseline']:.2f}x on-policy's compute (95% CI {c['ratio_ci_low']:.2f} to {c['ratio_ci_high']:.2f}, "
-            f"{c['seeds']} paired seeds)")
+def verdict(result: dict, spec: str | None = None) -> BottomLine:
+    """The report's bottom line as `workbench.verdicts` gives it: the sentence and the commands."""
+    return verdict_line(settings(result), result.get("metric", "accuracy"), result["target_accuracy"], spec or "SPEC",
+                        result["n_censored_runs"] == result["n_runs"])
 
 
 def runs_line(result: dict) -> str:
@@ -45,46 +65,9 @@ def runs_line(result: dict) -> str:
 
 
 def bottom_line(result: dict, spec: str | None = None) -> str:
-    """One or two sentences of Markdown: the finding with its interval and verdict, then the next command."""
-    spec = spec or "SPEC"
-    metric = result.get("metric", "accuracy")
-    curve = f"`{metric}` ({METRICS[metric]})"
-    on = f"on {curve} at target {result['target_accuracy']:g}"
-    lr_varies = len({c.get("lr") for c in result["configurations"]}) > 1
-    selection = [c | {"lr_varies": lr_varies} for c in result["configurations"] if c.get("arm") != "confirm"]
-    compared = [c for c in selection if not c["baseline"] and math.isfinite(c.get("ratio_to_baseline", math.nan))]
-    if result["n_censored_runs"] == result["n_runs"]:
-        return (f"**Bottom line.** No run reached the target {result['target_accuracy']:g} on {curve} within its budget, so"
-                " nothing is measured: every compute number below is a run's total, a lower bound. Next: `workbench report"
-                f" {spec} --target T` reads the same runs at a lower target T.")
-    if not compared:
-        best = min(selection, key=lambda c: c["compute_to_target"])
-        return (f"**Bottom line.** No replay configuration was run beside an on-policy baseline on the same seeds, so no"
-                f" saving can be stated; the cheapest {on} is {_knobs(best)}, {best['compute_to_target']:.3g} compute units."
-                f" Next: add the baseline (`baseline: true` in {spec}) and `workbench study run {spec}`.")
-    # A resolved saving first (the cheapest of those), else the configuration with the smallest ratio
-    saving = [c for c in compared if _direction(c) < 0]
-    best = min(saving or compared, key=lambda c: c["ratio_to_baseline"])
-    tried = (f"{len(saving)} of the {len(compared)} configurations tried save{'s' if len(saving) == 1 else ''} resolvably;"
-             " this is the best of them, a selection estimate" if len(compared) > 1 else "a selection estimate")
-    confirmed = next((c["replicated"] for c in result.get("confirmations", [])
-                      if c["selection"]["trial_number"] == best["trial_number"]), None)
-    if saving:
-        found = (f"The best replay configuration, {_knobs(best)}, needs {_interval(best)} {on}: a resolved saving of"
-                 f" {1 - best['ratio_to_baseline']:.0%} ({tried}).")
-        if confirmed is None:
-            nxt = f"Next: `workbench study confirm {spec}` re-runs it on fresh seeds, which removes the selection's bias."
-        else:
-            side = {-1: "the saving holds", 0: "unresolved there", 1: "reversed there"}[_direction(confirmed)]
-            nxt = (f"On fresh seeds it needs {_interval(confirmed)}: {side}. Next: `workbench study verify {spec}` runs the"
-                   " fitted optimum.")
-    elif all(_direction(c) > 0 for c in compared):
-        found = (f"Every replay configuration tried needs resolvably more compute than on-policy {on}; the closest,"
-                 f" {_knobs(best)}, needs {_interval(best)}.")
-        nxt = (f"Next: try other knobs (`search_space` in {spec}, then `workbench study run {spec}`), or read the what-if"
-               " section for where replay would pay at a dearer generation.")
-    else:
-        found = (f"No replay configuration is resolved from on-policy {on}: the closest, {_knobs(best)}, needs"
-                 f" {_interval(best)}, an interval that contains 1, so this study cannot tell it from on-policy.")
-        nxt = f"Next: `workbench study race {spec}` adds seeds where the leader is not yet resolved."
-    return f"**Bottom line.** {found} {nxt}"
+    """One paragraph of Markdown: the finding with its interval and verdict, then the commands to run next."""
+    v = verdict(result, spec)
+    steps = [f"`{step.command}` ({step.why})" for step in v.steps]
+    if v.kind == "dearer":
+        steps.append("the what-if section, for where replay would pay at a dearer generation")
+    return f"**Bottom line.** {v.text[0].upper()}{v.text[1:]}" + (f" Next: {'; '.join(steps)}." if steps else "")

@@ -296,29 +296,34 @@ def _lr_sweep(overrides: dict, target: float, mu: float, budget: float, args: ar
 
 
 def cmd_study_confirm(args: argparse.Namespace) -> int:
-    """Re-run the best configurations and the baseline on fresh seeds; print selection against replication."""
+    """Re-run the best configurations and the baseline on fresh seeds; print selection against replication, then the
+    bottom line (whether the saving held on the fresh seeds) and the next command."""
     from workbench.study.compare import confirmation_lines
     from workbench.study.confirm import open_for_confirm, run_confirm
+    from workbench.study.summary import closing_lines
 
     ctx = _study_context(args)
     study = open_for_confirm(ctx)
     done = run_confirm(ctx, study, args.top, args.seeds, threads=args.threads, predicted=args.predicted)
-    for line in confirmation_lines(study):
+    for line in confirmation_lines(study) + closing_lines(study, args.spec):  # the bottom line: did the saving hold
         print(line)
-    if args.json:
+    if args.json:  # last, on a line of its own
         print(json.dumps([d.__dict__ for d in done]))
     return 0
 
 
 def cmd_study_race(args: argparse.Namespace) -> int:
-    """Add seeds to the configurations still unresolved against the leader; print the comparison after."""
+    """Add seeds to the configurations still unresolved against the leader; print the comparison after, then the
+    bottom line and the next command."""
     from workbench.study.compare import comparison_lines
     from workbench.study.confirm import open_for_confirm
     from workbench.study.race import run_race
+    from workbench.study.summary import closing_lines
 
     ctx = _study_context(args)
     study = open_for_confirm(ctx)
-    for line in run_race(ctx, study, args.max_seeds, args.step, threads=args.threads) + comparison_lines(study):
+    raced = run_race(ctx, study, args.max_seeds, args.step, threads=args.threads)
+    for line in raced + comparison_lines(study) + closing_lines(study, args.spec):
         print(line)
     return 0
 

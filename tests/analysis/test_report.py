@@ -44,8 +44,8 @@ def test_the_markdown_reads_bottom_line_then_captioned_figures_then_tables(repor
     assert lines[0] == "# Study `toy`" and lines[2].startswith("**Bottom line.**")
     bottom = lines[2]
     # what it found, on which curve, with its interval and verdict, and the next command with the user's spec
-    assert "`demo_prob`" in bottom and "95% CI" in bottom
-    assert re.search(r"needs \d\.\d\dx on-policy's compute \(95% CI \d\.\d\d to \d\.\d\d, 3 paired seeds\)", bottom)
+    assert "the demo_prob target" in bottom and "3 paired seeds, 95% interval" in bottom
+    assert re.search(r"y=2 x=[48] \(trial \d\)(, reaches the demo_prob target [\d.]+ with|,) \d\.\d\dx \[\d\.\d\d, \d\.\d\d\]", bottom)
     assert f"`workbench study race {SPEC}`" in bottom or f"`workbench study confirm {SPEC}`" in bottom
     figures_at, first_table = md.index("## Figures"), md.index("\n|")
     assert md.index("**Bottom line.**") < figures_at < first_table

@@ -11,6 +11,7 @@ from workbench import stats
 from workbench.cli import main
 from workbench.study import attrs, compare, summary
 from workbench.study.spec import load_spec
+from workbench.verdicts import ratio_text
 
 SPACE = {"replay.ratio": CategoricalDistribution([1, 2]), "x": CategoricalDistribution([1, 4, 8])}
 NOISY = {(1, 1): [30.0, 25.0, 33.0], (2, 4): [31.0, 30.0, 30.5], (2, 8): [24.0, 25.5, 33.0]}
@@ -46,9 +47,9 @@ def _study(tmp_path, table, *, target=0.13, mu=0.9, seeds=(0, 1, 2), **spec_fiel
     return study, path
 
 
-def _add(study, knobs, values, seeds, baseline=False, censored=0, **extra):
+def _add(study, knobs, values, on_seeds, baseline=False, censored=0, **extra):
     per_seed = [{"seed": s, "compute_to_target": c, "total_units": 60.0, "censored": censored, "final_accuracy": 0.75 + 0.01 * s}
-                for s, c in zip(seeds, values)]
+                for s, c in zip(on_seeds, values)]
     params = {} if extra.get(attrs.ARM) else knobs
     study.add_trial(create_trial(params=params, distributions={k: SPACE[k] for k in params}, value=sum(values) / len(values),
                                  user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: baseline, attrs.KNOBS: knobs, **extra}))
@@ -92,8 +93,9 @@ def test_an_unresolved_comparison_is_never_called_a_win(tmp_path):
     assert closest.ratio.estimate < 1 and stats.direction(closest.ratio) == 0  # a lower estimate, inside the noise
     lines = summary.summary_lines(study)
     bottom, nxt = _bottom(study, path)
-    assert bottom == (f"Bottom line: no replay setting resolvably beats on-policy here (3 seeds, demo_prob); the closest, "
-                      f"y=2 x=8 (trial 2), {compare.ratio_text(closest.ratio)}: unresolved.")
+    assert bottom == (f"Bottom line: no replay setting resolvably beats on-policy to reach the demo_prob target 0.13 (3 paired"
+                      f" seeds, 95% intervals); the closest, y=2 x=8 (trial 2), {ratio_text(closest.ratio)}: unresolved, its"
+                      " interval contains 1.")
     assert not any(w in line for line in lines + [bottom] for w in ("saved", "reaches the target", "resolved: less"))
     assert f"workbench study race {path} (more seeds where unresolved)" in nxt and f"workbench report {path}" in nxt
     assert "confirm" not in nxt  # nothing resolved to replicate yet
@@ -104,8 +106,9 @@ def test_a_resolved_saving_is_claimed_with_its_interval_until_replicated(tmp_pat
     iv = stats.paired_ratio({0: 21.0, 1: 17.6, 2: 23.4}, {0: 30.0, 1: 25.0, 2: 33.0})
     assert stats.direction(iv) < 0
     bottom, nxt = _bottom(study, path)
-    assert bottom == (f"Bottom line: y=2 x=8 (trial 1) reaches the target with {compare.ratio_text(iv)} the compute of"
-                      " on-policy (resolved; 3 seeds, demo_prob); a selection estimate until replicated on fresh seeds.")
+    assert bottom == (f"Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches the demo_prob target 0.13 with"
+                      f" {ratio_text(iv)} the compute of on-policy (3 paired seeds, 95% interval: resolved, 30% saved); a"
+                      " selection estimate until replicated on fresh seeds.")
     assert f"workbench study confirm {path} (fresh seeds)" in nxt and "race" not in nxt
 
     # `study confirm`: on-policy and the setting again on seeds 3-5, where the saving holds
@@ -113,15 +116,18 @@ def test_a_resolved_saving_is_claimed_with_its_interval_until_replicated(tmp_pat
     _add(study, {"replay.ratio": 2, "x": 8}, [20.0, 22.0, 18.0], (3, 4, 5), **{attrs.ARM: "confirm", attrs.CONFIRMS: 1})
     rep = stats.paired_ratio({3: 20.0, 4: 22.0, 5: 18.0}, {3: 28.0, 4: 31.0, 5: 26.0})
     bottom, nxt = _bottom(study, path)
-    assert bottom.endswith(f"(resolved; 3 seeds, demo_prob); on fresh seeds {compare.ratio_text(rep)}: holds.")
-    assert "confirm" not in nxt
+    assert bottom.endswith(f"(3 paired seeds, 95% interval: resolved, 30% saved); on fresh seeds {ratio_text(rep)}: the"
+                           " saving holds.")
+    assert "confirm" not in nxt and f"workbench study verify {path} (runs the fitted optimum)" in nxt
 
 
 def test_resolvably_more_compute_everywhere_is_said_so(tmp_path):
     study, path = _study(tmp_path, {(1, 1): [30.0, 25.0, 33.0], (2, 4): [39.0, 33.0, 42.0]}, n_trials=2)
     bottom, nxt = _bottom(study, path)
-    assert bottom.startswith("Bottom line: every replay setting needs resolvably more compute than on-policy here (3 seeds, demo_prob)")
-    assert nxt == f"Next: workbench report {path} (figures and the fitted model)"
+    assert bottom.startswith("Bottom line: every replay setting tried needs resolvably more compute than on-policy to reach"
+                             " the demo_prob target 0.13 (3 paired seeds, 95% interval); the closest, y=2 x=4 (trial 1), 1.30x [")
+    assert nxt == (f"Next: workbench study run {path} (once its search_space holds other knobs); workbench report {path}"
+                   " (figures and the fitted model)")
 
 
 def test_a_saving_from_the_learning_rate_alone_is_not_the_bottom_line(tmp_path):
@@ -139,7 +145,7 @@ def test_a_saving_from_the_learning_rate_alone_is_not_the_bottom_line(tmp_path):
     text = "\n".join(summary.summary_lines(study))
     assert "resolved: less compute (40% saved)" in text  # against the baseline's lr, in the table
     bottom, _ = _bottom(study, path)
-    assert bottom.startswith("Bottom line: every replay setting needs resolvably more compute than on-policy here")
+    assert bottom.startswith("Bottom line: every replay setting tried needs resolvably more compute than on-policy")
     assert "1.20x [1.20, 1.20] against on-policy at the same lr (0.0001)" in bottom
     assert "saved" not in bottom and "reaches the target" not in bottom
 
@@ -149,8 +155,8 @@ def test_runs_that_never_reached_the_target_measure_nothing(tmp_path):
     _add(study, {"replay.ratio": 1, "x": 1}, [70.0, 66.0, 75.0], (0, 1, 2), baseline=True, censored=1)
     _add(study, {"replay.ratio": 2, "x": 8}, [61.0, 64.0, 62.0], (0, 1, 2), censored=1)
     bottom, nxt = _bottom(study, path)
-    assert bottom == ("Bottom line: no run reached the demo_prob target within its budget, so nothing is measured: every"
-                      " number above is a run's total compute, a lower bound.")
+    assert bottom == ("Bottom line: no run reached the demo_prob target 0.13 within its budget, so nothing is measured:"
+                      " every compute number is a run's total, a lower bound.")
     assert nxt == f"Next: workbench report {path} --target T (the same runs read at a lower target T)"
 
 
@@ -223,3 +229,23 @@ def test_an_interrupted_study_is_resumed_not_debugged(tmp_path):
     bottom, nxt = _bottom(study, path)
     assert bottom == "Bottom line: no trial completed, so there is nothing to compare: the study was interrupted."
     assert nxt == f"Next: workbench study run {path} (it resumes; nothing recorded is lost)"
+
+
+def test_race_and_confirm_end_with_the_same_bottom_line_and_next_command(tmp_path, capsys):
+    # every configuration already has its 3 seeds (the race has nothing to run) and its re-run on seeds 3-5 (confirm
+    # finds them already there): the real commands, with nothing to train
+    study, path = _study(tmp_path, {(1, 1): [30.0, 25.0, 33.0], (2, 8): [21.0, 17.6, 23.4]}, n_trials=2)
+    assert main(["study", "race", str(path), "--max-seeds", "3"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("race over") and out[-2:] == summary.closing_lines(study, str(path))
+    assert out[-2].startswith("Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches") and "confirm" in out[-1]
+
+    fresh = (3, 4, 5)
+    _add(study, {"replay.ratio": 1, "x": 1}, [28.0, 31.0, 26.0], fresh, baseline=True,
+         **{attrs.ARM: "confirm", attrs.CONFIRMS: 0, attrs.SEEDS: list(fresh)})
+    _add(study, {"replay.ratio": 2, "x": 8}, [20.0, 22.0, 18.0], fresh, **{attrs.ARM: "confirm", attrs.CONFIRMS: 1, attrs.SEEDS: list(fresh)})
+    assert main(["study", "confirm", str(path), "--top", "1", "--seeds", "3", "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(optuna.load_study(study_name="explain", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 4  # nothing trained
+    assert out[-3:-1] == summary.closing_lines(study, str(path)) and out[-1].startswith("[")  # the JSON stays last
+    assert out[-3].endswith(": the saving holds.") and out[-2].startswith(f"Next: workbench study verify {path}")

@@ -21,23 +21,10 @@ from optuna.trial import TrialState
 from workbench import stats
 from workbench.estimators import ESTIMATORS
 from workbench.study import attrs
-from workbench.study.spec import fmt_params
+from workbench.verdicts import BottomLine, Setting, against_other_lr, against_same_lr, knob_label, setting_label
+from workbench.verdicts import bottom_line as verdict_line
 
 RACE = "race"
-KNOB_SYMBOLS = {"replay.ratio": "y", "x": "x"}
-"""Knobs shown by their symbol (y: the replay ratio, x = N/R: the staleness horizon; the summary defines both)."""
-
-
-def knob_text(knobs: dict[str, Any]) -> str:
-    """A configuration in the summary's words: `y=2 x=8`, other knobs as `key=value`."""
-    return fmt_params({KNOB_SYMBOLS.get(k, k): v for k, v in knobs.items()})
-
-
-def ratio_text(iv: stats.Interval) -> str:
-    """A paired ratio as `0.94x [0.84, 1.05]` (compute against on-policy's on the same seeds)."""
-    if iv.n < 2 or not math.isfinite(iv.low):
-        return f"{iv.estimate:.2f}x (1 seed: no interval)"
-    return f"{iv.estimate:.2f}x [{iv.low:.2f}, {iv.high:.2f}]"
 
 
 @dataclass
@@ -90,7 +77,7 @@ def arms(study: optuna.Study) -> list[Arm]:
         kind = t.user_attrs.get(attrs.ARM) or ("baseline" if baseline else "sampler")
         knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
         arm = Arm(t.number, kind, knobs, per_seed, baseline, t.user_attrs.get(attrs.CONFIRMS))
-        what = "on-policy" if baseline else knob_text(knobs)
+        what = "on-policy" if baseline else knob_label(knobs)
         arm.label = f"trial {t.number} {what}" + (f" (confirms trial {arm.confirms})" if arm.confirms is not None else "")
         out.append(arm)
     return out
@@ -197,10 +184,6 @@ class Claim:
     replicated: stats.Interval | None
     """The same comparison from `study confirm`'s fresh seeds, where it ran."""
 
-    @property
-    def name(self) -> str:
-        return f"{knob_text(self.row.arm.knobs)} (trial {self.row.arm.number})"
-
 
 def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
     """Every replay selection configuration (sampler or predicted) against on-policy: at its own learning rate when
@@ -219,9 +202,9 @@ def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
         same = by_lr.get(float(lr)) if lr is not None and len(by_lr) > 1 else None
         if same is not None:
             ratio = stats.paired_ratio(r.arm.values(estimator), same.values(estimator))
-            against, cens = f"on-policy at the same lr ({float(lr):g})", r.censored + same.censored(estimator)
+            against, cens = against_same_lr(float(lr)), r.censored + same.censored(estimator)
         elif lr is not None and base is not None and "lr" in base.knobs and float(base.knobs["lr"]) != float(lr):
-            against = f"on-policy at another lr ({float(base.knobs['lr']):g}: a saving may be the learning rate's)"
+            against = against_other_lr(float(base.knobs["lr"]))
         rep = next((c.ratio for c in rows if c.arm.kind == "confirm" and c.arm.confirms == r.arm.number and c.ratio), None)
         out.append(Claim(r, ratio, against, cens, rep))
     return out
@@ -233,46 +216,27 @@ def none_reached(rows: list[Row], estimator: str | None = None) -> bool:
     return bool(rows) and all(r.arm.censored(estimator) == len(r.arm.per_seed) for r in rows)
 
 
-def bottom_line(rows: list[Row], reading: str, estimator: str | None = None) -> tuple[str, list[Claim]]:
-    """The study's conclusion in one sentence, held to the project's rule (a difference is a claim only when its 95%
-    interval excludes 1; inside the noise it is unresolved, never a win), and the claims it rests on."""
-    if none_reached(rows, estimator):
-        return (f"no run reached the {reading} target within its budget, so nothing is measured: every number above"
-                " is a run's total compute, a lower bound."), []
-    cl = [c for c in claims(rows, estimator) if math.isfinite(c.ratio.estimate)]
-    base = next((r for r in rows if r.arm.baseline and r.arm.kind == "baseline"), None)
-    if not cl:
-        if base is None:
-            others = [r for r in rows if math.isfinite(r.estimate.estimate) and r.arm.kind != "confirm"]
-            if not others:
-                return "no configuration reached a comparable result yet.", []
-            low = min(others, key=lambda r: r.estimate.estimate)
-            return (f"no on-policy run completed, so no saving can be claimed; the lowest compute to target: "
-                    f"{knob_text(low.arm.knobs)} (trial {low.arm.number}), {low.estimate.fmt()} units."), []
-        return f"only on-policy has completed ({base.estimate.fmt()} units to the target); no replay setting to compare yet.", []
-    n = sorted({c.ratio.n for c in cl})
-    seeds = f"{n[0]} seed{'s' if n[-1] > 1 else ''}" if len(n) == 1 else f"{n[0]}-{n[-1]} seeds"
-    bound = lambda c: " (censored seeds: a bound)" if c.censored else ""  # noqa: E731
-    wins = [c for c in cl if stats.direction(c.ratio) < 0]
-    if wins:
-        best = min(wins, key=lambda c: c.ratio.estimate)
-        text = (f"{best.name} reaches the target with {ratio_text(best.ratio)} the compute of {best.against}{bound(best)}"
-                f" (resolved; {seeds}, {reading})")
-        if len(wins) > 1:
-            text += f"; {len(wins) - 1} other setting(s) also resolved"
-        if best.replicated is None:
-            text += "; a selection estimate until replicated on fresh seeds."
-        else:
-            side = {-1: "holds", 0: "unresolved", 1: "reversed"}[stats.direction(best.replicated)]
-            text += f"; on fresh seeds {ratio_text(best.replicated)}: {side}."
-        return text, cl
-    closest = min(cl, key=lambda c: c.ratio.estimate)
-    against = "" if closest.against == "on-policy" else f" against {closest.against}"
-    where = f"the closest, {closest.name}, {ratio_text(closest.ratio)}{against}{bound(closest)}"
-    if all(stats.direction(c.ratio) > 0 for c in cl):
-        return f"every replay setting needs resolvably more compute than on-policy here ({seeds}, {reading}); {where}.", cl
-    state = "unresolved" if stats.direction(closest.ratio) == 0 else "resolved, more compute"
-    return f"no replay setting resolvably beats on-policy here ({seeds}, {reading}); {where}: {state}.", cl
+def settings(rows: list[Row], estimator: str | None = None) -> list[Setting]:
+    """The study's selection configurations (not the re-runs on fresh seeds) as the bottom line reads them: each
+    replay setting with its claim against on-policy (`claims`), on-policy at every learning rate it ran."""
+    on_policy = {a.number for a in on_policy_arms([r.arm for r in rows])}
+    claimed = {c.row.arm.number: c for c in claims(rows, estimator)}
+    out = []
+    for r in rows:
+        if r.arm.kind == "confirm":
+            continue
+        c = claimed.get(r.arm.number)
+        out.append(Setting(setting_label(r.arm.knobs, r.arm.number), r.estimate, c.ratio if c else None,
+                           r.arm.baseline or r.arm.number in on_policy, c.censored if c else r.censored,
+                           c.against if c else "on-policy", c.replicated if c else None))
+    return out
+
+
+def bottom_line(rows: list[Row], curve: str, target: float | None, spec_ref: str = "SPEC", report: str | None = None,
+                estimator: str | None = None) -> BottomLine:
+    """The study's conclusion in one sentence and the commands that would settle it (`workbench.verdicts`, the rule
+    and wording the report shares); `report`: the command that reports this study."""
+    return verdict_line(settings(rows, estimator), curve, target, spec_ref, none_reached(rows, estimator), report)
 
 
 def noise(study: optuna.Study) -> list[dict[str, Any]]:
@@ -318,7 +282,7 @@ def confirmation_lines(study: optuna.Study) -> list[str]:
         if r.arm.kind != "confirm" or r.arm.baseline or r.arm.confirms not in by_number:
             continue
         sel = by_number[r.arm.confirms]
-        lines.append(f"  trial {sel.arm.number} {knob_text(sel.arm.knobs)}:")
+        lines.append(f"  trial {sel.arm.number} {knob_label(sel.arm.knobs)}:")
         for what, row in (("selection", sel), ("replicated", r)):
             seeds = ",".join(map(str, row.arm.seeds))
             ratio = f"ratio to on-policy {row.ratio.fmt()}: {row.verdict}" if row.ratio else "no paired baseline"

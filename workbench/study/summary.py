@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from workbench import stats, tracking
+from workbench import tracking
 from workbench.config import ConfigError, TrialConfig, build_config
 from workbench.estimators import METRICS
 from workbench.study import attrs, compare
-from workbench.study.compare import knob_text
+from workbench.verdicts import knob_label
 
 
 def counts(study: optuna.Study) -> dict[str, int]:
@@ -144,7 +144,7 @@ def summary_lines(study: optuna.Study) -> list[str]:
     if len(names) > 1:
         lines.append("Pareto front (" + ", ".join(names) + "):")
         for t in sorted(study.best_trials, key=lambda t: t.values[0]):
-            lines.append(f"  trial {t.number} {knob_text(t.params)} -> " + ", ".join(f"{v:.4g}" for v in t.values))
+            lines.append(f"  trial {t.number} {knob_label(t.params)} -> " + ", ".join(f"{v:.4g}" for v in t.values))
         return lines
     if names[0] != "compute_to_target":
         return lines
@@ -156,7 +156,7 @@ def summary_lines(study: optuna.Study) -> list[str]:
         lines += [f"the best replay setting, {lead.arm.label}, against on-policy at a matched learning rate:", *matched]
     for t in complete:
         if t.user_attrs.get(attrs.ARM) == "predicted":
-            lines.append(f"fitted optimum run as trial {t.number} {knob_text(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
+            lines.append(f"fitted optimum run as trial {t.number} {knob_label(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
                          f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g} units")
     return lines
 
@@ -208,22 +208,20 @@ def closing_lines(study: optuna.Study, spec_ref: str | None = None) -> list[str]
     elif names[0] != "compute_to_target":
         best = _best_single(study, names[0])
         bottom = ("no sampler configuration completed yet." if best is None else
-                  f"the best by {names[0]}: {knob_text(best.params)} (trial {best.number}), {best.value:.4g} over seeds,"
+                  f"the best by {names[0]}: {knob_label(best.params)} (trial {best.number}), {best.value:.4g} over seeds,"
                   " without an interval: a lead, not a claim (the compute_to_target objective gives intervals).")
     else:
-        rows = compare.comparison(study)
-        bottom, cl = compare.bottom_line(rows, reading(study).metric)
-        if compare.none_reached(rows):
-            report_step = f"{report} --target T (the same runs read at a lower target T)"
-        if any(stats.direction(c.ratio) == 0 for c in cl):
-            steps.append(f"workbench study race {ref} (more seeds where unresolved)")
-        if any(stats.direction(c.ratio) < 0 and c.replicated is None for c in cl):
-            steps.append(f"workbench study confirm {ref} (fresh seeds)")
+        verdict = compare.bottom_line(compare.comparison(study), reading(study).metric,
+                                      study.user_attrs.get(attrs.TARGET), ref, report)
+        bottom = verdict.text
+        steps = [str(step) for step in verdict.steps]
+        if any(step.command.startswith("workbench report") for step in verdict.steps):
+            report_step = None  # the verdict's own (e.g. a lower target)
     spec = study.user_attrs.get(attrs.SPEC, {})
     left = int(spec.get("n_trials", 0)) - done(study)
     if left > 0 and not any(t.state == TrialState.RUNNING for t in trials):
         steps.insert(0, f"workbench study run {ref} (resumes: {left} more trial(s))")
-    return [f"Bottom line: {bottom}", "Next: " + "; ".join(steps + [report_step])]
+    return [f"Bottom line: {bottom}", "Next: " + "; ".join(steps + ([report_step] if report_step else []))]
 
 
 def log_to_parent_run(tracking_uri: str, study: optuna.Study) -> str | None:
