@@ -20,6 +20,7 @@ from scipy import stats  # noqa: E402
 from analysis.data import StudyData  # noqa: E402
 from analysis.fit import Fit  # noqa: E402
 from workbench.estimators import METRICS  # noqa: E402
+from workbench.verdicts import knob_label  # noqa: E402
 
 DPI = 110
 
@@ -32,7 +33,7 @@ class Figure:
 
 
 def _label(row) -> str:
-    return "on-policy" if row["baseline"] else f"y={row['y']:g}, x={row['x']:g}"
+    return "on-policy" if row["baseline"] else knob_label({"replay.ratio": float(row["y"]), "x": float(row["x"])})
 
 
 def _save(fig, path: Path) -> Path:

@@ -9,6 +9,7 @@ import json
 import math
 
 from workbench.estimators import METRICS
+from workbench.verdicts import knob_label
 
 
 def _fmt(v, digits=3) -> str:
@@ -36,10 +37,12 @@ def _lr_varies(result: dict) -> bool:
 
 
 def _what(r: dict, show_lr: bool = False) -> str:
-    lr = f", lr {r['lr']:.3g}" if show_lr and "lr" in r else ""
+    """A configuration in the outputs' one format (`workbench.verdicts.knob_label`): `y=2 x=8`, `on-policy lr=0.0001`."""
+    lr = {"lr": float(r["lr"])} if show_lr and "lr" in r else {}
     if r["baseline"]:
-        return "on-policy" + lr
-    return (f"{r['strategy']} " if r.get("strategy", "uniform") != "uniform" else "") + f"x {_fmt(r['x'])}, y {_fmt(r['y'])}" + lr
+        return " ".join(["on-policy", knob_label(lr)]).strip()
+    strategy = {"strategy": r["strategy"]} if r.get("strategy", "uniform") != "uniform" else {}
+    return knob_label({"replay.ratio": float(r["y"]), "x": float(r["x"]), **strategy, **lr})
 
 
 def _comparison_section(result: dict) -> list[str]:
