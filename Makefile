@@ -15,14 +15,16 @@ TORCH_PIN := $(shell grep -E '^torch==' requirements-cpu.txt)
 # pip's notes about the machine's local package mirrors are noise here
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 # pip's own lines, cut to what it is doing: one line per package collected, then what was installed
-PIP_PROGRESS := { grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed|ERROR)' | sed -u -E 's/^Successfully installed (.{0,150}).*/  installed: \1 .../; s/^Collecting /  collecting /' || true; }
+PIP_PROGRESS := { grep --line-buffered -E '^(Collecting|Processing|Installing collected|Successfully installed|ERROR)' | sed -u -E 's/^Successfully installed (.{0,120}).*/  installed: \1 .../; s/^Installing collected packages: (.{0,100}).*/  installing: \1 .../; s/^Collecting /  collecting /; s/^Processing /  processing /' || true; }
+# `$(call pip_step,COMMAND)`: a pip command with its lines cut as above and a line every 15 s while it is silent
+pip_step = ( n=0; while sleep 1; do n=$$((n + 1)); [ $$((n % 15)) -ne 0 ] || echo "  ... still installing ($$n s)"; done ) & ticker=$$!; trap "kill $$ticker 2>/dev/null" EXIT; $(1) 2>&1 | $(PIP_PROGRESS)
 # `$(call install_torch,VENV_BIN)`: the pinned torch into a virtual environment, from TORCH_INDEX when it answers
 define install_torch
 	@if [ -z "$(TORCH_INDEX)" ]; then index=""; echo "  TORCH_INDEX is empty: torch from pip's configured index"; \
 	elif $(PYTHON) -c 'import sys, urllib.request as r, urllib.error as e; exec("try: r.urlopen(sys.argv[1], timeout=3)\nexcept e.HTTPError: pass")' "$(TORCH_INDEX)/torch/" 2>/dev/null; \
 	then index="--extra-index-url $(TORCH_INDEX)"; \
 	else index=""; echo "  $(TORCH_INDEX) did not answer within 3 s: torch from pip's configured index (on the public PyPI that is the CUDA build)"; fi; \
-	$(1)/pip install $$index "$(TORCH_PIN)" 2>&1 | $(PIP_PROGRESS)
+	$(call pip_step,$(1)/pip install $$index "$(TORCH_PIN)")
 endef
 
 VLLM_VENV := .venv-vllm
@@ -44,7 +46,7 @@ $(STAMP): pyproject.toml requirements-cpu.txt
 	@echo "set-up 2/4: $(TORCH_PIN), from $(or $(TORCH_INDEX),pip's configured index) (make setup TORCH_INDEX=... to change)"
 	$(call install_torch,$(BIN))
 	@echo "set-up 3/4: the other pinned dependencies (requirements-cpu.txt: transformers, MLflow, Optuna, ...; a few minutes on a cold pip cache)"
-	$(BIN)/pip install -r requirements-cpu.txt 2>&1 | $(PIP_PROGRESS)
+	@$(call pip_step,$(BIN)/pip install -r requirements-cpu.txt)
 	@echo "set-up 4/4: the project itself (editable) and an import check"
 	$(BIN)/pip install -q --no-deps -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 	$(BIN)/python -c "import torch, transformers, mlflow, optuna, workbench; print('set-up ok: torch', torch.__version__)"
