@@ -439,6 +439,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
                             show_progress=progress.bars_wanted(args.json, args.quiet))
     g = res.growth
     predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    if args.lr_sweep:
+        log.info(f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {args.sweep_units:g}"
+                 " compute units, each reported as it ends")
     sweep = _lr_sweep(data, args.target, res.mu, args.sweep_units, args) if args.lr_sweep else None
     predicted = probe_lr(predicted, sweep, cfg.lr)
     if "x" in predicted:

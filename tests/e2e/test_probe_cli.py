@@ -1,6 +1,7 @@
 """`workbench probe` through the real CLI into a real MLflow store."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -20,8 +21,15 @@ def test_probe_cli_measures_logs_and_predicts_or_says_why_not(tmp_path):
     proc = run_cli(["probe", "--config", str(config), "--x", "4", "--steps", "14", "--every", "2", "--sketch", "256",
                     "--tracking-uri", uri, "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(proc.stdout.splitlines()) == 1  # stdout: the JSON only
+    out = json.loads(proc.stdout)
     assert out["probes"] >= 3 and out["noise"] and "predicted" in out
+    # progress on stderr, with --json too: the plan, each probe's gradients, the reading of them
+    err = proc.stderr.splitlines()
+    assert any(line.startswith("probe: 14 steps;") and "gradients of one rollout in all" in line for line in err)
+    assert sum(bool(re.match(r"probe \d+/\d+ \(step \d+\).*: \d+ rollout gradients in ", line)) for line in err) == out["probes"]
+    assert any(line.startswith("probe: reading sigma²(tau)") for line in err) and any(line.startswith("probe: read in ") for line in err)
+    assert "Warning" not in proc.stderr  # no third-party warning reaches the user
     p = out["predicted"]
     assert "refused" in p or (p["x"] >= p["y"] >= 1 and p["capacity"] >= 16)
     run = MlflowClient(uri).get_run(out["run_id"])

@@ -111,3 +111,26 @@ def test_the_built_in_tasks_ship_their_default_checkpoints_and_trials_load_them(
         info = json.loads((shipped / "warm_start.json").read_text())
         assert sum(p.numel() for p in model.parameters()) == info["params"] and 0 < info["accuracy"] < 1
     assert len(list(SHIPPED.glob("tiny-llama-*"))) == len(BUILT_IN_TASKS)  # no stale checkpoint shipped
+
+
+def test_the_warm_start_reports_its_step_and_held_out_accuracy_as_it_goes(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from workbench import progress
+    from workbench.trial import checkpoint
+
+    cfg = build_config(toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 30, "eval_every": 10, "target_accuracy": 0.3}}))
+    task = load_task(cfg.task)
+    tok = checkpoint.build_char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    accuracies = iter([0.0, 0.1, 0.25, 0.35])  # steps 0, 10, 20, 30: the target reached at the last evaluation
+    monkeypatch.setattr(checkpoint, "greedy_accuracy", lambda *args, **kwargs: next(accuracies))
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every step (off a terminal: every 10 s)
+    with captured_logs() as records:
+        assert checkpoint.warm_start(model, tok, task, cfg.model) == (30, 0.35)
+    lines = [r.getMessage() for r in records]
+    assert lines[0].startswith("warm start: 1/30 steps, held-out accuracy 0.000 (target 0.3)")
+    assert any(line.startswith("warm start: 20/30 steps, loss ") and "held-out accuracy 0.250" in line for line in lines)
+    assert lines[-1].startswith("warm start: 30 steps in ") and lines[-1].endswith("held-out accuracy 0.350 (target 0.3)")

@@ -9,9 +9,10 @@ import time
 
 import multiprocessing
 import pytest
+import yaml
 from mlflow import MlflowClient
 
-from support.cli import start_cli
+from support.cli import run_cli, start_cli
 from support.toy import TOY, toy_dict, tracked
 from workbench.config import ConfigError, build_config
 from workbench.trial.loop import run_trial
@@ -188,6 +189,20 @@ def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tm
     run = client.search_runs([client.get_experiment_by_name("workbench").experiment_id])[0]
     assert run.info.status == "KILLED"
     assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.slow
+def test_an_async_trial_that_ends_well_exits_without_an_abort_from_a_child(tmp_path):
+    """No C++ abort (`terminate called without an active exception`) or traceback from a generator or trainer
+    process on a clean exit: the user sees the trial's own lines only."""
+    config = tmp_path / "toy.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(pipeline={"mode": "async", "generators": 2, "trainers": 2},
+                                              budget={"compute_units": None, "steps": 4})))
+    proc = run_cli(["train", "--config", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"], tmp_path,
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1].startswith("done: ")  # nothing after the trial's last line
 
 
 def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_identical(tracking_uri):

@@ -5,8 +5,9 @@ import math
 from mlflow import MlflowClient
 
 from workbench.trial.loop import run_trial
-from workbench.trial.probe import probe_config, run_probe
+from workbench.trial.probe import probe_config, probe_plan, run_probe
 
+from support.logs import captured_logs
 from support.toy import toy_dict, tracked
 
 
@@ -19,7 +20,14 @@ def _cfg(tracking_uri):
 def test_the_probe_reads_noise_by_age_and_leaves_the_run_as_an_unprobed_one(tracking_uri):
     cfg = _cfg(tracking_uri)
     assert cfg.replay.strategy == "uniform" and cfg.replay.warmup == "fill" and cfg.replay.capacity == 32
-    res, probed = run_probe(cfg, every=2, sketch=256)
+    with captured_logs() as records:
+        res, probed = run_probe(cfg, every=2, sketch=256)
+    # progress: the plan first, then a line per probe with its count of rollout gradients, adding up to the plan's
+    plan, lines = probe_plan(cfg, every=2), [r.getMessage() for r in records]
+    assert plan.describe() in lines and plan.probe_steps == [6, 8, 10, 12] and plan.rho_steps == [6, 8, 10]
+    done = [line for line in lines if " rollout gradients in " in line]
+    assert len(done) == len(plan.probe_steps) + len(plan.rho_steps)
+    assert sum(int(line.split(": ")[-1].split()[0]) for line in done) == plan.gradients == 4 * 32 + 3 * 16
     assert res.probes >= 3 and res.steps == 14
     ages = [a["age"] for a in res.noise]
     assert len(ages) >= 3 and min(ages) == 0 and max(ages) <= 4

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable
@@ -112,9 +113,13 @@ def build(fn: Callable, example: tuple, dynamic_shapes: tuple, path: Path) -> No
     would write and leave the writing to its caller, as the decode step does with its KV buffers."""
     import torch._inductor  # the compiler: loaded only when a package is built
 
-    program = torch.export.export(_Exported(fn), example, dynamic_shapes=(dynamic_shapes,), strict=False)  # one entry: *args
     staging = path.with_name(path.name + ".pt2")  # the packager wants the suffix
-    torch._inductor.aoti_compile_and_package(program, package_path=str(staging))
+    with warnings.catch_warnings():
+        # torch's export copies its own tree specs through a deprecated `isinstance(treespec, LeafSpec)` check and
+        # warns about it (a FutureWarning from torch's internals, twice a compile): nothing a user can act on
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+        program = torch.export.export(_Exported(fn), example, dynamic_shapes=(dynamic_shapes,), strict=False)  # one entry: *args
+        torch._inductor.aoti_compile_and_package(program, package_path=str(staging))
     os.replace(staging, path)
 
 

@@ -20,6 +20,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from workbench import progress
 from workbench.backends.hf import encode_prompts, sample, score
 from workbench.config import ModelConfig, TaskConfig
 from workbench.cache import build_once, cache_root
@@ -98,28 +99,33 @@ def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, flo
     previous = (0, greedy_accuracy(model, tokenizer, task, task.max_new_tokens), copy.deepcopy(model.state_dict()))
     best = previous
     model.train()
-    for step in range(1, ws.steps + 1):
-        batch = rng.sample(task.train, min(ws.batch_size, len(task.train)))
-        completions = []
-        for ex in batch:
-            demo, tail = ex.demonstration, task.answer_tail(ex)
-            if rng.random() < ws.noise and demo.endswith(tail):
-                wrong = "".join(rng.choice("0123456789") for _ in tail)
-                demo = demo[: len(demo) - len(tail)] + wrong
-            completions.append(demo)
-        prompt_ids = encode_prompts(tokenizer, [e.prompt for e in batch])
-        completion_ids = [ids[1:] + [tokenizer.eos_token_id] for ids in encode_prompts(tokenizer, completions)]
-        # the padded scorer, as when every shipped study's checkpoint was built: the same config, the same weights
-        logp, mask = score(model, prompt_ids, completion_ids, pad_id=tokenizer.pad_token_id)
-        loss = -(logp.sum() / mask.sum())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % ws.eval_every == 0 or step == ws.steps:
+    bars = progress.bars_wanted() and log.isEnabledFor(logging.INFO)
+    with progress.Ticker(ws.steps, "warm start", "steps", bars, log) as ticker:
+        ticker.note = f"held-out accuracy {previous[1]:.3f} (target {ws.target_accuracy:g})"
+        for step in range(1, ws.steps + 1):
+            batch = rng.sample(task.train, min(ws.batch_size, len(task.train)))
+            completions = []
+            for ex in batch:
+                demo, tail = ex.demonstration, task.answer_tail(ex)
+                if rng.random() < ws.noise and demo.endswith(tail):
+                    wrong = "".join(rng.choice("0123456789") for _ in tail)
+                    demo = demo[: len(demo) - len(tail)] + wrong
+                completions.append(demo)
+            prompt_ids = encode_prompts(tokenizer, [e.prompt for e in batch])
+            completion_ids = [ids[1:] + [tokenizer.eos_token_id] for ids in encode_prompts(tokenizer, completions)]
+            # the padded scorer, as when every shipped study's checkpoint was built: the same config, the same weights
+            logp, mask = score(model, prompt_ids, completion_ids, pad_id=tokenizer.pad_token_id)
+            loss = -(logp.sum() / mask.sum())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if not (step % ws.eval_every == 0 or step == ws.steps):
+                ticker.update()
+                continue
             model.eval()
             acc = greedy_accuracy(model, tokenizer, task, task.max_new_tokens)
             model.train()
-            log.info(f"warm start: step {step} loss {loss.item():.3f} held-out accuracy {acc:.3f}")
+            ticker.update(note=f"loss {loss.item():.3f}, held-out accuracy {acc:.3f} (target {ws.target_accuracy:g})")
             if acc >= ws.target_accuracy:
                 if abs(previous[1] - ws.target_accuracy) < abs(acc - ws.target_accuracy):
                     model.load_state_dict(previous[2])
@@ -149,7 +155,9 @@ def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, tas
     final = cache_root(model_cfg) / "models" / name
 
     def build(tmp: Path) -> None:
-        log.info(f"building the embedded tiny Llama and its warm start in {final} (once)")
+        log.info(f"building the embedded tiny Llama and its warm start in {final} (once per machine and model, task and"
+                 f" warm-start setting): up to {model_cfg.warm_start.steps} supervised steps, until the held-out accuracy"
+                 f" reaches {model_cfg.warm_start.target_accuracy:g}")
         torch.manual_seed(model_cfg.init_seed)
         tokenizer = build_char_tokenizer(_file_characters(task))
         config = LlamaConfig(

@@ -27,19 +27,19 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from workbench import noise, tracking
+from workbench import noise, progress, tracking
 from workbench.config import TrialConfig, build_config
+from workbench.trial import rollout_gradients
 from workbench.trial.loop import TrialResult, run_trial
-from workbench.trial.objectives import OBJECTIVES
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout
-from workbench.trial.step import objective_input
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,20 @@ spread, then probes at 24, 28, ..., 44 (6 probes, ~380 rollouts of each age; rho
 again before the run ends); lag None: x/y steps, the mean gap between two uses of a rollout."""
 
 
+PROBE_THREADS = 1
+"""torch threads of the probe's trial unless its config sets `threads`. Its steps and its gradients are small
+operations: beside one other busy process on a 2-core machine, two threads wait at every operation's OpenMP barrier
+for the descheduled one (the default probe took 452 s on two threads there, 110 s on one; on the idle machine 108 s
+on two); docs/performance.md, "The probe's time"."""
+
+
 def probe_config(overrides: dict[str, Any] | None = None, x: float = DEFAULTS["x"], ratio: float = DEFAULTS["ratio"],
                  steps: int = DEFAULTS["steps"]) -> TrialConfig:
-    """The probe's trial: uniform replay at (x, y) with the buffer filled at B per step, a step budget, and
-    whatever else `overrides` sets (a nested config dict, validated as any trial's)."""
+    """The probe's trial: uniform replay at (x, y) with the buffer filled at B per step, a step budget, one thread
+    (`PROBE_THREADS`) and whatever else `overrides` sets (a nested config dict, validated as any trial's)."""
     base = build_config(overrides or {})
     fresh = base.batch_size / ratio
-    data = {**(overrides or {})}
+    data = {"threads": PROBE_THREADS, **(overrides or {})}
     data["replay"] = {**data.get("replay", {}), "strategy": "uniform", "ratio": ratio, "capacity": max(base.batch_size, round(x * fresh)),
                       "warmup": "fill", "horizon": None}
     data["budget"] = {"compute_units": None, "steps": steps}
@@ -89,46 +96,76 @@ class ProbeResult:
         return asdict(self)
 
 
-class _Probe:
-    """The `inspect` hook of `run_trial`: per-rollout gradients at the probe steps, and again `lag` steps later."""
+@dataclass(frozen=True)
+class ProbePlan:
+    """When the probe measures, and how many gradients of one rollout that takes: its cost, on any machine, in
+    backward passes of one rollout (see docs/performance.md for seconds)."""
 
-    def __init__(self, cfg: TrialConfig, start: int, every: int, lag: int, sketch: int):
-        self.cfg, self.start, self.every, self.lag, self.k = cfg, start, every, lag, sketch
-        self.sketch: tuple[torch.Tensor, torch.Tensor] | None = None
+    steps: int
+    start: int
+    every: int
+    lag: int
+    buffer: int
+    """Rollouts the probe differentiates at each probe step (the whole buffer)."""
+    batch: int
+
+    @property
+    def probe_steps(self) -> list[int]:
+        return list(range(self.start, self.steps, self.every))
+
+    @property
+    def rho_steps(self) -> list[int]:
+        """Probe steps whose batch is differentiated again `lag` steps later, within the run."""
+        return [s for s in self.probe_steps if s + self.lag < self.steps]
+
+    @property
+    def gradients(self) -> int:
+        return len(self.probe_steps) * self.buffer + len(self.rho_steps) * self.batch
+
+    def describe(self) -> str:
+        probes = self.probe_steps
+        at = f"steps {probes[0]}, {probes[1]}, ..., {probes[-1]}" if len(probes) > 2 else "step " + " and ".join(map(str, probes))
+        return (f"probe: {self.steps} steps; every age in the buffer from step {self.start}; {len(probes)} probes ({at}) of"
+                f" {self.buffer} rollout gradients each, and rho on {len(self.rho_steps)} batches of {self.batch}"
+                f" {self.lag} steps later: {self.gradients} gradients of one rollout in all")
+
+
+class _Probe:
+    """The `inspect` hook of `run_trial`: per-rollout gradients at the probe steps, and again `lag` steps later.
+    Progress: a bar per probe on a terminal (`show_progress`), else a line at most every `progress.LINE_EVERY_S`."""
+
+    def __init__(self, cfg: TrialConfig, plan: ProbePlan, sketch: int, show_progress: bool = False):
+        self.cfg, self.plan, self.k, self.show_progress = cfg, plan, sketch, show_progress
+        self.start, self.every, self.lag = plan.start, plan.every, plan.lag
+        self.sketch: rollout_gradients.Sketch | None = None
         self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.pending: dict[int, tuple[list[Rollout], np.ndarray]] = {}
         self.reuse: list[float] = []
+        self.last_line = time.monotonic()
 
-    def gradients(self, policy: Policy, rollouts: list[Rollout]) -> np.ndarray:
-        params = [p for p in policy.model.parameters() if p.requires_grad]
+    def gradients(self, policy: Policy, rollouts: list[Rollout], what: str) -> np.ndarray:
         if self.sketch is None:
+            params = [p for p in policy.model.parameters() if p.requires_grad]
             idx, sign = noise.count_sketch(sum(p.numel() for p in params), self.k, seed=self.cfg.seed)
-            self.sketch = torch.from_numpy(idx).to(params[0].device), torch.from_numpy(sign).to(params[0].device)
-        idx, sign = self.sketch
-        cap = self.cfg.generation.mismatch_cap if self.cfg.generation.mismatch_correction == "importance_sampling" else None
-        was_training = policy.model.training
-        policy.model.eval()  # no dropout draws: the trial's random stream is the unprobed run's
-        out = np.empty((len(rollouts), self.k), dtype=np.float64)
-        try:
-            for i, r in enumerate(rollouts):
-                loss = OBJECTIVES[self.cfg.objective.name](objective_input(policy, [r], cap), self.cfg.objective).loss
-                grads = torch.autograd.grad(loss, params, allow_unused=True)
-                flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
-                out[i] = torch.zeros(self.k, dtype=flat.dtype, device=flat.device).index_add_(0, idx, flat * sign).double().cpu().numpy()
-        finally:
-            policy.model.train(was_training)
+            device = params[0].device
+            self.sketch = torch.from_numpy(idx).to(device), torch.from_numpy(sign).to(device), self.k
+        with progress.Ticker(len(rollouts), what, "rollout gradients", self.show_progress, log) as ticker:
+            out = rollout_gradients.sketched_gradients(policy, rollouts, self.cfg, self.sketch, ticker.update)
+        self.last_line = time.monotonic()
         return out
 
     def __call__(self, step: int, batch: list[Rollout], held: list[Rollout], policy: Policy) -> dict[str, float]:
         metrics: dict[str, float] = {}
         if step in self.pending:
             rollouts, before = self.pending.pop(step)
-            self.reuse.append(noise.reuse_correlation(before, self.gradients(policy, rollouts)))
+            again = self.gradients(policy, rollouts, f"probe: step {step}, rho (the batch of step {step - self.lag})")
+            self.reuse.append(noise.reuse_correlation(before, again))
             metrics["probe/reuse_correlation"] = self.reuse[-1]
         if step >= self.start and (step - self.start) % self.every == 0:
             # The whole buffer (every age x R times) when the strategy exposes it: a batch holds only B/x of each.
             rollouts = held or batch
-            g = self.gradients(policy, rollouts)
+            which = f"probe {len(self.samples) + 1}/{len(self.plan.probe_steps)} (step {step})"
+            g = self.gradients(policy, rollouts, f"{which}, the whole buffer")
             ages = np.array([r.age(step) for r in rollouts])
             self.samples.append((g, ages, np.array([r.group for r in rollouts])))
             in_batch = {r.uid for r in batch}
@@ -137,6 +174,9 @@ class _Probe:
             fresh = [a for a in noise.noise_by_age(g, ages, min_count=2) if a.age == 0]
             if fresh:
                 metrics["probe/sigma2_age0"] = fresh[0].sigma2
+        elif not self.show_progress and time.monotonic() - self.last_line >= progress.LINE_EVERY_S:
+            self.last_line = time.monotonic()
+            log.info(f"probe: step {step}/{self.plan.steps}" + (f", first probe at step {self.start}" if step < self.start else ""))
         return metrics
 
 
@@ -202,18 +242,31 @@ def _horizon_draws(samples, draws: int, seed: int) -> list[list[dict]]:
     return [_horizon(samples, resample) for _ in range(draws)]
 
 
-def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
-              start: int | None = None, draws: int = 50, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
-    """Run the probe's trial (`probe_config`) and read the model's parameters from it (`draws` bootstrap replicates
-    of the horizon terms)."""
+def probe_plan(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], start: int | None = None) -> ProbePlan:
+    """The probe steps of `cfg`'s run: from when the buffer holds every age (filled, then x steps of ages), every
+    `every` steps; rho `lag` steps later (default x/y, the mean gap between two uses of a rollout)."""
     fill_steps = math.ceil(cfg.replay.capacity / cfg.batch_size)
     horizon = math.ceil(cfg.replay.capacity / cfg.fresh_per_step)
     start = fill_steps + horizon if start is None else start
     lag = max(1, round(cfg.replay.capacity / cfg.batch_size)) if lag is None else lag  # x/y: N/R · R/B = N/B
-    hook = _Probe(cfg, start, every, lag, sketch)
-    result = run_trial(cfg, inspect=hook, **run_kwargs)
+    return ProbePlan(cfg.budget.steps, start, every, lag, cfg.replay.capacity, cfg.batch_size)
+
+
+def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
+              start: int | None = None, draws: int = 50, show_progress: bool = False, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
+    """Run the probe's trial (`probe_config`) and read the model's parameters from it (`draws` bootstrap replicates
+    of the horizon terms). Progress on the log (and bars with `show_progress`), phase by phase."""
+    plan = probe_plan(cfg, every, lag, start)
+    start, lag = plan.start, plan.lag
+    if plan.probe_steps:
+        log.info(plan.describe())
+    hook = _Probe(cfg, plan, sketch, show_progress)
+    result = run_trial(cfg, inspect=hook, show_progress=show_progress, **run_kwargs)
     if not hook.samples:
         raise ValueError(f"steps: the probe needs more than {start} steps to see every age of its buffer (got {cfg.budget.steps})")
+    t0 = time.monotonic()
+    log.info(f"probe: reading sigma²(tau), kappa, gamma, rho and {draws} bootstrap resamples of the horizon terms from"
+             f" {len(hook.samples)} probes")
     pooled, kappa, terms = _pooled(hook.samples)
     try:
         growth = noise.fit_noise_growth(pooled)
@@ -230,5 +283,6 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
         gamma=gamma,
         rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
     )
-    log.info(f"probe: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f}, gamma {gamma:.3f}, mu {out.mu:.3f}")
+    log.info(f"probe: read in {time.monotonic() - t0:.1f} s: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f},"
+             f" gamma {gamma:.3f}, mu {out.mu:.3f}")
     return out, result
