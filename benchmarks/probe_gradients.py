@@ -1,5 +1,6 @@
 """The probe's gradient phase: milliseconds per rollout gradient, one backward per rollout against vectorised chunks,
-on a given number of threads, with the machine as it is (say what else runs: docs/performance.md, "The probe").
+on a given number of threads, with the machine as it is (say what else runs; docs/performance.md, "The probe's
+time").
 
 The default probe's config and embedded model; `--n` rollouts sampled at its first step, each rollout's gradient of
 the objective sketched to 2048 numbers, `--rounds` rounds alternating the two paths. The paths' results are compared

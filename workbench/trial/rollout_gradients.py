@@ -6,7 +6,7 @@ on each rollout's row of log-probs (no model involved), and the model's part, J_
 once, is one vectorised backward (`torch.func.vmap` over `torch.func.grad` of sum_t w_t logp_t). On the embedded
 model a backward of one rollout is a few hundred operations on [~36, 128] tensors, so the per-rollout loop spent
 its time on dispatch, not arithmetic; vectorised, the same operations run on [chunk, ~36, 128]
-(docs/performance.md, "The probe's gradients").
+(docs/performance.md, "The probe's time").
 
 The gradients run on one thread: operations this small gain nothing from a second one, and when another process
 holds a core, every operation waits at OpenMP's barrier for the descheduled thread (measured 5-20x slower).
