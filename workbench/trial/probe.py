@@ -4,8 +4,10 @@
 A uniform replay trial with a large buffer (default x 16, y 2, filled at B per step) runs for a few dozen steps.
 From the step after which the buffer holds every age up to x, every `every` steps the probe takes the whole buffer
 (R rollouts of each age) and computes each rollout's gradient of the trial's own objective at the current
-parameters (CountSketch-compressed, `workbench.noise.count_sketch`, so the memory does not depend on the model's
-size), then `lag` steps later the gradients of that step's batch again. From these:
+parameters (`rollout_gradients`: 64 at a time in one vectorised backward, on one thread; CountSketch-compressed,
+`workbench.noise.count_sketch`, so the memory does not depend on the model's size), then `lag` steps later the
+gradients of that step's batch again. `ProbePlan` counts them (6,656 at the defaults) and is logged first. From
+these:
 
 - sigma²(tau): the per-rollout gradient noise by age (`noise_by_age`, pooled over probe steps), and the shifted
   power law fitted to it (alpha, tau0; F6: non-decreasing with age);
