@@ -142,6 +142,7 @@ def cmd_study_run(args: argparse.Namespace) -> int:
 
 
 def cmd_study_worker(args: argparse.Namespace) -> int:
+    log.info(f"worker {os.getpid()}: starting (torch, transformers, MLflow and Optuna load in a few seconds)")
     from workbench.study.devices import parse_devices
     from workbench.study.worker import run_worker
 

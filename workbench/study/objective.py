@@ -175,6 +175,8 @@ class StudyObjective:
         seeds = seeds or spec.seed_list
         target = self.study.user_attrs.get(attrs.TARGET)
         configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target) for seed in seeds]
+        log.info(f"trial {trial.number} starts: {fmt_params(params) or 'the base configuration'}"
+                 f"{' (the on-policy baseline)' if is_baseline else ''}{f' ({arm})' if arm else ''}, seeds {', '.join(map(str, seeds))}")
         tags = {tracking.STUDY: spec.name, tracking.TRIAL_NUMBER: str(trial.number), tracking.OPTUNA_TRIAL_NUMBER: str(trial.number)}
         if arm:
             tags[tracking.ARM] = arm
