@@ -142,7 +142,6 @@ def cmd_study_run(args: argparse.Namespace) -> int:
 
 
 def cmd_study_worker(args: argparse.Namespace) -> int:
-    log.info(f"worker {os.getpid()}: starting (torch, transformers, MLflow and Optuna load in a few seconds)")
     from workbench.study.devices import parse_devices
     from workbench.study.worker import run_worker
 
@@ -188,6 +187,11 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
         raise ConfigError(f"--bootstrap: must be >= 0 (got {args.bootstrap})")
     if args.ridge and not args.model:
         raise ConfigError("--ridge: runs a model's flat ridge; give it with --model NAME|best")
+    if args.model and args.model != "best":
+        from analysis.models import MODELS
+
+        if args.model not in MODELS:  # before the fit: bad input stops at once, in one line
+            raise ConfigError(f"--model: {args.model!r} is not a registered model ({', '.join(MODELS)}, or best)")
     ctx = _study_context(args)
     study = open_for_verify(ctx)
     result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
