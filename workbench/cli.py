@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from workbench import progress, tracking
+from workbench import interrupts, progress, tracking
 from workbench.config import ConfigError, load_config, resolve_tracking_uri
 
 # Each command imports what it runs when it runs (the model stack, Optuna, the analysis): start-up stays short.
@@ -806,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_args(parser, argv)
     progress.setup_logging(quiet=getattr(args, "quiet", False))
+    interrupts.install()  # a Ctrl-C that lands in a garbage-collector callback is delivered again, not lost
     try:
         return args.func(args)
     except ConfigError as err:

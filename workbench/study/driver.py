@@ -15,14 +15,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from workbench import progress, tracking
+from workbench import interrupts, progress, tracking
 from workbench.config import ConfigError
 from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, create_or_load
@@ -76,7 +75,9 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
 
     procs: list[subprocess.Popen] = []
     bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
-    previous = _sigterm_as_interrupt()
+    # A scheduler's or `kill`'s SIGTERM stops the workers as Ctrl-C does (they run in their own sessions, so
+    # without this they would outlive the driver).
+    previous = interrupts.interrupt_on(signal.SIGTERM)
     try:
         with progress.bar_safe_logging(show_progress), bar:
             procs = [spawn(0)]
@@ -103,25 +104,12 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         log_to_parent_run(ctx.tracking_uri, study)
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        interrupts.restore(signal.SIGTERM, previous)
     log_to_parent_run(ctx.tracking_uri, study)
     parent = study.user_attrs.get(attrs.PARENT_RUN)
     if parent:
         tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials else "FAILED")
     return study
-
-
-def _sigterm_as_interrupt():
-    """A scheduler's or `kill`'s SIGTERM stops the workers as Ctrl-C does (they run in their own sessions, so
-    without this they would outlive the driver). Returns the previous handler, or None off the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, interrupt)
 
 
 def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], bool] | None = None,

@@ -20,6 +20,7 @@ import time
 import optuna
 from optuna.trial import TrialState
 
+from workbench import interrupts
 from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.devices import apply, per_trial, split_devices
@@ -95,6 +96,7 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
         # A study started in the background of a script (`nohup workbench study run ... &`) inherits SIGINT ignored,
         # and so would its workers: the driver's forwarded SIGINT (its Ctrl-C, its SIGTERM) must stop them.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupts.install()  # a SIGINT that lands in a garbage-collector callback is delivered again, not lost
     seen = None
     if devices is not None:
         split_devices(devices, 1, per_trial(ctx.spec.base))  # enough for one trial, or a one-line error

@@ -1,0 +1,51 @@
+"""A Ctrl-C or SIGTERM that lands in a garbage-collector callback is delivered again, quietly (workbench.interrupts)."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import os, signal, time, weakref
+from workbench import interrupts
+{setup}
+class Held: pass
+def cleanup(ref):  # as SQLAlchemy's registry does while Optuna's storage is collected
+    {inside}
+held = Held()
+ref = weakref.ref(held, cleanup)
+try:
+    del held
+    for _ in range(500): time.sleep(0.01)  # the program goes on: the interrupt must reach it
+    print("lost")
+except KeyboardInterrupt:
+    print("delivered")
+"""
+
+
+def run(setup: str, inside: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SCRIPT.format(setup=setup, inside=inside)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_without_the_hook_python_swallows_the_interrupt_and_prints_a_traceback():
+    done = run("", "raise KeyboardInterrupt")
+    assert done.stdout.strip() == "lost"
+    assert "Traceback" in done.stderr
+
+
+def test_a_swallowed_keyboard_interrupt_is_delivered_again_without_a_traceback():
+    done = run("interrupts.install()", "raise KeyboardInterrupt")
+    assert done.stdout.strip() == "delivered", done.stderr
+    assert done.stderr == ""
+
+
+def test_a_sigterm_made_an_interrupt_is_delivered_again_when_it_lands_in_a_callback():
+    done = run("interrupts.interrupt_on(signal.SIGTERM)",
+               "os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(1000): pass")
+    assert done.stdout.strip() == "delivered", done.stderr
+    assert done.stderr == ""
+
+
+def test_other_exceptions_in_callbacks_are_still_reported():
+    done = run("interrupts.install()", "raise ValueError('a real bug')")
+    assert done.stdout.strip() == "lost"
+    assert "ValueError: a real bug" in done.stderr

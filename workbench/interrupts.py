@@ -1,0 +1,65 @@
+"""Ctrl-C and SIGTERM that are never lost to a garbage-collector callback.
+
+Python runs a signal's handler at the next bytecode of the main thread, wherever that is. When it is inside a weakref
+callback or a `__del__` (SQLAlchemy's registry cleans up through weakref callbacks while Optuna's storage is
+collected), the handler's `KeyboardInterrupt` cannot propagate: Python prints "Exception ignored in ..." with a
+traceback and goes on as if no signal had come. A worker that lost its SIGINT so ran until the driver killed it
+(measured in CI: the traceback on stderr, the trial's run ended by the kill, not by the interrupt).
+
+`install()` puts a `sys.unraisablehook` in front of Python's: a swallowed `KeyboardInterrupt` is not printed but
+delivered again (the signal sent anew 50 ms later, so its handler runs in ordinary code). Every other
+unraisable exception goes to the previous hook unchanged. `interrupt_on(signum)` makes a signal raise
+`KeyboardInterrupt` as SIGINT does, and records it as the one to raise again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+REDELIVER_AFTER_S = 0.05
+"""Seconds before a swallowed interrupt's signal is sent again (the collector's callbacks take microseconds)."""
+
+_state = {"signum": signal.SIGINT, "previous": None}
+
+
+def _redeliver(unraisable) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        # Raised from here, the handler would run inside this hook (and be swallowed again): a thread sends the
+        # signal once the main thread is out of the callback.
+        again = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), _state["signum"]))
+        again.daemon = True
+        again.start()
+        return
+    _state["previous"](unraisable)
+
+
+def install() -> None:
+    """Deliver again any KeyboardInterrupt Python would swallow (idempotent)."""
+    if sys.unraisablehook is not _redeliver:
+        _state["previous"] = sys.unraisablehook
+        sys.unraisablehook = _redeliver
+
+
+def _raise_interrupt(signum, frame):
+    _state["signum"] = signum
+    raise KeyboardInterrupt
+
+
+def interrupt_on(signum: int):
+    """Make `signum` raise KeyboardInterrupt in the main thread; returns the previous handler (None off the main
+    thread, where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    install()
+    return signal.signal(signum, _raise_interrupt)
+
+
+def restore(signum: int, previous) -> None:
+    """Put back the handler `interrupt_on` replaced."""
+    if previous is not None:
+        signal.signal(signum, previous)
+        if _state["signum"] == signum:
+            _state["signum"] = signal.SIGINT
