@@ -70,7 +70,11 @@ def _tuned_lr_section(result: dict) -> list[str]:
              "The ratios above set every configuration against on-policy at one learning rate, so a saving there may"
              " come from the learning rate alone. On-policy ran at " + ", ".join(
                  f"lr {_fmt(o['lr'])} (trial {o['trial_number']}: {_fmt(o['compute_to_target'])} [{_fmt(o['ci_low'])}, {_fmt(o['ci_high'])}])"
-                 for o in t["on_policy_by_lr"]) + f"; its best, lr {_fmt(t['on_policy_best_lr'])}, is a selection estimate.", "",
+                 for o in t["on_policy_by_lr"]) + f"; its best, lr {_fmt(t['on_policy_best_lr'])}, is a selection estimate"
+             + ("." if t.get("on_policy_best_lr_bounded", True) else
+                ", and it lies at an end of the range tried: on-policy is not tuned (a learning rate beyond it may be faster),"
+                " so a saving against it is an upper bound.")
+             + (f" Protocol: {t['protocol']}." if t.get("protocol") else ""), "",
              "Each configuration against on-policy at its own learning rate (paired by seed):", "",
              "| trial | configuration | ratio to on-policy at the same lr [95% CI]: verdict |", "|---|---|---|"]
     lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_pair(r['same_lr'])} |" for r in t["same_lr"]]

@@ -8,6 +8,9 @@ against on-policy at 2.5e-5, and on-policy at 1e-4 saved 32% too. Two fair compa
 - tuned: each (x, y) cell at its best lr against on-policy at *its* best lr (the paper re-tunes lr per configuration).
   Both sides are selection estimates (the winner's curse cuts both ways); only fresh seeds remove that bias.
 
+The tuned baseline counts as tuned only where its best lr is bounded on both sides (an lr below and one above it
+were tried and were slower): `on_policy_best_lr_bounded`. `protocol` says whether the replay arms were tuned too.
+
 Sampler arms only: confirmations and verify arms keep their own baselines (`StudyData.configs`).
 """
 
@@ -70,7 +73,13 @@ def tuned_lr(runs: pd.DataFrame) -> dict | None:
             cells[a["cell"]] = a
     tuned = [{k: v for k, v in a.items() if k not in ("values", "cell")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
              for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])]
+    lrs = sorted(on_policy)
+    bounded = lrs[0] < best_base["lr"] < lrs[-1]
     return {"on_policy_by_lr": [{k: v for k, v in a.items() if k in ("trial_number", "lr", "compute_to_target", "ci_low", "ci_high")}
                                 for a in sorted(on_policy.values(), key=lambda a: a["lr"])],
             "on_policy_best_lr": best_base["lr"], "on_policy_best_trial": best_base["trial_number"],
+            # A best lr at an end of the range tried is a bound, not a tuned baseline: the next lr out might be better.
+            "on_policy_best_lr_bounded": bounded,
+            "protocol": "per-arm lr (each arm at its own best lr, the paper's protocol)" if len({a["lr"] for a in arms if not a["on_policy"]}) > 1
+                        else "shared lr (the replay arms ran at one lr; on-policy tuned over its own sweep)",
             "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])), "tuned": tuned}

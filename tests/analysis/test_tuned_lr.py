@@ -50,3 +50,12 @@ def test_censored_seeds_enter_at_their_total_compute():
     t = tuned_lr(runs)
     row = next(r for r in t["same_lr"] if r["lr"] == 1e-4)
     assert row["same_lr"]["ratio"] > 1.2  # seed 0 read at 150 units instead of 60
+
+
+def test_a_best_lr_at_the_edge_of_the_sweep_is_not_called_tuned():
+    edge = tuned_lr(_runs())  # on-policy fastest at the largest lr tried
+    assert edge["on_policy_best_lr_bounded"] is False
+    inside = tuned_lr(_runs({(1, 1, 1e-5): 100.0, (1, 1, 5e-5): 40.0, (1, 1, 1e-4): 50.0, (2, 2, 5e-5): 60.0}))
+    assert inside["on_policy_best_lr"] == 5e-5 and inside["on_policy_best_lr_bounded"] is True
+    assert inside["protocol"].startswith("shared lr")
+    assert edge["protocol"].startswith("per-arm lr")
