@@ -4,7 +4,9 @@ a verdict.
 - **F1, the sqrt(mu) law.** In the synchronous setting a run's learning curve does not depend on mu, only its
   accounting does, so one grid re-accounted at several mu (`analysis.data.reaccount`) shows where the compute-optimal
   replay ratio goes when generation gets dearer. Theorem 4.5 predicts y* ∝ sqrt(mu) (when rho·x ≫ 1); the paper's
-  criterion: falsified if the optimal y does not move with mu.
+  criterion: falsified if the optimal y does not move with mu. F1 also reads the exponent e of y_opt ∝ mu^e (the
+  exponents whose law, on this grid, has a slope inside the observed interval) and says **cannot separate** where
+  that interval admits a linear law (e = 1) as well as the sqrt law, with a y grid that would separate them.
 - **F2, the U-shape.** At fixed x, compute-to-target against y is U-shaped, its minimum near
   y*(x) = sqrt(mu / (rho + 1/x)) (with rho fitted on the other points); falsified if it is monotone or the minimum
   is 2x or more away. Tested at every mu of F1, since the re-accounting moves the predicted minimum.
@@ -16,9 +18,10 @@ F6 (noise non-decreasing with age) needs the probe's sigma²(tau).
 
 Every verdict comes from a bootstrap over seeds (the same seeds drawn for every configuration, so the comparison
 stays paired), with the expanded percentiles of `workbench.stats`: **holds**, **falsified** or **unresolved**
-(the data cannot tell), or **not testable** where the study's grid cannot decide the law whatever the data (F1 with
-one replay ratio besides on-policy, F2 without three ratios at one x, F3 with one learning rate). Slopes are compared
-with a tolerance (`TOL`): a slope computed as 0 comes out of the arithmetic as +-1e-17, never as 0.
+(the data cannot tell), **cannot separate** (F1: the sqrt law and a linear law both fit), or **not testable** where
+the study's grid cannot decide the law whatever the data (F1 with one replay ratio besides on-policy, F2 without
+three ratios at one x, F3 with one learning rate). Slopes are compared with a tolerance (`TOL`): a slope computed as
+0 comes out of the arithmetic as +-1e-17, never as 0.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Verdict:
     law: str
     claim: str
     verdict: str
-    """`holds`, `falsified`, `unresolved` or `not testable`."""
+    """`holds`, `falsified`, `unresolved`, `cannot separate` (F1) or `not testable`."""
     reason: str
     rows: list[dict] = field(default_factory=list)
     numbers: dict = field(default_factory=dict)
@@ -87,6 +90,17 @@ def _interval(draws: np.ndarray, n_seeds: int) -> tuple[float, float]:
     return float(np.quantile(draws, lo_q)), float(np.quantile(draws, hi_q))
 
 
+def _optimum_share(keys: list, cols: list[int], best: np.ndarray, floor: float = 0.05) -> dict[str, float]:
+    """The share of bootstrap draws in which each (x, y) is optimal, summed over its learning rates (the compared
+    keys are (mu, x, y[, lr]): keyed by (x, y) alone, the shares at different lr overwrote each other); (x, y)s
+    optimal in fewer than `floor` of the draws are left out."""
+    share: dict[str, float] = {}
+    for i in cols:
+        label = f"{keys[i][1]:g},{keys[i][2]:g}"
+        share[label] = share.get(label, 0.0) + float(np.mean(best == i))
+    return {k: v for k, v in share.items() if v >= floor}
+
+
 def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) -> Verdict:
     """F1: the compute-optimal (x, y) at every mu of `mus` from one grid re-accounted, and the slope of log y_opt
     against log mu with its interval, against the slope the law itself has on this grid (`_law_on_grid`)."""
@@ -110,32 +124,37 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
         cols = [i for i, k in enumerate(keys) if k[0] == mu]
         best = np.array(cols)[boot[:, cols].argmin(axis=1)]
         y_opt.append(np.array([keys[i][2] for i in best]))
-        share = {f"{keys[i][1]:g},{keys[i][2]:g}": float(np.mean(best == i)) for i in cols if np.mean(best == i) >= 0.05}
         rows.append({"mu": mu, "x": keys[best[0]][1], "y": keys[best[0]][2],
+                     **({"lr": keys[best[0]][3]} if len(keys[best[0]]) > 3 else {}),
                      "compute_to_target": float(math.exp(boot[0, best[0]])), "y_low": _interval(y_opt[-1][1:], len(seeds))[0],
-                     "y_high": _interval(y_opt[-1][1:], len(seeds))[1], "optimum_share": share})
+                     "y_high": _interval(y_opt[-1][1:], len(seeds))[1], "optimum_share": _optimum_share(keys, cols, best)})
     log_mu = np.log(np.asarray(mus, float))
     log_mu -= log_mu.mean()
     slopes = (np.log(np.vstack(y_opt)).T @ log_mu) / float(log_mu @ log_mu)
     low, high = _interval(slopes[1:], len(seeds))
     slope = float(slopes[0])
-    law_y = _law_on_grid([r["y"] for r in rows], mus, ys)
-    law = float(np.log(law_y) @ log_mu / float(log_mu @ log_mu))
+    y_observed = [r["y"] for r in rows]
+    law_y = _law_on_grid(y_observed, mus, ys)
+    law = _slope(law_y, mus)
     slope, low, high, law = (0.0 if abs(v) < TOL else v for v in (slope, low, high, law))  # float noise is no slope
+    exponent = _exponent(y_observed, mus, ys, low, high)
     moved = f"y_opt {rows[0]['y']:g} at mu {mus[0]:g} -> {rows[-1]['y']:g} at mu {mus[-1]:g}"
     what = f"slope of log y_opt on log mu {slope:.2f} [{low:.2f}, {high:.2f}]; the sqrt law on this grid: {law:.2f}"
-    numbers = {"slope": slope, "slope_low": low, "slope_high": high, "law": law, "law_y": law_y, "seeds": seeds, "grid_y": ys}
+    numbers = {"slope": slope, "slope_low": low, "slope_high": high, "law": law, "law_y": law_y, "seeds": seeds, "grid_y": ys,
+               "exponent": exponent}
     if law == 0 and slope == 0:
         verdict, why = "not testable", (f"the optimum stays at y {rows[0]['y']:g} from mu {mus[0]:g} to {mus[-1]:g}, and so"
                                         " does the sqrt law on this grid (its y* snaps to the same ratio): a grid of larger"
                                         " ratios would tell")
-    elif low - TOL <= law <= high + TOL and low > 0:
-        verdict, why = "holds", f"{moved}; {what}"
     elif law < low - TOL or law > high + TOL:
         how = "does not move" if high <= 0 else ("moves more slowly" if high < law else "moves faster")
-        verdict, why = "falsified", f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}"
+        verdict, why = "falsified", f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}; {exponent['words']}"
+    elif not exponent["separates"]:
+        verdict, why = "cannot separate", f"{moved}; {what}; {exponent['words']}"
+    elif low > 0:
+        verdict, why = "holds", f"{moved}; {what}; {exponent['words']}"
     else:
-        verdict, why = "unresolved", f"{moved}; {what}, and the interval contains 0"
+        verdict, why = "unresolved", f"{moved}; {what}, and the interval contains 0; {exponent['words']}"
     return Verdict("F1", claim, verdict, f"{why}; {len(seeds)} paired seeds.", rows, numbers)
 
 
@@ -143,20 +162,97 @@ LAW_C_MIN = 1 / math.sqrt(2)
 """The sqrt law's y* = c·sqrt(mu) with c = 1/sqrt(rho + 1/x) >= 1/sqrt(2) for rho <= 1 (Assumption 4.3) and x >= 1."""
 
 
-def _law_on_grid(y_observed, mus, ys) -> list[float]:
-    """What the sqrt law predicts on this grid: y*(mu) = c·sqrt(mu), at least 1 (on-policy), at most the grid's
-    largest y, snapped to the nearest grid y in log; c >= LAW_C_MIN chosen to match the observed optimum best (least
-    squares in log). A grid of few ratios, and on-policy as the floor, bound how far the optimum can move, so the
-    observed motion is compared with the law's motion on the same grid, not with 0.5."""
+EXPONENTS = tuple(round(0.05 * k, 2) for k in range(41))
+"""The exponents e of y* = c·mu^e F1 tries on the grid (0 to 2): 0.5 is the sqrt law, 1 a linear law."""
+
+
+def _slope(path, mus) -> float:
+    """Least-squares slope of log y on log mu."""
+    log_mu = np.log(np.asarray(mus, float))
+    log_mu -= log_mu.mean()
+    return float(np.log(np.asarray(path, float)) @ log_mu / float(log_mu @ log_mu))
+
+
+def _snap(raw_y, ys) -> np.ndarray:
+    """y values floored at 1 (on-policy), capped at the grid's largest ratio, snapped to the nearest grid ratio in log."""
     grid = np.log(np.asarray(ys, float))
-    best, best_err = None, math.inf
-    for c in np.exp(np.linspace(math.log(LAW_C_MIN), math.log(100.0), 600)):
-        raw = np.log(np.clip(c * np.sqrt(np.asarray(mus, float)), 1.0, max(ys)))
-        pred = grid[np.abs(raw[:, None] - grid[None, :]).argmin(axis=1)]
-        err = float(np.sum((pred - np.log(np.asarray(y_observed, float))) ** 2))
-        if err < best_err - 1e-12:
-            best, best_err = pred, err
-    return [float(math.exp(v)) for v in best]
+    raw = np.log(np.clip(np.asarray(raw_y, float), 1.0, max(ys)))
+    return np.exp(grid[np.abs(raw[:, None] - grid[None, :]).argmin(axis=1)])
+
+
+def _fit_law(y_observed, mus, ys, exponent: float = 0.5) -> tuple[float, list[float]]:
+    """The law y*(mu) = c·mu^exponent on this grid (`_snap`), with c >= LAW_C_MIN chosen to match the observed optimum
+    best (least squares in log; the smallest such c): (c, the law's y at each mu)."""
+    cs = np.exp(np.linspace(math.log(LAW_C_MIN), math.log(100.0), 600))
+    pred = _snap(np.outer(cs, np.asarray(mus, float) ** exponent).ravel(), ys).reshape(len(cs), len(mus))
+    err = np.sum((np.log(pred) - np.log(np.asarray(y_observed, float))) ** 2, axis=1)
+    i = int(np.flatnonzero(err <= err.min() + 1e-12)[0])
+    return float(cs[i]), [float(v) for v in pred[i]]
+
+
+def _law_on_grid(y_observed, mus, ys, exponent: float = 0.5) -> list[float]:
+    """What the law y* ∝ mu^exponent (the sqrt law by default) predicts on this grid: y*(mu) = c·mu^exponent, at
+    least 1 (on-policy), at most the grid's largest y, snapped to the nearest grid y in log; c >= LAW_C_MIN chosen
+    to match the observed optimum best (least squares in log). A grid of few ratios, and on-policy as the floor,
+    bound how far the optimum can move, so the observed motion is compared with the law's motion on the same grid,
+    not with 0.5."""
+    return _fit_law(y_observed, mus, ys, exponent)[1]
+
+
+def _exponent(y_observed, mus, ys, low: float, high: float) -> dict:
+    """The exponent e of y_opt ∝ mu^e, read on this grid: every e of `EXPONENTS` whose law, fitted to the observed
+    optimum and snapped to the grid, has a slope inside the observed slope's interval [low, high] (the test
+    inverted); the exponents whose law reproduces the observed optimum best; and whether the grid separates the
+    sqrt law (0.5) from a linear one (1): the interval contains the grid slope of one and not of the other. Where
+    it does not, `grid_needed`: a y grid (ratio sqrt(2) steps, up to what the two laws reach at the largest mu)
+    on which the two laws' slopes differ, with those slopes."""
+    paths = {e: _law_on_grid(y_observed, mus, ys, e) for e in EXPONENTS}
+    law_slopes = {e: _slope(p, mus) for e, p in paths.items()}
+    inside = [e for e, s in law_slopes.items() if low - TOL <= s <= high + TOL]
+    target = np.log(np.asarray(y_observed, float))
+    misfit = {e: float(np.sum((np.log(p) - target) ** 2)) for e, p in paths.items()}
+    best = [e for e in EXPONENTS if misfit[e] <= min(misfit.values()) + 1e-9]
+    sqrt_in, linear_in = 0.5 in inside, 1.0 in inside
+    out = {"low": min(inside) if inside else math.nan, "high": max(inside) if inside else math.nan,
+           "consistent": inside, "at_edge": bool(inside) and max(inside) == EXPONENTS[-1], "best_fit": [min(best), max(best)],
+           "sqrt_slope": law_slopes[0.5], "linear_slope": law_slopes[1.0], "separates": sqrt_in != linear_in}
+    if not inside:
+        span = "no exponent from 0 to 2"
+    else:
+        span = f"exponents {out['low']:.2f} to {out['high']:.2f}" + (" or more" if out["at_edge"] else "")
+        if len(inside) != round((out["high"] - out["low"]) / 0.05) + 1:
+            span += " (not all between)"
+    fit = (f"fits exactly for e {best[0]:.2f} to {best[-1]:.2f}" + (" or more" if best[-1] == EXPONENTS[-1] else "")) if min(misfit.values()) < 1e-9 \
+        else f"fits best for e {best[0]:.2f} to {best[-1]:.2f}"
+    head = (f"the exponent of y_opt in mu: {span} give a slope on this grid inside the interval; the observed y_opt"
+            f" {', '.join(f'{v:g}' for v in y_observed)} {fit}; the sqrt law's slope here {law_slopes[0.5]:.2f}, a linear"
+            f" law's {law_slopes[1.0]:.2f}")
+    if out["separates"]:
+        out["words"] = head + f": the interval {'excludes the linear law' if sqrt_in else 'excludes the sqrt law'}"
+        return out
+    out["grid_needed"] = need = _grid_that_separates(y_observed, mus, ys)
+    out["words"] = (head + ": this grid cannot separate exponent 0.5 from 1 (the interval contains both). A grid of y in {"
+                    + ", ".join(f"{v:.3g}" for v in need["y"]) + f"}} (x >= y) re-accounted at mu {mus[0]:g} to {mus[-1]:g}"
+                    f" would: there the sqrt law goes y {' -> '.join(f'{v:.3g}' for v in need['sqrt_path'])} (slope"
+                    f" {need['sqrt_slope']:.2f}) and a linear law y {' -> '.join(f'{v:.3g}' for v in need['linear_path'])} (slope"
+                    f" {need['linear_slope']:.2f}), so an interval narrower than {need['gap']:.2f} tells them apart (this one is"
+                    f" {high - low:.2f} wide)")
+    return out
+
+
+def _grid_that_separates(y_observed, mus, ys) -> dict:
+    """A y grid on which the sqrt law and a linear law, each with the c it takes on the observed optimum, go to
+    different ratios: sqrt(2) steps from 1 to what the larger of them reaches at the largest mu (at least twice the
+    current grid's top), with both laws' paths and slopes there."""
+    c_sqrt, _ = _fit_law(y_observed, mus, ys, 0.5)
+    c_linear, _ = _fit_law(y_observed, mus, ys, 1.0)
+    top = max(c_sqrt * max(mus) ** 0.5, c_linear * max(mus), 2 * max(ys))
+    grid = [float(2 ** (k / 2)) for k in range(int(math.ceil(2 * math.log2(top))) + 1)]
+    sqrt_path = [float(v) for v in _snap(c_sqrt * np.asarray(mus, float) ** 0.5, grid)]
+    linear_path = [float(v) for v in _snap(c_linear * np.asarray(mus, float), grid)]
+    s_sqrt, s_linear = _slope(sqrt_path, mus), _slope(linear_path, mus)
+    return {"y": grid, "sqrt_path": sqrt_path, "linear_path": linear_path, "sqrt_slope": s_sqrt, "linear_slope": s_linear,
+            "gap": abs(s_linear - s_sqrt), "c_sqrt": c_sqrt, "c_linear": c_linear}
 
 
 def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int = N_BOOT, seed: int = 0) -> Verdict:
