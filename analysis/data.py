@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from workbench import stats, tracking
+from workbench import knobs, stats, tracking
 from workbench.compute import units
 from workbench.config import ConfigError
 from workbench.estimators import ESTIMATORS
@@ -188,8 +188,8 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "strategy": p["replay.strategy"],
                 "objective": p["objective.name"],
                 "y": ratio,
-                "x": float(f"{capacity * ratio / B:.3g}"),  # N/R, rounded: capacities are whole rollouts
-                "fresh_per_step": B / ratio,
+                "x": float(f"{knobs.staleness(capacity, ratio, B):.3g}"),  # N/R, rounded: capacities are whole rollouts
+                "fresh_per_step": knobs.fresh_per_step(B, ratio),
                 "lr": float(p.get("lr", "nan")),
                 "baseline": trial_run in baseline_trials,
                 "arm": arm,

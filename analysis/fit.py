@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from workbench import knobs
+
 from analysis import phases
 from analysis.models import log_likelihood
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
@@ -190,13 +192,13 @@ def predicted_optimum(fit: Fit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), dist
     X, Y = np.meshgrid(xs, ys)
     C = fit.predict(X, Y)
     if distinct:
-        C = np.where(X >= Y, C, np.inf)
+        C = np.where(knobs.feasible(X, Y), C, np.inf)
     i = np.unravel_index(np.argmin(C), C.shape)
     x0, y0 = X[i], Y[i]
 
     def f(t):
         x, y = math.exp(t[0]), math.exp(t[1])
-        if not (x_bounds[0] <= x <= x_bounds[1] and y_bounds[0] <= y <= y_bounds[1]) or (distinct and x < y):
+        if not (x_bounds[0] <= x <= x_bounds[1] and y_bounds[0] <= y <= y_bounds[1]) or (distinct and not knobs.feasible(x, y)):
             return float("inf")
         return float(np.log(fit.predict(x, y)))
 

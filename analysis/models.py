@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
+from workbench import knobs
+
 from analysis import phases
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
 
@@ -379,7 +381,7 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
     else:
         X, Y = np.meshgrid(xs, ys)
         C = fit.predict(X, Y, lr)
-    feasible = np.isfinite(C) & ((X >= Y) if distinct else True)
+    feasible = np.isfinite(C) & (knobs.feasible(X, Y) if distinct else True)
     C = np.where(feasible, C, np.inf)
     i = np.unravel_index(np.argmin(C), C.shape)
     x, y, c = float(X[i]), float(Y[i]), float(C[i])

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from workbench import stats
+from workbench import knobs, stats
 from workbench.compute import to_target
 
 from analysis.data import StudyData
@@ -31,8 +31,8 @@ def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, float]:
 
 
 def mapped_split(x: float, y: float, mu: float, batch_size: int) -> dict[str, float]:
-    """The asynchronous settings that realise (x, y): W/T ≈ mu / y and N = x·B / y."""
-    return {"x": x, "y": y, "workers_per_trainer": mu / y, "capacity": max(1, round(x * batch_size / y))}
+    """The asynchronous settings that realise (x, y): W/T ≈ mu / y and N = x·B / y (`workbench.knobs`)."""
+    return {"x": x, "y": y, "workers_per_trainer": knobs.workers_per_trainer(y, mu), "capacity": knobs.capacity(x, y, batch_size, distinct=False)}
 
 
 def split_table(data: StudyData) -> list[dict]:
@@ -65,7 +65,7 @@ def split_table(data: StudyData) -> list[dict]:
         }
         if is_async and math.isfinite(sync_mu):
             # y ≈ mu·T/W when neither side stalls: what this split should give at the synchronous mu
-            row["replay_ratio_from_split"] = sync_mu * row["trainers"] / row["generators"]
+            row["replay_ratio_from_split"] = knobs.replay_ratio_of_split(sync_mu, row["generators"], row["trainers"])
         if not row["baseline"] and base_wall:
             iv = stats.paired_ratio(dict(zip(g["seed"], g["wall_to_target"])), base_wall)
             row.update(wall_ratio_to_sync=iv.estimate, wall_ratio_ci=[iv.low, iv.high], wall_verdict=stats.verdict(iv, "wall time"))

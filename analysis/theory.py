@@ -13,11 +13,13 @@ Two variance forms are implemented (docs/theory.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 from scipy import optimize
+
+from workbench import knobs
+from workbench.knobs import BufferSettings, to_knobs  # noqa: F401  (x*, y*) as knobs: the engine's rule, re-exported beside the theorem
 
 NoiseFn = Callable[[np.ndarray], np.ndarray]
 
@@ -54,8 +56,7 @@ def sigma_bar_sq_discrete(sigma_sq: Callable[[int], float], horizon: int) -> flo
 
 def variance_term(x: float, y: float, rho: float, sigma_bar_sq: NoiseFn, batch_size: float = 1.0, with_replacement: bool = True) -> float:
     """Theorem 4.4's V = sigma_bar²(N/R)·(1/B + 1/N + rho/R), written with x = N/R, y = B/R and B."""
-    R = batch_size / y
-    N = x * R
+    R, N = knobs.fresh_per_step(batch_size, y), knobs.exact_capacity(x, y, batch_size)
     dup = 1.0 / N if with_replacement else 0.0
     return float(sigma_bar_sq(x)) * (1.0 / batch_size + dup + rho / R)
 
@@ -136,31 +137,3 @@ def x_star_quadratic(mu: float, rho: float, alpha: float) -> float:
         return closed_form_optimum(mu, rho, alpha)[0]
     num = -(a / mu + rho * (1 - 2 * a)) + math.sqrt(a**2 / mu**2 + rho * (1 - 2 * a) / mu)
     return num / (2 * a * rho * (1 / mu - rho))
-
-
-# ---------------------------------------------------------------- knobs
-
-
-@dataclass(frozen=True)
-class BufferSettings:
-    x: float
-    y: float
-    fresh_per_step: float
-    """R = B / y."""
-    capacity: int
-    """N = x·R (rounded; at least B when draws are distinct)."""
-    ratio: float
-    """The `replay.ratio` knob (y)."""
-    workers_per_trainer: float
-    """W/T ≈ mu / y (docs/theory.md, the asynchronous mapping)."""
-    horizon: int
-    """The age limit implied by the buffer, ceil(x) optimizer steps (`replay.horizon` can stay null)."""
-
-
-def to_knobs(x: float, y: float, batch_size: int, mu: float, distinct: bool = True) -> BufferSettings:
-    """Map (x, y) to (capacity, horizon, ratio) for batch size B: R = B/y, N = x·R, W/T = mu/y."""
-    R = batch_size / y
-    capacity = max(1, round(x * R))
-    if distinct:
-        capacity = max(capacity, batch_size)
-    return BufferSettings(x, y, R, capacity, y, mu / y, max(0, math.ceil(x)))

@@ -436,7 +436,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     import numpy as np
 
     from analysis.models import probe_lr, probe_prediction
-    from analysis.theory import to_knobs
+    from workbench import knobs
     from workbench.trial.probe import probe_config, record, run_probe
 
     cfg = probe_config(data, x=args.x, ratio=args.ratio, steps=args.steps)
@@ -450,7 +450,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     sweep = _lr_sweep(data, args.target, res.mu, args.sweep_units, args) if args.lr_sweep else None
     predicted = probe_lr(predicted, sweep, cfg.lr)
     if "x" in predicted:
-        predicted |= {"capacity": to_knobs(predicted["x"], predicted["y"], cfg.batch_size, res.mu).capacity, "ratio": predicted["y"]}
+        predicted |= {"capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size), "ratio": predicted["y"]}
     c = predicted.get("c", math.nan)
     out = record(res, cfg.tracking.uri, predicted)
     if args.json:
@@ -497,7 +497,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_theory(args: argparse.Namespace) -> int:
     """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
-    from analysis.theory import closed_form_optimum, to_knobs
+    from analysis.theory import closed_form_optimum
+    from workbench.knobs import to_knobs
 
     for name in ("mu", "rho", "alpha"):
         value = getattr(args, name)
@@ -522,7 +523,7 @@ def cmd_theory(args: argparse.Namespace) -> int:
     print(f"  x* = N/R (staleness horizon)     {x:.4g}")
     print(f"  y* = B/R (replay ratio)          {y:.4g}")
     print(f"  fresh rollouts per step R = B/y* {k.fresh_per_step:.4g}   (B = {args.batch_size})")
-    print(f"  buffer capacity N = x*·R         {x * k.fresh_per_step:.4g}   (distinct draws need N >= B: {k.capacity})")
+    print(f"  buffer capacity N = x*·R         {k.exact_capacity:.4g}   (distinct draws need N >= B: {k.capacity})")
     print(f"  inference/trainer split W/T      {k.workers_per_trainer:.4g}   (≈ mu / y*)")
     if y <= 1.0:
         print("  y* <= 1: replay is not predicted to save compute here; stay on-policy")

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from workbench import knobs
 from workbench.config_names import KeyDoc, did_you_mean, model_keys, unknown_key, with_sections
 from workbench.registry import OBJECTIVES, STRATEGIES
 
@@ -461,7 +462,7 @@ class TrialConfig(Section):
     @property
     def fresh_per_step(self) -> float:
         """R = B / y: fresh rollouts per optimizer step in the long run."""
-        return self.batch_size / self.replay.ratio
+        return knobs.fresh_per_step(self.batch_size, self.replay.ratio)
 
 
 UNKNOWN_KEY = ": unknown key"

@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from workbench import stats, tracking
+from workbench import knobs, stats, tracking
 from workbench.compute import to_target, units
 from workbench.config import ConfigError
 from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary, readings
@@ -142,7 +142,7 @@ class StudyObjective:
         mu = self.study.user_attrs.get(attrs.REFERENCE_MU)
         if "x" in params:
             ratio = params.get("replay.ratio", spec.trial_config({}, 0).replay.ratio)
-            if params["x"] < ratio:
+            if not knobs.feasible(params["x"], ratio):
                 self._skip(trial, f"x = {params['x']} < y = {ratio}: capacity below batch_size")
         if not is_baseline and not calibrated(self.study) and _baseline_waiting(self.study):
             # A baseline enqueued again on resume stands behind the points enqueued at creation; it runs first.

@@ -6,7 +6,7 @@
       replay.ratio: {low: 1, high: 4, log: true}
       replay.capacity: {low: 128, high: 2048, log: true, type: int}
       replay.horizon: {choices: [null, 4, 8]}
-      x: {choices: [2, 4, 8]}                  # staleness horizon x = N/R: sets capacity = x * B / ratio
+      x: {choices: [2, 4, 8]}                  # staleness horizon x = N/R: sets capacity N = x·B/y
     objective: compute_to_target               # or wall_to_target, best_accuracy, auc, accuracy_at_budget,
                                                # [best_accuracy, compute_units]
     estimator: fitted                          # how compute-to-target is read off a curve (workbench.estimators)
@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workbench import knobs
 from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
 from workbench.config_names import PLACEHOLDER, did_you_mean, model_keys
 from workbench.estimators import DEFAULT_ESTIMATOR
@@ -41,7 +42,7 @@ SINGLE_OBJECTIVES = {
     "accuracy_at_budget": "maximize",
 }
 MULTI_OBJECTIVES = {"best_accuracy": "maximize", "compute_units": "minimize", "compute_to_target": "minimize"}
-PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = round(x * batch_size / replay.ratio)"}
+PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = N = x·B/y in whole rollouts (workbench.knobs.capacity)"}
 
 
 class Dimension(BaseModel):
@@ -232,7 +233,7 @@ class StudySpec(BaseModel):
                 set_dotted(data, key, value)
         if "x" in params:  # batch size and ratio only: the strategy's own checks need the capacity set below
             probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
-            set_dotted(data, "replay.capacity", max(1, round(params["x"] * probe.batch_size / probe.replay.ratio)))
+            set_dotted(data, "replay.capacity", knobs.capacity(params["x"], probe.replay.ratio, probe.batch_size, distinct=False))
         set_dotted(data, "seed", seed)
         target = target if target is not None else self.fixed_target
         if target is not None:
@@ -415,7 +416,7 @@ def feasible_space_size(spec: StudySpec) -> int | None:
         for key, value in zip(keys, values):
             if spec.search_space[key].active(point):
                 point[key] = value
-        if "x" in point and point["x"] < point.get("replay.ratio", default_ratio):
+        if "x" in point and not knobs.feasible(point["x"], point.get("replay.ratio", default_ratio)):
             continue
         seen.add(tuple(sorted(point.items(), key=lambda kv: kv[0])))
     return len(seen)

@@ -21,7 +21,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
-from workbench import tracking
+from workbench import knobs, tracking
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
@@ -49,9 +49,9 @@ class Verification:
 def predicted_knobs(result: dict, batch: int) -> tuple[dict[str, float], float, float]:
     """Knob values of the analysis's predicted optimum (ratio to 3 significant digits, capacity in whole rollouts,
     at least B) and the (x, y) they really give at batch size B."""
-    ratio = max(1.0, float(f"{result['predicted']['y']:.3g}"))
-    capacity = max(batch, round(result["predicted"]["x"] * batch / ratio))
-    return {"replay.ratio": ratio, "replay.capacity": capacity, "replay.horizon": None}, capacity * ratio / batch, ratio
+    ratio = knobs.runnable_ratio(result["predicted"]["y"])
+    capacity = knobs.capacity(result["predicted"]["x"], ratio, batch)
+    return {"replay.ratio": ratio, "replay.capacity": capacity, "replay.horizon": None}, knobs.staleness(capacity, ratio, batch), ratio
 
 
 def _measured_twin(result: dict, knobs: dict, base_lr: float | None = None) -> int | None:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench import noise, progress, tracking
+from workbench import knobs, noise, progress, tracking
 from workbench.config import TrialConfig, build_config
 from workbench.trial import rollout_gradients
 from workbench.trial.loop import TrialResult, run_trial
@@ -63,9 +63,8 @@ def probe_config(overrides: dict[str, Any] | None = None, x: float = DEFAULTS["x
     """The probe's trial: uniform replay at (x, y) with the buffer filled at B per step, a step budget, one thread
     (`PROBE_THREADS`) and whatever else `overrides` sets (a nested config dict, validated as any trial's)."""
     base = build_config(overrides or {})
-    fresh = base.batch_size / ratio
     data = {"threads": PROBE_THREADS, **(overrides or {})}
-    data["replay"] = {**data.get("replay", {}), "strategy": "uniform", "ratio": ratio, "capacity": max(base.batch_size, round(x * fresh)),
+    data["replay"] = {**data.get("replay", {}), "strategy": "uniform", "ratio": ratio, "capacity": knobs.capacity(x, ratio, base.batch_size),
                       "warmup": "fill", "horizon": None}
     data["budget"] = {"compute_units": None, "steps": steps}
     return build_config(data)
@@ -248,10 +247,15 @@ def probe_plan(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None
     """The probe steps of `cfg`'s run: from when the buffer holds every age (filled, then x steps of ages), every
     `every` steps; rho `lag` steps later (default x/y, the mean gap between two uses of a rollout)."""
     fill_steps = math.ceil(cfg.replay.capacity / cfg.batch_size)
-    horizon = math.ceil(cfg.replay.capacity / cfg.fresh_per_step)
+    horizon = knobs.age_limit(_staleness(cfg))
     start = fill_steps + horizon if start is None else start
     lag = max(1, round(cfg.replay.capacity / cfg.batch_size)) if lag is None else lag  # x/y: N/R · R/B = N/B
     return ProbePlan(cfg.budget.steps, start, every, lag, cfg.replay.capacity, cfg.batch_size)
+
+
+def _staleness(cfg: TrialConfig) -> float:
+    """The probe trial's x = N/R (`workbench.knobs`)."""
+    return knobs.staleness(cfg.replay.capacity, cfg.replay.ratio, cfg.batch_size)
 
 
 def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
@@ -278,7 +282,7 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
     gamma = float(np.nanmean([noise.within_group_correlation(g, groups) for g, _, groups in hook.samples]))
     m = result.metrics
     out = ProbeResult(
-        run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=cfg.replay.capacity / cfg.fresh_per_step,
+        run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=_staleness(cfg),
         y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
         probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
         growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, cfg.seed),
