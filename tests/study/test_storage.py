@@ -31,3 +31,36 @@ def test_an_unreachable_server_is_one_line_without_the_password():
     message = str(err.value)
     assert message.startswith("storage: cannot open postgresql+psycopg2://alice:***@127.0.0.1")
     assert "s3cret" not in message and "\n" not in message
+
+
+CLAIM = """
+import sys, time, optuna
+from workbench.study.storage import open_storage
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+url, start, plain = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "plain"
+storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}) if plain else open_storage(url)
+study = optuna.load_study(study_name="s", storage=storage)
+while time.time() < start:
+    pass
+print(" ".join(str(study.ask().number) for _ in range(5)))
+"""
+
+
+def _claims(tmp_path, plain: bool) -> list[int]:
+    import subprocess
+    import sys
+    import time
+
+    url = f"sqlite:///{tmp_path / ('plain' if plain else 'ours')}.db"
+    study = optuna.create_study(study_name="s", storage=open_storage(url))
+    for i in range(20):
+        study.enqueue_trial({"i": i})  # enqueued trials: claimed by reading WAITING, then writing RUNNING
+    start = time.time() + 8  # every process loaded and waiting, then all claim at once
+    procs = [subprocess.Popen([sys.executable, "-c", CLAIM, url, str(start), "plain" if plain else "ours"],
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    return [int(n) for p in procs for n in p.communicate(timeout=120)[0].split()]
+
+
+def test_workers_claiming_enqueued_trials_at_once_never_get_the_same_one(tmp_path):
+    claimed = _claims(tmp_path, plain=False)
+    assert len(claimed) == 20 and len(set(claimed)) == 20, sorted(claimed)
