@@ -191,6 +191,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "x": float(f"{knobs.staleness(capacity, ratio, B):.3g}"),  # N/R, rounded: capacities are whole rollouts
                 "fresh_per_step": knobs.fresh_per_step(B, ratio),
                 "lr": float(p.get("lr", "nan")),
+                "checkpoint": int(p.get("model.init_seed", 0)),  # the warm start (`seeds_per_checkpoint`)
                 "baseline": trial_run in baseline_trials,
                 "arm": arm,
                 "predicted_when_run": predicted_at.get(trial_run, np.nan),

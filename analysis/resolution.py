@@ -26,6 +26,17 @@ def _pooled_sd(groups: list[np.ndarray]) -> tuple[float, int]:
     return (math.sqrt(ss / df) if df else math.nan), df
 
 
+def _within_checkpoint(ok: pd.DataFrame) -> dict:
+    """Where the seeds start from more than one warm start (`seeds_per_checkpoint`): the per-run noise between seeds
+    that share a checkpoint, the part a paired comparison sees; the pooled `per_run_log_sd` adds the checkpoints'
+    own spread."""
+    if "checkpoint" not in ok or ok["checkpoint"].nunique() < 2:
+        return {}
+    groups = [np.log(g["compute_to_target"].to_numpy(float)) for _, g in ok.groupby(["trial_number", "checkpoint"])]
+    sd, df = _pooled_sd(groups)
+    return {"checkpoints": int(ok["checkpoint"].nunique()), "within_checkpoint_log_sd": sd, "within_checkpoint_log_sd_df": df}
+
+
 def resolution(runs: pd.DataFrame) -> dict:
     """The study's noise and resolving power from its per-seed runs (`StudyData.runs`)."""
     ok = runs[runs["censored"] == 0]
@@ -47,6 +58,7 @@ def resolution(runs: pd.DataFrame) -> dict:
     seeds = int(runs.groupby("trial_number")["seed"].count().median())
     out = {
         "per_run_log_sd": per_run, "per_run_log_sd_df": df, "paired_log_sd": paired, "paired_log_sd_df": paired_df,
+        **_within_checkpoint(ok),
         "seeds_per_configuration": seeds, "censored_runs": int(runs["censored"].sum()), "runs": len(runs),
     }
     sd = paired if math.isfinite(paired) else (per_run * math.sqrt(2) if math.isfinite(per_run) else math.nan)
