@@ -77,3 +77,21 @@ def test_gpu_spec_is_valid_with_its_model_and_data_in_place(tmp_path, monkeypatc
     spec = load_spec(STUDIES / "gpu" / "gsm8k_first.yaml")
     assert spec.name == "gsm8k_first" and spec.base["task"]["chat_template"] is True
     assert spec.base["generation"]["backend"] == "vllm"
+
+
+def test_seeds_per_checkpoint_gives_each_block_of_seeds_its_own_warm_start(tmp_path):
+    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "model": {**TOY["model"], "init_seed": 10}}
+    spec = load_spec(toy_spec(tmp_path, base=base, seeds=8, seeds_per_checkpoint=4))
+    params = spec.baseline_params()
+    assert [spec.trial_config(params, seed=s).model.init_seed for s in range(12)] == [10] * 4 + [11] * 4 + [12] * 4
+    # without it every seed shares the base checkpoint, as before
+    shared = load_spec(toy_spec(tmp_path, base=base, seeds=8))
+    assert {shared.trial_config(params, seed=s).model.init_seed for s in range(8)} == {10}
+
+
+def test_seeds_per_checkpoint_refuses_a_fixed_model(tmp_path):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "model": {"path": str(model_dir)}}
+    with pytest.raises(ConfigError, match="seeds_per_checkpoint: varies the embedded model"):
+        load_spec(toy_spec(tmp_path, base=base, seeds_per_checkpoint=2))

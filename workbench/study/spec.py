@@ -141,6 +141,13 @@ class StudySpec(BaseModel):
     (`workbench.study.pruning`). `median`: Optuna's median pruner on held-out accuracy at equal steps."""
     seeds: list[int] | int = Field(1, validate_default=True)
     """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
+    seeds_per_checkpoint: int | None = Field(None, ge=1)
+    """Warm starts as a second dimension of replication (the embedded model only). `null`: every seed starts from
+    the base config's checkpoint (`model.init_seed`), so seeds resample training's randomness but never the
+    starting model. `k`: seeds 0..k-1 start from warm start `model.init_seed`, seeds k..2k-1 from warm start
+    `model.init_seed + 1`, and so on (each built once per machine, ~90 s on one core): arms compared on a seed share its
+    checkpoint, and `study confirm`'s fresh seeds (right above the selection seeds) start from checkpoints no
+    selection run used when the selection seeds fill whole blocks of k."""
     target_accuracy: float | Literal["auto"] | None = None
     """Sets `eval.target_accuracy` of every trial. `auto`: set from the on-policy baseline (which runs first) as the
     level its fitted curve reaches `target_gain_fraction` of the way from its start to the end of the budget: late
@@ -206,6 +213,12 @@ class StudySpec(BaseModel):
             raise ValueError("must hold at least one knob")
         return v
 
+    def checkpoint_of(self, seed: int, base_init_seed: int = 0) -> int:
+        """The warm start (`model.init_seed`) seed `seed` starts from (`seeds_per_checkpoint`)."""
+        if self.seeds_per_checkpoint is None:
+            return base_init_seed
+        return base_init_seed + seed // self.seeds_per_checkpoint
+
     @property
     def seed_list(self) -> list[int]:
         return self.seeds  # type: ignore[return-value]
@@ -235,6 +248,8 @@ class StudySpec(BaseModel):
             probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
             set_dotted(data, "replay.capacity", knobs.capacity(params["x"], probe.replay.ratio, probe.batch_size, distinct=False))
         set_dotted(data, "seed", seed)
+        if self.seeds_per_checkpoint is not None:
+            set_dotted(data, "model.init_seed", self.checkpoint_of(seed, int(data.get("model", {}).get("init_seed", 0))))
         target = target if target is not None else self.fixed_target
         if target is not None:
             set_dotted(data, "eval.target_accuracy", target)
@@ -316,6 +331,8 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
     if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
         raise ConfigError("pruner: compute needs the compute_to_target objective")
+    if spec.seeds_per_checkpoint is not None and build_config(spec.base).model.path is not None:
+        raise ConfigError("seeds_per_checkpoint: varies the embedded model's warm start; base.model.path is a fixed model")
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
             params = probe_point(spec, knob, value)
