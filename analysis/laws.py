@@ -137,7 +137,7 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
     law_y = _law_on_grid(y_observed, mus, ys)
     law = _slope(law_y, mus)
     slope, low, high, law = (0.0 if abs(v) < TOL else v for v in (slope, low, high, law))  # float noise is no slope
-    exponent = _exponent(y_observed, mus, ys, low, high)
+    exponent = exponent_reading(y_observed, mus, ys, low, high)
     moved = f"y_opt {rows[0]['y']:g} at mu {mus[0]:g} -> {rows[-1]['y']:g} at mu {mus[-1]:g}"
     what = f"slope of log y_opt on log mu {slope:.2f} [{low:.2f}, {high:.2f}]; the sqrt law on this grid: {law:.2f}"
     numbers = {"slope": slope, "slope_low": low, "slope_high": high, "law": law, "law_y": law_y, "seeds": seeds, "grid_y": ys,
@@ -199,7 +199,7 @@ def _law_on_grid(y_observed, mus, ys, exponent: float = 0.5) -> list[float]:
     return _fit_law(y_observed, mus, ys, exponent)[1]
 
 
-def _exponent(y_observed, mus, ys, low: float, high: float) -> dict:
+def exponent_reading(y_observed, mus, ys, low: float, high: float) -> dict:
     """The exponent e of y_opt ∝ mu^e, read on this grid: every e of `EXPONENTS` whose law, fitted to the observed
     optimum and snapped to the grid, has a slope inside the observed slope's interval [low, high] (the test
     inverted); the exponents whose law reproduces the observed optimum best; and whether the grid separates the

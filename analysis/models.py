@@ -166,7 +166,8 @@ class ModelFit:
     unidentified: list[str] = field(default_factory=list)
     """Reported names of parameters whose 95% profile-likelihood interval runs into a bound (held at the bound, the
     others refitted, the fit is not significantly worse): the data do not pin them down."""
-    loco: dict[str, float] = field(default_factory=dict)
+    loco: dict = field(default_factory=dict)
+    """`leave_one_configuration_out`: n, median_abs_log_error, rmse_log, bias_log and the per-configuration errors."""
     r2_log: float = float("nan")
     median_abs_log_error: float = float("nan")
 
@@ -322,9 +323,10 @@ def fit_model_runs(model: Model | str, runs: pd.DataFrame, mu: float, bootstrap:
 
 
 def leave_one_configuration_out(model: Model | str, runs: pd.DataFrame, mu: float, seed: int = 0, init: dict | None = None,
-                                lr_ref: float | None = None) -> dict[str, float]:
+                                lr_ref: float | None = None) -> dict:
     """Refit without each configuration and predict its median compute-to-target (configurations with most seeds
-    censored are skipped: their median is not a measurement)."""
+    censored are skipped: their median is not a measurement). `errors`: each configuration's log predicted - log
+    measured, keyed by x, y and lr, which `analysis.null_models.skill` pairs with the null predictors'."""
     model = MODELS[model] if isinstance(model, str) else model
     keys = _config_keys(runs)
     errors = []
@@ -338,11 +340,13 @@ def leave_one_configuration_out(model: Model | str, runs: pd.DataFrame, mu: floa
         rx, ry, rv, rc, rlr, rb = _points(rest)
         f = fit_model(model, rx, ry, rv, rc, mu, rlr, rb, starts=3, seed=seed, init=init, lr_ref=lr_ref)
         held_lr = held["lr"].iloc[0] if "lr" in held else None
-        errors.append(float(np.log(f.predict(key[0], key[1], held_lr)) - np.log(held["compute_to_target"].median())))
+        errors.append({"x": float(key[0]), "y": float(key[1]), "lr": None if held_lr is None else float(held_lr),
+                       "error": float(np.log(f.predict(key[0], key[1], held_lr)) - np.log(held["compute_to_target"].median()))})
     if not errors:
-        return {"n": 0}
-    e = np.asarray(errors)
-    return {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))), "rmse_log": float(np.sqrt(np.mean(e**2))), "bias_log": float(np.mean(e))}
+        return {"n": 0, "errors": []}
+    e = np.asarray([r["error"] for r in errors])
+    return {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))), "rmse_log": float(np.sqrt(np.mean(e**2))),
+            "bias_log": float(np.mean(e)), "errors": errors}
 
 
 def compare(runs: pd.DataFrame, mu: float, models: list[str] | None = None, bootstrap: int = 100, seed: int = 0,

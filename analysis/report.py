@@ -21,7 +21,7 @@ import pandas as pd
 from markdown_it import MarkdownIt
 from threadpoolctl import threadpool_limits
 
-from analysis import laws, phases, plots
+from analysis import laws, null_models, phases, plots
 from analysis.bottom_line import bottom_line, runs_line
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import Fit, fit_runs, predicted_optimum
@@ -107,7 +107,8 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False
         ],
         "probe_verified": [  # `study verify --probe`: the probe's optimum, measured against the empirical best
             {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]),
-             "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"])}
+             "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"]),
+             "against_sweep": null_models.probe_arm_against_on_policy(data.runs, int(r["trial_number"]))}
             for _, r in configs[configs["arm"] == "probe"].iterrows()
         ],
         "models": [],
@@ -193,6 +194,7 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
         if uniform.groupby(["x", "y"]).ngroups >= MODEL_MIN_CONFIGURATIONS:
             with phases.phase(f"comparing the registered models ({min(bootstrap, MODEL_BOOTSTRAP)} bootstrap refits each)"):
                 block["models"] = _models(uniform, data.reference_mu, *_bounds(configs), bootstrap, seed, bar)
+                block["null_models"] = null_models.against_nulls(uniform, block["models"], seed=seed)  # each model's `skill`
         with phases.phase("per-run noise by estimator and by curve"):
             noise = {"resolution": resolution(data.runs), "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
                      "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction)}

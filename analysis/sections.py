@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+from analysis import null_models
 from workbench.estimators import METRICS
 from workbench.verdicts import knob_label
 
@@ -225,6 +226,60 @@ def _models_section(result: dict) -> list[str]:
     return lines + [""]
 
 
+def _against(d: dict) -> str:
+    if not math.isfinite(d.get("difference", math.nan)):
+        return "-"
+    return f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def skill_section(result: dict) -> list[str]:
+    """The models against the null predictors (`analysis.null_models`): each model's LOCO median |log error| beside
+    the nulls', the paired differences with their intervals, selected or which null it did not beat; then the probe
+    against its own null, the on-policy lr sweep. `benchmarks/predictor_skill.py` prints it for a committed report."""
+    nulls, models = result.get("null_models") or {}, [m for m in result.get("models") or [] if "skill" in m]
+    probes = [v for v in result.get("probe_verified") or [] if "against_sweep" in v]
+    if not (nulls and models) and not probes:
+        return []
+    lines = ["## Predictors against null models", ""]
+    if nulls and models:
+        med = lambda o: f"{_fmt(o['median_abs_log_error'])} ({o['n']})" if o.get("n") else "-"  # noqa: E731
+        lines += ["A model earns its parameters only by predicting a configuration it was not fitted on better than a"
+                  " trivial guess, scored the same way (leave-one-configuration-out, LOCO): *constant*, the mean log"
+                  " compute of the other configurations; *lr-only*, the mean of the others at the same learning rate (x and"
+                  " y ignored); *nearest*, the nearest measured configuration in (log x, log y, log lr). Columns: LOCO median"
+                  " |log error| (configurations); for each null, the model's |log error| minus the null's, averaged over the"
+                  " configurations both predicted (paired), with its 95% interval. A model is *selected* only when it beats"
+                  " all three: every interval below 0.", "",
+                  "| model | LOCO median abs log error | " + " | ".join(f"{null_models.TITLES[n]}" for n in nulls) + " | "
+                  + " | ".join(f"model - {null_models.TITLES[n]} [95% CI]" for n in nulls) + " | selected |",
+                  "|---|---|" + "---|" * (2 * len(nulls)) + "---|"]
+        for m in models:
+            sk = m["skill"]
+            lines.append(f"| `{m['model']}` | {med(m['loco'])} | " + " | ".join(med(nulls[n]) for n in nulls) + " | "
+                         + " | ".join(_against(sk["against"].get(n, {})) for n in nulls) + f" | {'yes' if sk['selected'] else 'no'} |")
+        lines.append("")
+        lines += [f"- `{m['model']}`: {m['skill']['words']}." for m in models]
+        how = nulls.get("lr_only", {}).get("how", {})
+        if len({e["lr"] for e in nulls.get("lr_only", {}).get("errors", [])}) <= 1:
+            lines.append("- One learning rate: lr-only is the constant here.")
+        elif set(how) - {"same lr"}:
+            lines.append("- lr-only: " + ", ".join(f"{n} from the same lr" if h == "same lr" else f"{n} {h}" if h != "constant"
+                                                   else f"{n} by the constant" for h, n in how.items())
+                         + " (where no other configuration ran its learning rate).")
+        selected = [m["model"] for m in models if m["skill"]["selected"]]
+        lines += ["", f"Selected: {', '.join(f'`{n}`' for n in selected)}." if selected else
+                  "No model is selected: none predicts held-out configurations resolvably better than every trivial guess,"
+                  " so its optimum is a reading of the grid, not a prediction.", ""]
+    if probes:
+        lines += ["The probe's own null is its on-policy learning-rate sweep run alone: sweep on-policy's lr and stay"
+                  " on-policy. The probe's cost includes that sweep, so its point counts as a prediction only where it beats"
+                  " that (at equal compute, its gradient phase included; `analysis.null_models.probe_against_sweep`).", ""]
+        lines += [f"- trial {v['trial_number']} (x {_fmt(v['x'])}, y {_fmt(v['y'])}{', lr ' + _fmt(v['lr']) if 'lr' in v else ''}):"
+                  f" {'claims' if v['against_sweep']['claims'] else 'no claim'}: {v['against_sweep']['reason'].rstrip('.')}." for v in probes]
+        lines.append("")
+    return lines
+
+
 def _laws_section(result: dict) -> list[str]:
     verdicts = result.get("laws") or []
     if not verdicts:
@@ -362,6 +417,7 @@ def tables(result: dict) -> str:
         *_laws_section(result),
         *_fit_section(result),
         *_models_section(result),
+        *skill_section(result),
         *_pipeline_section(result),
         *_pareto_section(result),
     ])

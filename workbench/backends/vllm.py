@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from workbench import seeds
 from workbench.backends import not_installed
 from workbench.config import TrialConfig
 from workbench.backends.hf import Samples
@@ -55,7 +56,7 @@ class VllmSampler:
             enforce_eager=vcfg.enforce_eager,
             max_model_len=vcfg.max_model_len or max_model_len,
             tensor_parallel_size=vcfg.tensor_parallel_size,
-            seed=cfg.seed,
+            seed=seeds.vllm_engine(cfg.seed),
             logprobs_mode="processed_logprobs",
         )
         if device.type == "cuda":

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from workbench import seeds
 from workbench.backends.hf import encode_prompts, sample
 from workbench.backends.scoring import score
 from workbench.trial.tasks import Task
@@ -52,7 +53,7 @@ class Evaluator:
         self.demo_ids = [ids[1:] + [eos] if ids and ids[0] == tokenizer.bos_token_id else ids + [eos]
                          for ids in encode_prompts(tokenizer, [e.demonstration for e in task.eval])]
         # A separate generator: evaluating never shifts the training sampler's random stream.
-        self.generator = torch.Generator(device=device).manual_seed(seed + 7919)
+        self.generator = torch.Generator(device=device).manual_seed(seeds.evaluation(seed))
 
     def _rewards(self, out, examples) -> list[float]:
         return [self.task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from workbench import progress, tracking
+from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
 from workbench.trial.policy import Policy, count_parameters
@@ -63,7 +63,7 @@ def run_trial(
     the step's."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(seeds.torch_global(cfg.seed))
     task = load_task(cfg.task)
     log.info(
         f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.replay.capacity}"
@@ -94,8 +94,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, cfg.train.micro_batch_size), policy.max_new_tokens))
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
-    sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed)
-    replay_rng = np.random.default_rng([cfg.seed, 1])
+    sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed))
+    replay_rng = np.random.default_rng(seeds.replay_draws(cfg.seed))
     updates = 0
     next_uid = 0
     ages_seen: Counter[int] = Counter()

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workbench import knobs, noise, progress, tracking
+from workbench import knobs, noise, progress, seeds, tracking
 from workbench.config import TrialConfig, build_config
 from workbench.trial import rollout_gradients
 from workbench.trial.loop import TrialResult, run_trial
@@ -147,7 +147,7 @@ class _Probe:
     def gradients(self, policy: Policy, rollouts: list[Rollout], what: str) -> np.ndarray:
         if self.sketch is None:
             params = [p for p in policy.model.parameters() if p.requires_grad]
-            idx, sign = noise.count_sketch(sum(p.numel() for p in params), self.k, seed=self.cfg.seed)
+            idx, sign = noise.count_sketch(sum(p.numel() for p in params), self.k, seed=seeds.probe_sketch(self.cfg.seed))
             device = params[0].device
             self.sketch = torch.from_numpy(idx).to(device), torch.from_numpy(sign).to(device), self.k
         with progress.Ticker(len(rollouts), what, "rollout gradients", self.show_progress, log) as ticker:
@@ -285,7 +285,7 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
         run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=_staleness(cfg),
         y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
         probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
-        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, cfg.seed),
+        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, seeds.probe_bootstrap(cfg.seed)),
         gamma=gamma,
         rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
     )

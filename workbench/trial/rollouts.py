@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from workbench import seeds
 from workbench.backends.hf import Samples
 from workbench.backends.scoring import score
 from workbench.trial.policy import Policy
@@ -24,7 +25,7 @@ class PromptStream:
 
     def __init__(self, n: int, seed: int, subset: list[int] | None = None, stream: int = 0):
         self.subset = np.asarray(subset if subset is not None else range(n))
-        rng = np.random.default_rng([seed, 0] + ([stream] if stream else []))
+        rng = np.random.default_rng(seeds.prompt_order(seed, stream))
         self.n, self.rng, self.order, self.pos = len(self.subset), rng, np.arange(0), 0
 
     def take(self, k: int) -> list[int]:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from workbench import progress, tracking
+from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.generator import PipelineError, Processes, generator_main, process_threads
@@ -143,7 +143,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             generators.check()
             trainers.check()
 
-        shard = Shard(inboxes[0], strategy, np.random.default_rng([cfg.seed, 1]), check)
+        shard = Shard(inboxes[0], strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check)
         gate = average_gradients(T) if T > 1 else strategy.gate
 
         def evaluate(step: int, last: bool = False) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from workbench import seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
@@ -100,7 +101,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
 
         version = weights.pull(policy.model, orphaned)
         prompts = PromptStream(len(task.train), cfg.seed, stream=worker)
-        sampler = torch.Generator(device=policy.device).manual_seed(cfg.seed + 104_729 * worker)
+        sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed, worker))
         groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
         uid = worker << 40  # uids (and group ids, uid // G) distinct across generators
         sync_s = blocked_s = paused_s = slowdown_s = 0.0

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workbench import seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
@@ -194,7 +195,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
             if stop.is_set() or os.getppid() != parent:
                 raise SystemExit(0)
 
-        shard = Shard(inbox, strategy, np.random.default_rng([cfg.seed, 1, rank]), check)
+        shard = Shard(inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed, rank)), check)
         gate = average_gradients(world)
         step = 0
         while go(None, world):

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench import seeds
 from workbench.config import TrialConfig, build_config
 from workbench.cache import build_once, cache_root
 from workbench.trial.checkpoint import ensure_embedded_checkpoint
@@ -65,11 +66,11 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
     """Phase 0 (short on-policy RL from the model) and phase 1 (collect verified successes) into the file `out`."""
     r = cfg.replay.section("rlep")
     seed_cfg = seed_config(cfg)
-    torch.manual_seed(0)
+    torch.manual_seed(seeds.RLEP_POOL)
     policy = Policy(seed_cfg, task)
     optimizer = make_optimizer(policy.model, cfg.lr)
-    generator = torch.Generator(device=policy.device).manual_seed(0)
-    stream = PromptStream(len(task.train), seed=0)
+    generator = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(seeds.RLEP_POOL))
+    stream = PromptStream(len(task.train), seed=seeds.RLEP_POOL)
     groups = max(1, cfg.batch_size // cfg.group_size)
     uid = 0
     for step in range(r.seed_rl_steps):
