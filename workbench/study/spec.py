@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workbench import knobs
+from workbench import knobs, seeds
 from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
 from workbench.config_names import PLACEHOLDER, did_you_mean, model_keys
 from workbench.estimators import DEFAULT_ESTIMATOR
@@ -217,7 +217,7 @@ class StudySpec(BaseModel):
         """The warm start (`model.init_seed`) seed `seed` starts from (`seeds_per_checkpoint`)."""
         if self.seeds_per_checkpoint is None:
             return base_init_seed
-        return base_init_seed + seed // self.seeds_per_checkpoint
+        return seeds.checkpoint_seed(base_init_seed, seeds.checkpoint_replicate(seed, self.seeds_per_checkpoint))
 
     @property
     def seed_list(self) -> list[int]:
