@@ -21,7 +21,7 @@ import pandas as pd
 from markdown_it import MarkdownIt
 from threadpoolctl import threadpool_limits
 
-from analysis import laws, null_models, phases, plots
+from analysis import laws, null_models, phases, plots, predictions
 from analysis.bottom_line import bottom_line, runs_line
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import Fit, fit_runs, predicted_optimum
@@ -223,6 +223,8 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
         if result["pipeline"]:  # the predicted optimum as an asynchronous split (W/T ≈ mu / y*, N = x*·B / y*)
             result["pipeline_mapped"] = mapped_split(block["predicted"]["x"], block["predicted"]["y"], data.reference_mu,
                                                      int(data.runs["batch_size"].iloc[0]))
+        prediction = predictions.fitted(result, fit, int(data.runs["batch_size"].iloc[0]))  # what `study verify` runs
+        result["prediction"] = prediction.to_json() if prediction is not None else None
         if whatif_mu:
             with phases.phase("what if: the same runs re-accounted at mu " + ", ".join(f"{mu:g}" for mu in whatif_mu)):
                 for mu in whatif_mu:

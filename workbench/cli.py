@@ -180,7 +180,9 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
 def cmd_study_verify(args: argparse.Namespace) -> int:
     """Fit the study, run its predicted optimum as new trials of the study, print measured against predicted."""
+    from analysis.predictions import measured
     from analysis.report import analyze
+    from workbench.prediction import Prediction
     from workbench.study.verify import open_for_verify, run_prediction
 
     if args.bootstrap < 0:
@@ -194,12 +196,15 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
             raise ConfigError(f"--model: {args.model!r} is not a registered model ({', '.join(MODELS)}, or best)")
     ctx = _study_context(args)
     study = open_for_verify(ctx)
-    result, _, fit = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
+    result, _, _ = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
     if args.probe:
         return _verify_probe(args, ctx, study, result)
     if args.model:
         return _verify_model(args, ctx, study, result)
-    v = run_prediction(ctx, study, result, fit.predict, threads=args.threads, force=args.force)
+    if result.get("prediction") is None:
+        print("no prediction: the fit found no optimum in the searched range")
+        return 0
+    v = run_prediction(ctx, study, Prediction.from_json(result["prediction"]), measured(result), threads=args.threads, force=args.force)
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
@@ -208,7 +213,8 @@ def cmd_study_verify(args: argparse.Namespace) -> int:
 def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
     """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first by
     leave-one-configuration-out error, the report's ranking) run as the study's `predicted` arm, or why it is refused."""
-    from analysis.models import MODELS, ModelFit
+    from analysis import predictions
+    from analysis.models import MODELS
     from workbench.study.verify import run_prediction
 
     if args.model != "best" and args.model not in MODELS:
@@ -234,12 +240,8 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
             return 0
         print(f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units")
         opt = ridge
-    fit = ModelFit.from_summary(chosen)
-    lr = opt.get("lr")
-    provenance = {"model": chosen["model"], "params": chosen["params"], "loco": loco, "mu": chosen["mu"],
-                  **({"ridge": True} if opt is ridge else {})}
-    v = run_prediction(ctx, study, {**result, "predicted": {"x": opt["x"], "y": opt["y"]}}, lambda x, y: fit.predict(x, y, lr),
-                       threads=args.threads, force=args.force, provenance=provenance, lr=lr)
+    prediction = predictions.of_model(chosen, opt, ctx.spec.trial_config({}, 0).batch_size, ridge=opt is ridge)
+    v = run_prediction(ctx, study, prediction, predictions.measured(result), threads=args.threads, force=args.force)
     if args.json:
         print(json.dumps(v.__dict__, default=float))
     return 0
@@ -250,6 +252,7 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     reference mu) run as the study's `probe` arm, or the reason it was refused."""
     import copy
 
+    from analysis import predictions
     from analysis.models import probe_lr, probe_prediction
     from workbench.study import attrs
     from workbench.study.verify import run_prediction
@@ -276,13 +279,8 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     if "refused" in o:
         print(f"  no prediction: {o['refused']}")
         return 0
-    result = {**result, "predicted": {"x": o["x"], "y": o["y"]}}
-    provenance = {"probe_run": run.run_id, "rho": o["rho"], "c": o["c"], "mu": mu, "relative_compute": o["relative_compute"],
-                  "same_point": o.get("stability", {}).get("same_point"), "lr_source": o["lr_source"], "probe_units": spent,
-                  **({"lr_sweep": [[p["lr"], p["compute_to_target"], p["censored"]] for p in sweep]} if sweep else {})}
-    predicted = o["compute"] if "compute" in o else o["relative_compute"] * base_ctt
-    v = run_prediction(ctx, study, result, lambda x, y: predicted, threads=args.threads,
-                       force=args.force, arm="probe", provenance=provenance, lr=o["lr"] if sweep else None)
+    prediction = predictions.of_probe(o, sweep, run.run_id, mu, spent, base_ctt, ctx.spec.trial_config({}, 0).batch_size)
+    v = run_prediction(ctx, study, prediction, predictions.measured(result), threads=args.threads, force=args.force)
     print(f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}" + (f" (already run as trial {v.same_as})" if v.same_as is not None else ""))
     if args.json:
         print(json.dumps(v.__dict__, default=float))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from workbench import stats
+from workbench import prediction, stats
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import arms
@@ -32,7 +32,7 @@ from workbench.study.spec import fmt_params
 
 log = logging.getLogger(__name__)
 CONFIRM = "confirm"
-PREDICTION_ARMS = ("predicted", "probe")
+PREDICTION_ARMS = prediction.ARMS
 """The arms `study verify` records: the fitted model's optimum and the probe's."""
 
 

@@ -1,28 +1,29 @@
 """`workbench study verify`: run the fitted optimum as new trials of the same study, measured against predicted.
 
-The fit (analysis/, run by the command line before this) predicts a compute-optimal (x*, y*) that usually lies
-between the grid points a study sampled. This module maps it to knobs for the study's batch size (capacity
-N = round(x* B / y*), ratio y*, no age limit), trains it once per seed of the spec exactly as a sampler proposal
-would be trained (same reference mu, same censoring, same MLflow layout), and records it in Optuna as a trial of
-the study with `arm = predicted`. Its knobs live in the trial's user attributes, not in `params`: a study's
-categorical search space cannot hold a value like y* = 1.37, and the sampler must not learn from a point it did
-not propose. The trial does not count towards `n_trials`; the next `workbench analyze` includes it in the data
-and the report shows measured against predicted. Data flows one way: this module receives the fit's result and
-never imports the analysis.
+The analysis (run by `workbench.workflow` before this) predicts a compute-optimal (x*, y*) that usually lies
+between the grid points a study sampled, and hands it over as a `workbench.prediction.Prediction`: the knobs that
+run it at the study's batch size (capacity N = round(x* B / y*), ratio y*, no age limit; `workbench.knobs`), the
+compute it predicts there and what predicted it. This module trains it once per seed of the spec exactly as a
+sampler proposal would be trained (same reference mu, same censoring, same MLflow layout), and records it in Optuna
+as a trial of the study with its arm (`predicted`: a fitted model's; `probe`: the probe's). Its knobs live in the
+trial's user attributes, not in `params`: a study's categorical search space cannot hold a value like y* = 1.37,
+and the sampler must not learn from a point it did not propose. The trial does not count towards `n_trials`; the
+next `workbench analyze` includes it in the data and the report shows measured against predicted. Data flows one
+way: this module receives the prediction and never imports the analysis.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Sequence
 
 import optuna
 from optuna.trial import TrialState
 
-from workbench import knobs, tracking
+from workbench import tracking
 from workbench.config import ConfigError
+from workbench.prediction import Measured, Prediction, twin
 from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
 from workbench.study.preflight import check_study
@@ -39,30 +40,11 @@ class Verification:
     x: float
     y: float
     predicted: float
-    """Fitted compute-to-target at the knobs actually run (after rounding the capacity to whole rollouts)."""
+    """Predicted compute-to-target at the knobs actually run (after rounding the capacity to whole rollouts)."""
     measured: float | None
     censored_seeds: int | None
     same_as: int | None = None
     """An already measured trial with the same knobs (nothing new was run unless forced)."""
-
-
-def predicted_knobs(result: dict, batch: int) -> tuple[dict[str, float], float, float]:
-    """Knob values of the analysis's predicted optimum (ratio to 3 significant digits, capacity in whole rollouts,
-    at least B) and the (x, y) they really give at batch size B."""
-    ratio = knobs.runnable_ratio(result["predicted"]["y"])
-    capacity = knobs.capacity(result["predicted"]["x"], ratio, batch)
-    return {"replay.ratio": ratio, "replay.capacity": capacity, "replay.horizon": None}, knobs.staleness(capacity, ratio, batch), ratio
-
-
-def _measured_twin(result: dict, knobs: dict, base_lr: float | None = None) -> int | None:
-    """A measured configuration with these knobs, at the learning rate the prediction runs at (its own `lr` knob,
-    else the study's base lr: a model that does not use the learning rate predicts at the base one)."""
-    lr = knobs.get("lr", base_lr)
-    for c in result["configurations"]:
-        same_lr = lr is None or c.get("lr") is None or math.isclose(c["lr"], lr, rel_tol=1e-6)
-        if math.isclose(c["y"], knobs["replay.ratio"], rel_tol=1e-6) and c["capacity"] == knobs["replay.capacity"] and same_lr:
-            return int(c["trial_number"])
-    return None
 
 
 def open_for_verify(ctx: StudyContext) -> optuna.Study:
@@ -84,37 +66,31 @@ def open_for_verify(ctx: StudyContext) -> optuna.Study:
 def run_prediction(
     ctx: StudyContext,
     study: optuna.Study,
-    result: dict,
-    predict: Callable[[float, float], float],
+    prediction: Prediction,
+    measured: Sequence[Measured] = (),
     *,
     threads: int | None = None,
     force: bool = False,
-    arm: str = "predicted",
-    provenance: dict | None = None,
-    lr: float | None = None,
 ) -> Verification:
-    """Run the fit's predicted optimum (`result` of the analysis, `predict(x, y)` its fitted compute) as a trial.
-    `arm` names what predicted it (`predicted`: the fitted model; `probe`: `workbench probe`), `provenance` what it
-    was predicted from (default: the fit's parameters), `lr` the learning rate a learning-rate-aware model chose
-    with (x, y) (run as the `lr` knob)."""
+    """Run `prediction` (its knobs at the study's batch size, recorded as its arm with its provenance) as a trial of
+    the study, unless one of the `measured` configurations already runs those knobs (then it is named, not run
+    again, unless `force`)."""
     base = ctx.spec.trial_config({}, 0)
-    knobs, x, y = predicted_knobs(result, base.batch_size)
-    if lr is not None:
-        knobs["lr"] = float(f"{lr:.3g}")
-    predicted = float(predict(x, y))
-    twin = _measured_twin(result, knobs, base.lr)
-    if twin is not None and not force:
-        measured = next(c["compute_to_target"] for c in result["configurations"] if c["trial_number"] == twin)
-        log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {twin}: "
-                 f"measured {measured:.4g}, predicted {predicted:.4g} (use --force to run it again)")
-        study.set_user_attr(attrs.PREDICTED_TWINS, sorted({*study.user_attrs.get(attrs.PREDICTED_TWINS, []), twin}))
-        return Verification(twin, knobs, x, y, predicted, measured, None, same_as=twin)
+    if prediction.batch_size != base.batch_size:
+        raise ConfigError(f"prediction: made for batch size {prediction.batch_size}, but study {ctx.spec.name!r} trains at {base.batch_size}")
+    knobs, x, y, predicted = prediction.knobs, prediction.run_x, prediction.ratio, prediction.compute
+    same = twin(measured, knobs, base.lr)
+    if same is not None and not force:
+        log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {same.trial_number}: "
+                 f"measured {same.compute_to_target:.4g}, predicted {predicted:.4g} (use --force to run it again)")
+        study.set_user_attr(attrs.PREDICTED_TWINS, sorted({*study.user_attrs.get(attrs.PREDICTED_TWINS, []), same.trial_number}))
+        return Verification(same.trial_number, knobs, x, y, predicted, same.compute_to_target, None, same_as=same.trial_number)
 
     log.info(f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
              f" over seeds {ctx.spec.seed_list}")
     trial = study.ask()
-    fit = provenance if provenance is not None else {k: result["fit"][k] for k in ("alpha", "tau0", "rho", "scale", "mu", "r2_log")}
-    user_attrs = {attrs.ARM: arm, attrs.KNOBS: knobs, "x": x, "y": y, attrs.PREDICTED: predicted, "fit": fit}
+    arm = prediction.arm
+    user_attrs = {attrs.ARM: arm, attrs.KNOBS: knobs, "x": x, "y": y, attrs.PREDICTED: predicted, "fit": prediction.provenance}
     for k, v in user_attrs.items():
         trial.set_user_attr(k, v)
     objective = StudyObjective(ctx, study, threads)

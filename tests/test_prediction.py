@@ -1,0 +1,56 @@
+"""A prediction as typed data (`workbench.prediction`): the knobs it runs with, its JSON round trip, its twin."""
+
+import json
+import math
+
+import pytest
+
+from workbench.prediction import Measured, Prediction, twin
+
+
+def test_a_prediction_runs_at_whole_rollouts_and_a_typed_ratio():
+    p = Prediction("predicted", 7.9, 1.3712, 128, 40.0)
+    assert p.knobs == {"replay.ratio": 1.37, "replay.capacity": 738, "replay.horizon": None}
+    assert p.ratio == 1.37 and p.run_x == pytest.approx(738 * 1.37 / 128)
+    below = Prediction("predicted", 1.0, 0.6, 128, 40.0)  # below on-policy: runs on-policy, a buffer of one batch
+    assert below.knobs["replay.ratio"] == 1.0 and below.knobs["replay.capacity"] == 128
+    assert Prediction("probe", 4, 2, 16, 9.0, lr=1.23456e-4).knobs["lr"] == 1.23e-4
+
+
+def test_its_compute_is_read_at_the_knobs_it_runs_not_at_the_unrounded_point():
+    p = Prediction.at("predicted", 7.9, 1.3712, 128, lambda x, y: 100 * x + y)
+    assert p.compute == pytest.approx(100 * (738 * 1.37 / 128) + 1.37)
+    assert p.compute != pytest.approx(100 * 7.9 + 1.3712)
+
+
+def test_it_round_trips_through_json_as_analysis_json_holds_it():
+    p = Prediction.at("probe", 12.0, 2.5, 64, lambda x, y: 3.0 * x / y, lr=7.5e-5,
+                      provenance={"probe_run": "abc", "lr_sweep": [[5e-5, 80.0, False]], "rho": math.nan})
+    text = json.dumps({"prediction": p.to_json()})  # as `workbench analyze` writes it
+    data = json.loads(text)["prediction"]
+    assert data["knobs"] == {"replay.ratio": 2.5, "replay.capacity": 307, "replay.horizon": None, "lr": 7.5e-5}
+    back = Prediction.from_json(data)
+    assert (back.arm, back.x, back.y, back.batch_size, back.compute, back.lr) == (p.arm, p.x, p.y, p.batch_size, p.compute, p.lr)
+    assert back.provenance["lr_sweep"] == [[5e-5, 80.0, False]] and math.isnan(back.provenance["rho"])
+    # what a reader sees (knobs, run_x) is derived again, never trusted from the file
+    assert Prediction.from_json({**data, "knobs": {"replay.capacity": 1}}).knobs == p.knobs
+
+
+@pytest.mark.parametrize("bad", [{"arm": "sampler"}, {"x": math.nan}, {"y": 0.0}, {"batch_size": 0}])
+def test_a_prediction_that_cannot_run_is_refused_when_built(bad):
+    fields = {"arm": "predicted", "x": 4.0, "y": 2.0, "batch_size": 16, "compute": 1.0} | bad
+    with pytest.raises(ValueError, match=next(iter(bad)).split("_")[0]):
+        Prediction(**fields)
+
+
+def test_a_measured_twin_has_the_same_knobs_at_the_learning_rate_the_prediction_runs_at():
+    measured = (Measured(0, 1.0, 128, 50.0, baseline=True), Measured(5, 1.37, 738, 41.0))
+    p = Prediction("predicted", 7.9, 1.3712, 128, 40.0)
+    assert twin(measured, p.knobs).trial_number == 5
+    assert twin(measured, Prediction("predicted", 1.0, 0.6, 128, 40.0).knobs).trial_number == 0
+    assert twin(measured, Prediction("predicted", 7.9, 1.5, 128, 40.0).knobs) is None
+    # a study that searches lr: a prediction without its own lr runs at the base lr, so only that twin counts
+    by_lr = (Measured(8, 1.0, 128, 60.0, lr=5e-5), Measured(0, 1.0, 128, 50.0, lr=1e-4))
+    on_policy = Prediction("predicted", 1.0, 1.0, 128, 40.0)
+    assert twin(by_lr, on_policy.knobs, base_lr=1e-4).trial_number == 0 and twin(by_lr, on_policy.knobs, base_lr=2e-4) is None
+    assert twin(by_lr, Prediction("predicted", 1.0, 1.0, 128, 40.0, lr=5e-5).knobs, base_lr=1e-4).trial_number == 8
