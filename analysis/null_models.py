@@ -197,9 +197,10 @@ def skill_from_report(result: dict, n_boot: int = N_BOOT, seed: int = 0, models:
     nulls = null_loco(table)
     varies_lr = table["lr"].nunique() > 1
     unit = math.gcd(*map(int, table["seeds"]))  # n copies weigh as n seeds; a common factor changes no estimate
-    runs = pd.DataFrame([{"x": r.x, "y": r.y, "lr": r.lr if math.isfinite(r.lr) else 1.0, "seed": s,
+    runs = pd.DataFrame([{"x": r.x, "y": r.y, **({"lr": r.lr} if math.isfinite(r.lr) else {}), "seed": s,
                           "compute_to_target": math.exp(r.log_c), "total_units": math.exp(r.log_c), "censored": int(not r.measured)}
                          for r in table.itertuples() for s in range(int(r.seeds) // unit)])
+    lrs = runs["lr"] if "lr" in runs else None  # reports from before lr was recorded: no lr, keyed as None
     committed = {m["model"]: m.get("loco", {}) for m in result.get("models") or []}
     out = []
     for name, model in MODELS.items():
@@ -207,7 +208,7 @@ def skill_from_report(result: dict, n_boot: int = N_BOOT, seed: int = 0, models:
             continue
         with threadpool_limits(1):  # thousands of small L-BFGS-B solves: BLAS threads only slow them (analysis.report)
             fit = fit_model(model, runs["x"], runs["y"], runs["compute_to_target"], runs["censored"], float(result["reference_mu"]),
-                            runs["lr"], seed=seed)
+                            lrs, seed=seed)
             loco = leave_one_configuration_out(model, runs, float(result["reference_mu"]), seed, init=fit.params, lr_ref=fit.lr_ref)
         out.append({"model": name, "loco": loco, "committed_loco": committed.get(name), "skill": skill(loco["errors"], nulls, n_boot, seed)})
     return {"null_models": nulls, "models": sorted(out, key=lambda m: m["loco"].get("median_abs_log_error", math.inf))}

@@ -4,7 +4,8 @@ stores (docs/theory.md, "Predictors against null models").
 For each report: the null predictors (constant, lr-only, nearest) and every registered model that applies, refitted
 to one point per configuration (`analysis.null_models.skill_from_report`), all scored by leave-one-configuration-out
 error; the table the study report shows (`analysis.sections.skill_section`), with the per-seed LOCO the report
-committed beside the refit's; the probe's arm against its sweep's null where the study ran one; and F1's exponent
+committed beside the refit's; the probe's arm against its sweep's null where the study ran one (and against the
+grid's best, re-accounted at another mu, where the report did so); and F1's exponent
 read again from the report's F1 rows (`analysis.laws.exponent_reading`).
 
     .venv/bin/python benchmarks/predictor_skill.py reports/archive/replay_grid_demo [reports/split_grid_hi ...]
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from analysis import laws, null_models
+from analysis.report import MODEL_MIN_CONFIGURATIONS
 from analysis.sections import skill_section
 
 
@@ -55,16 +57,25 @@ def main() -> None:
     everything = {}
     for path in args.reports:
         result = _load(path)
-        out = null_models.skill_from_report(result, seed=args.seed, models=args.models.split(",") if args.models else None)
+        table = null_models.configuration_table_from_records(result["configurations"])
+        names = [] if len(table) < MODEL_MIN_CONFIGURATIONS else args.models.split(",") if args.models else None  # as the report
+        out = null_models.skill_from_report(result, seed=args.seed, models=names)
         probes = [{**v, "against_sweep": null_models.probe_record_against_on_policy(result["configurations"], v)}
                   for v in result.get("probe_verified") or []]
         print(f"# {result['study']} ({path}): {len(result['configurations'])} configuration records, mu {result['reference_mu']:.3g}\n")
         print("\n".join(skill_section({"null_models": out["null_models"], "models": out["models"], "probe_verified": probes})))
         for m in out["models"]:
             c = m["committed_loco"] or {}
+            committed = (f"{c['median_abs_log_error']:.3f} in the committed report (per-seed fit, {c['n']} configurations)"
+                         if c.get("n") else "not in the committed report")
             print(f"- `{m['model']}`: LOCO median |log error| {m['loco'].get('median_abs_log_error', math.nan):.3f} refitted to the"
-                  f" configurations, {c.get('median_abs_log_error', math.nan):.3f} in the committed report (per-seed fit,"
-                  f" {c.get('n', 0)} configurations)")
+                  f" configurations, {committed}")
+        for v in result.get("probe_verified") or []:
+            print(f"- the probe's point (trial {v['trial_number']}) costs {v['ratio_to_empirical_best']:.2f}x the grid's best at the"
+                  f" study's mu" + "".join(f"; {p['ratio_to_empirical_best']:.2f}x the best re-accounted at mu {mu} ((x {w['empirical']['x']:g},"
+                                           f" y {w['empirical']['y']:g}) there)"
+                                           for mu, w in (result.get("whatif") or {}).items() for p in w.get("probe_verified") or []
+                                           if p["trial_number"] == v["trial_number"]) + " (selection estimates)")
         f1 = _f1(result)
         if f1:
             print(f"\n{f1}")
