@@ -287,7 +287,8 @@ def _laws_section(result: dict) -> list[str]:
     lines = ["## The paper's laws", "",
              "Falsification tests of the theory's predictions (docs/theory.md, \"The paper's laws as tests\"; `analysis.laws`),"
              " with a bootstrap over the seeds every configuration ran: *holds*, *falsified*, *unresolved* when the data"
-             " cannot tell, or *not testable* when this study's grid could not decide it whatever the data.", ""]
+             " cannot tell, *cannot separate* (F1: the interval admits a linear law as well as sqrt(mu)), or *not testable*"
+             " when this study's grid could not decide it whatever the data.", ""]
     lines += [f"- **{v['law']}** ({v['claim']}): *{v['verdict']}*: {v['reason'].rstrip('.')}." for v in verdicts]
     f1 = next((v for v in verdicts if v["law"] == "F1" and v["rows"]), None)
     if f1:
