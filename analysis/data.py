@@ -115,6 +115,9 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
     mean_k, demo = history(tracking.EVAL_MEAN_AT_K), history(tracking.EVAL_DEMO_PROB)
     gen, train = history("compute/gen_rollouts"), history("compute/train_rollouts")
     gen_s, train_s = history("compute/gen_seconds"), history("compute/train_seconds")
+    entropy = history(tracking.EVAL_SAMPLE_ENTROPY)
+    at_t = tuple(name.split("{")[0] for name in (tracking.EVAL_MEAN_AT_K_AT_T, tracking.EVAL_DEMO_PROB_AT_T))
+    by_temperature = {key.removeprefix("eval/"): history(key) for key in client.get_run(run_id).data.metrics if key.startswith(at_t)}
     if not acc or not gen:
         raise ConfigError(f"study: run {run_id} has neither its curve artifact nor the metric history to rebuild it")
     rows = []
@@ -126,6 +129,8 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
             "pass_at_k": pass_k.get(step),
             "mean_at_k": mean_k.get(step),
             "demo_prob": demo.get(step),
+            tracking.CURVE_SAMPLE_ENTROPY: entropy.get(step),
+            **{key: values.get(step) for key, values in by_temperature.items()},
             "gen_rollouts": gen.get(before, 0.0),
             "train_rollouts": train.get(before, 0.0),
             "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),

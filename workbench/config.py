@@ -328,11 +328,29 @@ class EvalConfig(Section):
     last); it costs as much as the greedy pass. `null`: at every evaluation when `metric` is `demo_prob`, else with
     pass@k (`pass_k_every`). Set 1 to log it at every evaluation of a study that reads another curve, so the
     report's comparison on every curve (`analysis.resolution.by_reading`) reads it too."""
+    temperatures: list[float] = Field(default_factory=list)
+    """Decoding temperatures (each > 0) at which the evaluations that sample pass@k also read sampled pass@1 (the
+    mean reward of k samples per prompt, `eval/mean_at_k_t{T}`) and the demonstrations' probability
+    (`eval/demo_prob_t{T}`); greedy accuracy is the T = 0 point. The report reads each arm at its best temperature
+    and at equal sampling entropy from them (docs/measurement.md, "Skill or sharpness"). Each temperature other than
+    the generation temperature costs one sampled pass over the pass@k prompts and one scoring pass: measured on the
+    default trial's evaluation, 0.7-0.9x the pass@k-and-scoring work it already does, at each of its 3 sampling
+    evaluations of 16, so [0.3, 0.5, 0.7, 1.0] would take its evaluation share from ~8% to ~14% of its wall time
+    (the goal is 10%, docs/performance.md). Empty by default for that, and because 3 points per run are too few to
+    read compute-to-target on: a study that wants these readings lists the temperatures and sets `pass_k_every: 1`."""
     batch_size: int | None = Field(None, ge=1)
     """Rows per decode or scoring call of an evaluation: the held-out set (and its pass@k samples) in chunks of this
     many, for memory (500 prompts of a 1.5B model's long answers at once do not fit a GPU). `null`: all at once. The
     greedy accuracy and the demonstrations' probability do not depend on it beyond float rounding; the pass@k draws
     do (each chunk draws its noise in turn from the same generator)."""
+
+    @model_validator(mode="after")
+    def _temperatures(self) -> "EvalConfig":
+        if any(not (math.isfinite(t) and t > 0) for t in self.temperatures):
+            raise ValueError(f"temperatures: each must be > 0 (greedy accuracy is the T = 0 point), got {self.temperatures}")
+        if len(set(self.temperatures)) != len(self.temperatures):
+            raise ValueError(f"temperatures: each at most once, got {self.temperatures}")
+        return self
 
     def samples_at(self, index: int, last: bool) -> tuple[bool, bool]:
         """Whether evaluation number `index` (0 = the first) samples pass@k and scores the demonstrations."""

@@ -69,6 +69,13 @@ EVAL_ACCURACY = "eval/accuracy"
 EVAL_PASS_AT_K = "eval/pass_at_k"
 EVAL_MEAN_AT_K = "eval/mean_at_k"
 EVAL_DEMO_PROB = "eval/demo_prob"
+EVAL_SAMPLE_ENTROPY = "eval/sample_entropy"
+"""Mean per-token entropy of the held-out pass@k samples at the generation temperature (at the evaluations that
+sample)."""
+EVAL_MEAN_AT_K_AT_T = "eval/mean_at_k_t{:g}"
+"""Sampled pass@1 at decoding temperature T (`.format(T)`; `eval.temperatures`)."""
+EVAL_DEMO_PROB_AT_T = "eval/demo_prob_t{:g}"
+"""The demonstrations' probability at decoding temperature T (`.format(T)`)."""
 COMPUTE_UNITS = "compute/units"
 POLICY_ENTROPY = "policy/entropy"
 
@@ -87,6 +94,11 @@ FINAL_WALL_SECONDS = "final/wall_seconds"
 # metrics of a trial run (objective values over seeds) and of the study run
 STUDY_METRIC = "study/"
 PREDICTED_COMPUTE_TO_TARGET = "study/predicted_compute_to_target"
+
+# keys of a curve row (one evaluation in `CURVE_ARTIFACT`) beyond the fixed ones, each its metric's name less `eval/`
+CURVE_SAMPLE_ENTROPY = EVAL_SAMPLE_ENTROPY.removeprefix("eval/")
+CURVE_MEAN_AT_K_AT_T = EVAL_MEAN_AT_K_AT_T.removeprefix("eval/")
+CURVE_DEMO_PROB_AT_T = EVAL_DEMO_PROB_AT_T.removeprefix("eval/")
 
 # artifacts
 CURVE_ARTIFACT = "eval/curve.json"

@@ -14,7 +14,7 @@ from workbench import progress, tracking
 from workbench.compute import ComputeMeter, to_target
 from workbench.config import TrialConfig
 from workbench.estimators import curve_summary, readings
-from workbench.trial.evaluation import Evaluator
+from workbench.trial.evaluation import EvalResult, Evaluator
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, batch_stats
 
@@ -85,7 +85,7 @@ class Evaluations:
         self.evaluate = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
                                   max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=cfg.seed,
                                   device=policy.device, sampler=policy.sample, chat=policy.chat,
-                                  batch_size=cfg.eval.batch_size)
+                                  batch_size=cfg.eval.batch_size, temperatures=cfg.eval.temperatures)
         self.schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
         self.rows: list[dict[str, float]] = []
         self.seconds = 0.0
@@ -107,6 +107,8 @@ class Evaluations:
             "pass_at_k": res.pass_at_k,
             "mean_at_k": res.mean_at_k,
             "demo_prob": res.demo_prob,
+            tracking.CURVE_SAMPLE_ENTROPY: res.sample_entropy,
+            **at_temperature_row(res, self.cfg.eval.temperatures),
             "gen_rollouts": meter.gen_rollouts,
             "train_rollouts": meter.train_rollouts,
             "seconds": self.clock(),
@@ -118,6 +120,10 @@ class Evaluations:
         if res.pass_at_k is not None:
             logged[tracking.EVAL_PASS_AT_K] = res.pass_at_k
             logged[tracking.EVAL_MEAN_AT_K] = res.mean_at_k
+            logged[tracking.EVAL_SAMPLE_ENTROPY] = res.sample_entropy
+            for t, at_t in res.at_temperature.items():
+                logged[tracking.EVAL_MEAN_AT_K_AT_T.format(t)] = at_t.mean_at_k
+                logged[tracking.EVAL_DEMO_PROB_AT_T.format(t)] = at_t.demo_prob
         self.run.log_metrics(logged, step)
         pass_k = "  -  " if res.pass_at_k is None else f"{res.pass_at_k:.3f}"
         demo = "  -  " if res.demo_prob is None else f"{res.demo_prob:.3f}"
@@ -128,6 +134,17 @@ class Evaluations:
         self.bar.set_postfix(acc=f"{res.accuracy:.3f}", refresh=False)
         if self.on_eval:
             self.on_eval(row)
+
+
+def at_temperature_row(res: EvalResult, temperatures: list[float]) -> dict[str, float | None]:
+    """An evaluation's curve-row entries at each decoding temperature (`eval.temperatures`): None where it did not
+    sample, so every row of a run has the same keys."""
+    row = {}
+    for t in temperatures:
+        at_t = res.at_temperature.get(t)
+        row[tracking.CURVE_MEAN_AT_K_AT_T.format(t)] = at_t.mean_at_k if at_t else None
+        row[tracking.CURVE_DEMO_PROB_AT_T.format(t)] = at_t.demo_prob if at_t else None
+    return row
 
 
 def train_metrics(obj, grad_norm: float, batch: list[Rollout], step: int, lr: float) -> dict[str, float]:
