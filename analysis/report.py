@@ -29,6 +29,7 @@ from analysis.models import compare, optimum
 from analysis.pipeline import mapped_split, split_table
 from analysis.resolution import by_estimator, by_reading, resolution
 from analysis.sections import tables
+from analysis.sharpness import skill_or_sharpness
 from analysis.theory import to_knobs
 from analysis.tuned_lr import tuned_lr
 
@@ -198,6 +199,9 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
         with phases.phase("per-run noise by estimator and by curve"):
             noise = {"resolution": resolution(data.runs), "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
                      "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction)}
+        with phases.phase("skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"):
+            noise["skill_or_sharpness"] = skill_or_sharpness(data.curves, data.entropy, data.runs, data.metric, data.estimator,
+                                                             noise["by_reading"])
         with phases.phase(f"the paper's laws ({laws.N_BOOT} bootstrap draws over seeds)"):
             verdicts = _laws(data, block["models"])
         result = {

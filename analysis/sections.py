@@ -149,6 +149,82 @@ def _readings_section(result: dict) -> list[str]:
     return lines
 
 
+def _ratio_cell(r: dict | None) -> str:
+    if not r or not math.isfinite(r.get("ratio", math.nan)):
+        return "-"
+    if not math.isfinite(r.get("ratio_ci_low", math.nan)):
+        return f"{r['ratio']:.2f} (one seed)"
+    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+
+
+def _difference_cell(r: dict | None) -> str:
+    if not r or not math.isfinite(r.get("difference", math.nan)):
+        return "-"
+    if not math.isfinite(r.get("low", math.nan)):
+        return f"{r['difference']:+.3f} (one seed)"
+    return f"{r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+
+
+def _temperature(t: float) -> str:
+    return "greedy" if t == 0 else f"T {t:g}"
+
+
+def sharpness_section(result: dict) -> list[str]:
+    """Skill or sharpness (`analysis.sharpness`): each comparison with on-policy on the study's curve, on greedy
+    accuracy, at equal sampling entropy and at each arm's best decoding temperature, and the verdict in words."""
+    s = result.get("skill_or_sharpness")
+    if not s or not s["comparisons"]:
+        return []
+    metric, configs = s["metric"], {c["trial_number"]: c for c in result.get("configurations", [])}
+    label = lambda n: _what(configs[n], _lr_varies(result)) if n in configs else "-"  # noqa: E731
+    temps = ", ".join(f"{t:g}" for t in s["temperatures"]) or "none logged"
+    target = f"{s['greedy_target']:g}" if s["greedy_target"] is not None else "-"
+    lines = ["## Skill or sharpness", "",
+             f"A curve read at the generation temperature (`{metric}` here) rises when the policy learns and also when it"
+             " only sharpens (its sampling entropy falls): a lower decoding temperature moves it on the same weights, and"
+             " an arm that trains on its successes more often sharpens faster. Each comparison with on-policy, read four"
+             f" ways: the ratio of compute to target on the study's curve; on greedy accuracy (target {target}); the"
+             f" difference from on-policy at equal entropy (entropy of the {s['entropy_source']}; each run's curve"
+             " against its own entropy, compared over the range both runs of a seed cover, mean over seeds with its 95%"
+             f" interval; 0: no difference); and the ratio with each arm at its own best temperature (greedy, or sampled"
+             f" pass@1 at T {temps}, to the greedy target; both bests selected on the same seeds). *Skill*: the saving"
+             " also holds where sharpening cannot make it (greedy, best temperature, or at equal entropy), with no"
+             " reading against it; *sharpness*: it vanishes at equal entropy and on greedy accuracy; *unresolved*: the"
+             ' readings disagree or cannot tell (docs/measurement.md, "Skill or sharpness").', "",
+             f"| trial | configuration | {metric}: ratio [95% CI] | greedy accuracy: ratio | at equal entropy: {metric}"
+             " | at equal entropy: greedy accuracy | best temperature (arm / on-policy): ratio | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in s["comparisons"]:
+        at = {r["reading"]: r for r in c["equal_entropy"]}
+        b = c["best_temperature"] or {}
+        best = (f"{_temperature(b['best_temperature'])} / {_temperature(b['baseline_best_temperature'])}: {_ratio_cell(b)}"
+                if "baseline_best_temperature" in b else "-")
+        lines.append(f"| {c['trial_number']} | {label(c['trial_number'])} | {_ratio_cell(c['study_curve'])} | {_ratio_cell(c['greedy'])} "
+                     f"| {_difference_cell(at.get(metric))} | {_difference_cell(at.get('accuracy'))} | {best} | **{c['verdict']}** |")
+    lines.append("")
+    lines += [f"- Trial {c['trial_number']} ({label(c['trial_number'])}): **{c['verdict']}**: {c['why']}." for c in s["comparisons"]]
+    others = [(c["trial_number"], r) for c in s["comparisons"] for r in c["equal_entropy"] if r["reading"] not in (metric, "accuracy")]
+    if others:
+        lines += ["", "At equal entropy, the other curves the runs logged (difference from on-policy; seeds read, and seeds"
+                  " whose two runs' entropy ranges do not overlap):", "",
+                  "| trial | curve | at equal entropy [95% CI] | seeds (not read) | entropy range |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {r['reading']} | {_difference_cell(r)} | {r['seeds']} ({r['seeds_unread']}) | "
+                  + (f"{r['entropy_range'][0]:.3g} to {r['entropy_range'][1]:.3g}" if r["entropy_range"] else "-") + " |"
+                  for n, r in others]
+    rows = [r for r in [*s["baseline_best_temperature"], *(c["best_temperature"] for c in s["comparisons"])] if r]
+    if rows:
+        ts = list(dict.fromkeys(t for r in rows for t in r["by_temperature"]))
+        lines += ["", f"Compute to the greedy target {target} (geometric mean over seeds; censored seeds at their total) at each"
+                  " decoding temperature, by `" + s["estimator"] + "`:", "",
+                  "| trial | " + " | ".join(_temperature(float(t)) for t in ts) + " | best |", "|---|" + "---|" * (len(ts) + 1)]
+        lines += [f"| {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} | "
+                  + " | ".join(_fmt(r["by_temperature"].get(t)) + (f" ({r['censored_by_temperature'][t]} censored)" if r["censored_by_temperature"].get(t) else "")
+                               for t in ts) + f" | {_temperature(r['best_temperature'])} |" for r in rows]
+    if s["missing"]:
+        lines += ["", "Not logged by these runs: " + "; ".join(s["missing"]) + "."]
+    return lines + [""]
+
+
 def _pipeline_section(result: dict) -> list[str]:
     rows = result.get("pipeline") or []
     if not rows:
@@ -413,6 +489,7 @@ def tables(result: dict) -> str:
         *_confirmation_section(result),
         *_resolution_section(result),
         *_readings_section(result),
+        *sharpness_section(result),
         *_optimum_section(result),
         *_whatif_section(result),
         *_laws_section(result),
