@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from workbench import interrupts, progress, tracking
+from workbench import interrupts, progress, tracking, workflow
 from workbench.config import ConfigError, load_config, resolve_tracking_uri
 
 # Each command imports what it runs when it runs (the model stack, Optuna, the analysis): start-up stays short.
@@ -180,56 +180,45 @@ def cmd_study_status(args: argparse.Namespace) -> int:
 
 def cmd_study_verify(args: argparse.Namespace) -> int:
     """Fit the study, run its predicted optimum as new trials of the study, print measured against predicted."""
-    from analysis.predictions import measured
-    from analysis.report import analyze
-    from workbench.prediction import Prediction
-    from workbench.study.verify import open_for_verify, run_prediction
-
     if args.bootstrap < 0:
         raise ConfigError(f"--bootstrap: must be >= 0 (got {args.bootstrap})")
     if args.ridge and not args.model:
         raise ConfigError("--ridge: runs a model's flat ridge; give it with --model NAME|best")
-    if args.model and args.model != "best":
-        from analysis.models import MODELS
+    from workbench.workflow import verify
 
-        if args.model not in MODELS:  # before the fit: bad input stops at once, in one line
-            raise ConfigError(f"--model: {args.model!r} is not a registered model ({', '.join(MODELS)}, or best)")
+    verify.check_model(args.model)  # before the fit: bad input stops at once, in one line
     ctx = _study_context(args)
-    study = open_for_verify(ctx)
-    result, _, _ = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=args.bootstrap)
+    study, result = verify.fit_study(ctx, args.bootstrap)
     if args.probe:
         return _verify_probe(args, ctx, study, result)
     if args.model:
         return _verify_model(args, ctx, study, result)
-    if result.get("prediction") is None:
+    prediction = verify.fitted(result)
+    if prediction is None:
         print("no prediction: the fit found no optimum in the searched range")
         return 0
-    v = run_prediction(ctx, study, Prediction.from_json(result["prediction"]), measured(result), threads=args.threads, force=args.force)
+    _print_verification(args, verify.run(ctx, study, prediction, result, threads=args.threads, force=args.force))
+    return 0
+
+
+def _print_verification(args: argparse.Namespace, v) -> None:
     if args.json:
         print(json.dumps(v.__dict__, default=float))
-    return 0
 
 
 def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
     """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first by
     leave-one-configuration-out error, the report's ranking) run as the study's `predicted` arm, or why it is refused."""
-    from analysis import predictions
-    from analysis.models import MODELS
-    from workbench.study.verify import run_prediction
+    from workbench.workflow import verify
 
-    if args.model != "best" and args.model not in MODELS:
-        raise ConfigError(f"--model: {args.model!r} is not a registered model ({', '.join(MODELS)}, or best)")
-    models = result.get("models") or []
-    chosen = models[0] if args.model == "best" and models else next((m for m in models if m["model"] == args.model), None)
-    if chosen is None:
+    choice = verify.choose_model(result, args.model, args.ridge, ctx.spec.trial_config({}, 0).batch_size)
+    if choice.summary is None:
         print(f"no prediction: {args.model} was not fitted to this study (too few uniform configurations, or a"
-              f" learning-rate model on a study with one learning rate; fitted: {', '.join(m['model'] for m in models) or 'none'})")
+              f" learning-rate model on a study with one learning rate; fitted: {', '.join(choice.fitted) or 'none'})")
         return 0
-    opt = chosen["optimum"]
-    loco = chosen.get("loco", {}).get("median_abs_log_error", math.nan)
-    print(f"model {chosen['model']} (leave-one-configuration-out median |log error| {loco:.3g}):"
+    opt, ridge = choice.optimum, choice.ridge_point
+    print(f"model {choice.summary['model']} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
           + (f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "") if "x" in opt else ""))
-    ridge = opt.get("ridge_point")
     if "refused" in opt:
         print(f"  no prediction: {opt['refused']}")
         if ridge is None:
@@ -239,75 +228,37 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
             print(f"  the ridge's simplest point is {where} ({ridge['compute']:.4g} units predicted); --ridge runs it")
             return 0
         print(f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units")
-        opt = ridge
-    prediction = predictions.of_model(chosen, opt, ctx.spec.trial_config({}, 0).batch_size, ridge=opt is ridge)
-    v = run_prediction(ctx, study, prediction, predictions.measured(result), threads=args.threads, force=args.force)
-    if args.json:
-        print(json.dumps(v.__dict__, default=float))
+    _print_verification(args, verify.run(ctx, study, choice.prediction, result, threads=args.threads, force=args.force))
     return 0
 
 
 def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     """`study verify --probe`: one probe run on the study's base config; its predicted optimum (at the study's
     reference mu) run as the study's `probe` arm, or the reason it was refused."""
-    import copy
+    from workbench.workflow import verify
 
-    from analysis import predictions
-    from analysis.models import probe_lr, probe_prediction
-    from workbench.study import attrs
-    from workbench.study.verify import run_prediction
-    from workbench.trial.probe import probe_config, record, run_probe
-
-    base = copy.deepcopy(ctx.spec.base)
-    base["tracking"] = {**base.get("tracking", {}), "uri": ctx.tracking_uri, "experiment": f"{ctx.spec.name}-probe"}
-    if args.threads:
-        base["threads"] = args.threads
-    cfg = probe_config(base, steps=args.probe_steps)
-    res, run = run_probe(cfg, show_progress=False)
-    mu = float(study.user_attrs[attrs.REFERENCE_MU])
-    o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
-    sweeping = args.lr_sweep if args.lr_sweep is not None else "lr" in ctx.spec.search_space
-    budget = ctx.spec.trial_config({}, 0).budget.compute_units or DEFAULT_SWEEP_UNITS
-    sweep = _lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, args) if sweeping and "x" in o else None
-    o = probe_lr(o, sweep, cfg.lr)
-    record(res, cfg.tracking.uri, o)
-    base_ctt = next((c["compute_to_target"] for c in result["configurations"] if c["baseline"]), math.nan)
-    spent = res.compute_units + sum(p["budget"] for p in sweep or [])
-    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units" + (f", {len(sweep)} sweep runs: {spent:.1f} in all" if sweep else "")
-          + f"), MLflow run {run.run_id}; at the study's mu {mu:.3g}:"
+    p = verify.probe_study(ctx, study, result, args.probe_steps, sweep=args.lr_sweep, threads=args.threads)
+    res, o, sweep = p.measured, p.predicted, p.sweep
+    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units" + (f", {len(sweep)} sweep runs: {p.units:.1f} in all" if sweep else "")
+          + f"), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
           + (f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
-    if "refused" in o:
+    if p.prediction is None:
         print(f"  no prediction: {o['refused']}")
         return 0
-    prediction = predictions.of_probe(o, sweep, run.run_id, mu, spent, base_ctt, ctx.spec.trial_config({}, 0).batch_size)
-    v = run_prediction(ctx, study, prediction, predictions.measured(result), threads=args.threads, force=args.force)
+    v = verify.run(ctx, study, p.prediction, result, threads=args.threads, force=args.force)
     print(f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}" + (f" (already run as trial {v.same_as})" if v.same_as is not None else ""))
-    if args.json:
-        print(json.dumps(v.__dict__, default=float))
+    _print_verification(args, v)
     return 0
-
-
-DEFAULT_SWEEP_UNITS = 100.0
-
-
-def _lr_sweep(overrides: dict, target: float, mu: float, budget: float, args: argparse.Namespace) -> list[dict]:
-    """The probe's on-policy learning-rate sweep (`workbench.trial.lr_sweep`) as plain dicts."""
-    from workbench.trial.lr_sweep import run_lr_sweep
-
-    data = {**overrides, **({"threads": args.threads} if getattr(args, "threads", None) else {})}
-    return [p.summary() for p in run_lr_sweep(data, target, mu, budget, show_progress=False)]
 
 
 def cmd_study_confirm(args: argparse.Namespace) -> int:
     """Re-run the best configurations and the baseline on fresh seeds; print selection against replication, then the
     bottom line (whether the saving held on the fresh seeds) and the next command."""
     from workbench.study.compare import confirmation_lines
-    from workbench.study.confirm import open_for_confirm, run_confirm
     from workbench.study.summary import closing_lines
+    from workbench.workflow.confirm import confirm
 
-    ctx = _study_context(args)
-    study = open_for_confirm(ctx)
-    done = run_confirm(ctx, study, args.top, args.seeds, threads=args.threads, predicted=args.predicted)
+    study, done = confirm(_study_context(args), args.top, args.seeds, threads=args.threads, predicted=args.predicted)
     for line in confirmation_lines(study) + closing_lines(study, args.spec):  # the bottom line: did the saving hold
         print(line)
     if args.json:  # last, on a line of its own
@@ -371,15 +322,12 @@ def _target(value: float | None) -> float | None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
-    from analysis import destination
-    from analysis.report import analyze
-
     name, uri = _analysis_inputs(args)
     whatif_mu, target = _whatif(args.whatif_mu), _target(args.target)
-    out = destination.prepare(Path(args.out) if args.out else None, name, uri, ["analysis.json"], args.force)
-    result, _, _ = analyze(name, uri, whatif_mu=whatif_mu, bootstrap=args.bootstrap, target=target, estimator=args.estimator,
-                           bar=progress.bars_wanted())
-    (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
+    from workbench.workflow.predict import analysis_json
+
+    result, path = analysis_json(name, uri, Path(args.out) if args.out else None, args.force, whatif_mu=whatif_mu,
+                                 bootstrap=args.bootstrap, target=target, estimator=args.estimator, bar=progress.bars_wanted())
     f, p, e = result["fit"], result["predicted"], result["empirical"]
     print(f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}")
     print(f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
@@ -392,7 +340,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
               f"{', '.join(m['unidentified']) or 'none'}; optimum {where}")
     for law in result.get("laws", []):
         print(law["line"])
-    print(f"wrote {out / 'analysis.json'}")
+    print(f"wrote {path}")
     return 0
 
 
@@ -400,17 +348,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     """The study's report (Markdown, one self-contained HTML page, the analysis JSON, the figures) where
     `analysis.destination` says: --out, else reports-out/NAME/ beside the MLflow store; never over tracked files
     unless --force."""
-    from analysis import destination
-    from analysis.bottom_line import bottom_line
-    from analysis.report import OUTPUT_FILES, analyze, write_report
-
     name, uri = _analysis_inputs(args)
     whatif_mu, target = _whatif(args.whatif_mu), _target(args.target)
-    out = destination.prepare(Path(args.out) if args.out else None, name, uri, list(OUTPUT_FILES), args.force)
-    result, data, fit = analyze(name, uri, whatif_mu=whatif_mu, bootstrap=args.bootstrap, target=target, estimator=args.estimator,
-                                bar=progress.bars_wanted())
-    paths = write_report(result, data, fit, out, spec=args.spec)
-    print(bottom_line(result, args.spec).replace("**", "").replace("`", ""))
+    from workbench.workflow.predict import report
+
+    line, paths = report(name, uri, Path(args.out) if args.out else None, args.force, whatif_mu=whatif_mu, bootstrap=args.bootstrap,
+                         target=target, estimator=args.estimator, bar=progress.bars_wanted(), spec=args.spec)
+    print(line)
     print(f"wrote {paths['html']} (open it in a browser), with report.md, analysis.json and the figures beside it")
     return 0
 
@@ -431,31 +375,19 @@ def cmd_probe(args: argparse.Namespace) -> int:
     data.setdefault("tracking", {}).setdefault("experiment", "probe")
     if args.tracking_uri:
         data["tracking"]["uri"] = args.tracking_uri
-    import numpy as np
+    from workbench.workflow.probe import probe
 
-    from analysis.models import probe_lr, probe_prediction
-    from workbench import knobs
-    from workbench.trial.probe import probe_config, record, run_probe
-
-    cfg = probe_config(data, x=args.x, ratio=args.ratio, steps=args.steps)
-    res, result = run_probe(cfg, every=args.every, lag=args.lag, sketch=args.sketch,
-                            show_progress=progress.bars_wanted(args.json, args.quiet))
+    probed = probe(data, x=args.x, ratio=args.ratio, steps=args.steps, every=args.every, lag=args.lag, sketch=args.sketch,
+                   sweep_target=args.target if args.lr_sweep else None, sweep_units=args.sweep_units,
+                   show_progress=progress.bars_wanted(args.json, args.quiet))
+    res, out, cfg = probed.measured, probed.recorded, probed.config
     g = res.growth
-    predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
-    if args.lr_sweep:
-        log.info(f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {args.sweep_units:g}"
-                 " compute units, each reported as it ends")
-    sweep = _lr_sweep(data, args.target, res.mu, args.sweep_units, args) if args.lr_sweep else None
-    predicted = probe_lr(predicted, sweep, cfg.lr)
-    if "x" in predicted:
-        predicted |= {"capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size), "ratio": predicted["y"]}
-    c = predicted.get("c", math.nan)
-    out = record(res, cfg.tracking.uri, predicted)
+    c = probed.predicted.get("c", math.nan)
     if args.json:
         print(json.dumps(out, default=float))
         return 0
     print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({res.compute_units:.1f} compute units), {res.probes} probes;"
-          f" MLflow run {result.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
+          f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
     print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; gamma (within group) {res.gamma:.3g} -> c {c:.3g}")
     print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
     if g:
@@ -465,14 +397,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     resolved = {t: k for t, k in res.kappa.items() if math.isfinite(k)}
     print("  kappa(tau), staleness bias: " + (", ".join(f"{t}: {k:.2f}" for t, k in resolved.items()) if resolved else
                                               "not resolved (the mean gradient at age 0 is within the noise of its estimate)"))
-    shown = [t for t in res.horizon if t["x"] in (1, 2, 4, 8, 16, 32, 64)]
-    if shown and res.horizon[0]["signal"] > 0:
-        def share_interval(x: int) -> str:
-            shares = [d[x - 1]["cross"] / d[0]["signal"] for d in res.horizon_draws if len(d) >= x and d[0]["signal"] > 0]
-            return f" [{np.quantile(shares, 0.025):.2f}, {np.quantile(shares, 0.975):.2f}]" if len(shares) > 1 else ""
-
+    shares = probed.alignment()
+    if shares:
         print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one, 95% over"
-              " resampled groups): " + ", ".join(f"x {t['x']}: {t['cross'] / res.horizon[0]['signal']:.2f}{share_interval(t['x'])}" for t in shown))
+              " resampled groups): " + ", ".join(f"x {x}: {share:.2f}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
+                                                 for x, share, iv in shares))
     p = out["predicted"]
     if "lr_sweep" in p:
         best = p["lr_optimum"]
@@ -495,9 +424,6 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_theory(args: argparse.Namespace) -> int:
     """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
-    from analysis.theory import closed_form_optimum
-    from workbench.knobs import to_knobs
-
     for name in ("mu", "rho", "alpha"):
         value = getattr(args, name)
         if not math.isfinite(value) or value < 0 or (name != "rho" and value == 0):
@@ -506,14 +432,10 @@ def cmd_theory(args: argparse.Namespace) -> int:
         raise ConfigError(f"--alpha: must be < 1/2 (got {args.alpha}); at alpha >= 1/2 the optimum is on-policy (y* -> 0)")
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size: must be >= 1 (got {args.batch_size})")
-    x, y = closed_form_optimum(args.mu, args.rho, args.alpha)
-    k = to_knobs(x, y, args.batch_size, args.mu)
-    out = {
-        "mu": args.mu, "rho": args.rho, "alpha": args.alpha, "batch_size": args.batch_size,
-        "x_star": x, "y_star": y, "fresh_per_step": k.fresh_per_step, "capacity": k.capacity,
-        "horizon": k.horizon, "workers_per_trainer": k.workers_per_trainer,
-        "on_policy_optimal": y <= 1.0,
-    }
+    from workbench.workflow.theory import theory
+
+    out, k = theory(args.mu, args.rho, args.alpha, args.batch_size)
+    x, y = out["x_star"], out["y_star"]
     if args.json:
         print(json.dumps(out))
         return 0
@@ -750,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--lr-sweep", action="store_true", help="also locate on-policy's best learning rate with short on-policy runs at"
                        " lr x 1, 2, 4 (extended while the cheapest is at an edge), each read as compute to --target")
     probe.add_argument("--target", type=float, help="the accuracy (on the trial's eval.metric) the sweep's runs are read to")
-    probe.add_argument("--sweep-units", type=float, default=DEFAULT_SWEEP_UNITS, help="compute units of the sweep's first run (default 100)")
+    probe.add_argument("--sweep-units", type=float, default=workflow.DEFAULT_SWEEP_UNITS, help="compute units of the sweep's first run (default 100)")
     probe.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     probe.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")
     probe.add_argument("--quiet", action="store_true", help="no progress lines")

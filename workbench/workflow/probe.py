@@ -1,0 +1,80 @@
+"""Probe: one short replay run measured (`workbench.trial.probe`), the optimum its measurements predict
+(`analysis.models.probe_prediction`), and the on-policy learning-rate sweep that prices it (`workbench.trial.lr_sweep`,
+`analysis.models.probe_lr`). `workbench probe` runs it on any trial config; `study verify --probe` on a study's
+(`workbench.workflow.verify.probe_study`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench import knobs
+from workbench.config import TrialConfig
+from workbench.trial.lr_sweep import run_lr_sweep
+from workbench.trial.probe import ProbeResult, probe_config, record, run_probe
+
+from analysis.models import probe_lr, probe_prediction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Probed:
+    """A probe run and what it predicts."""
+
+    config: TrialConfig
+    """The probe trial's config (`probe_config`)."""
+    measured: ProbeResult
+    """What the run measured (mu, sigma²(tau), kappa, gamma, rho, the horizon terms and their bootstrap draws)."""
+    run_id: str
+    """The probe trial's MLflow run."""
+    predicted: dict[str, Any]
+    """The predicted optimum (`analysis.models.probe_lr`: x, y, relative compute, lr and its source, the sweep), with
+    the capacity it runs at; or `refused` and why."""
+    recorded: dict[str, Any]
+    """What was logged to the probe's MLflow run (`workbench.trial.probe.record`)."""
+
+    def alignment(self, horizons=(1, 2, 4, 8, 16, 32, 64)) -> list[tuple[int, float, tuple[float, float] | None]]:
+        """At each of `horizons` the probe measured, g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean
+        gradient points along the fresh one) with its 95% interval over the resampled groups (None from fewer than
+        two draws); empty when the fresh gradient's signal is not positive."""
+        terms, draws = self.measured.horizon, self.measured.horizon_draws
+        if not terms or terms[0]["signal"] <= 0:
+            return []
+        out = []
+        for t in (t for t in terms if t["x"] in horizons):
+            x = t["x"]
+            shares = [d[x - 1]["cross"] / d[0]["signal"] for d in draws if len(d) >= x and d[0]["signal"] > 0]
+            iv = (float(np.quantile(shares, 0.025)), float(np.quantile(shares, 0.975))) if len(shares) > 1 else None
+            out.append((x, t["cross"] / terms[0]["signal"], iv))
+        return out
+
+
+def lr_sweep(overrides: dict[str, Any], target: float, mu: float, budget: float, threads: int | None = None) -> list[dict]:
+    """The on-policy learning-rate sweep of the trial `overrides` describes (`workbench.trial.lr_sweep`), each run read
+    to `target` at `mu`, as plain dicts."""
+    data = {**overrides, **({"threads": threads} if threads else {})}
+    return [p.summary() for p in run_lr_sweep(data, target, mu, budget, show_progress=False)]
+
+
+def probe(overrides: dict[str, Any], *, x: float, ratio: float, steps: int, every: int, lag: int | None, sketch: int,
+          sweep_target: float | None = None, sweep_units: float, threads: int | None = None, show_progress: bool = False) -> Probed:
+    """Run the probe's trial on `overrides` (a nested config dict) at (x, ratio) for `steps` steps and predict the
+    optimum at the mu it measured; with `sweep_target`, the on-policy learning-rate sweep (its first run `sweep_units`
+    compute units) sets the prediction's learning rate and compute."""
+    cfg = probe_config(overrides, x=x, ratio=ratio, steps=steps)
+    res, result = run_probe(cfg, every=every, lag=lag, sketch=sketch, show_progress=show_progress)
+    predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    sweep = None
+    if sweep_target is not None:
+        log.info(f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {sweep_units:g}"
+                 " compute units, each reported as it ends")
+        sweep = lr_sweep(overrides, sweep_target, res.mu, sweep_units, threads)
+    predicted = probe_lr(predicted, sweep, cfg.lr)
+    if "x" in predicted:
+        predicted |= {"capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size), "ratio": predicted["y"]}
+    return Probed(cfg, res, result.run_id, predicted, record(res, cfg.tracking.uri, predicted))

@@ -1,0 +1,144 @@
+"""Verify: fit a study, turn a predicted optimum into a `workbench.prediction.Prediction` and run it as trials of the
+study (`workbench study verify`).
+
+Three predictions can be verified: the fit's (the report's distinct-draw model, `analysis.json`'s `prediction`), a
+compared model's (`--model NAME|best`, or the simplest point of its flat ridge with `--ridge`) and the probe's
+(`--probe`: one probe run on the study's base config, priced by an on-policy learning-rate sweep where the study
+searches lr). The analysis builds the prediction (`analysis.predictions`); `workbench.study.verify` runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from workbench.config import ConfigError
+from workbench.prediction import Prediction
+from workbench.study import attrs
+from workbench.study.context import StudyContext
+from workbench.study.verify import Verification, open_for_verify, run_prediction
+from workbench.trial.probe import ProbeResult, probe_config, record, run_probe
+from workbench.workflow import DEFAULT_SWEEP_UNITS
+from workbench.workflow.probe import lr_sweep
+
+from analysis import predictions
+from analysis.models import MODELS, probe_lr, probe_prediction
+from analysis.report import analyze
+
+
+def check_model(name: str | None) -> None:
+    """`--model`: a registered model or `best` (checked before the fit, so bad input stops at once)."""
+    if name and name != "best" and name not in MODELS:
+        raise ConfigError(f"--model: {name!r} is not a registered model ({', '.join(MODELS)}, or best)")
+
+
+def fit_study(ctx: StudyContext, bootstrap: int) -> tuple[optuna.Study, dict]:
+    """The study, checked to be one whose optimum can be predicted and run, and its analysis (`bootstrap` refits)."""
+    study = open_for_verify(ctx)
+    result, _, _ = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=bootstrap)
+    return study, result
+
+
+def run(ctx: StudyContext, study: optuna.Study, prediction: Prediction, result: dict, threads: int | None = None,
+        force: bool = False) -> Verification:
+    """Run `prediction` as trials of the study, unless one of the configurations the analysis `result` measured runs
+    the same knobs (`force`: run it anyway)."""
+    return run_prediction(ctx, study, prediction, predictions.measured(result), threads=threads, force=force)
+
+
+def fitted(result: dict) -> Prediction | None:
+    """The fit's predicted optimum, as the analysis wrote it (None: the fit found none)."""
+    return Prediction.from_json(result["prediction"]) if result.get("prediction") else None
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A compared model's optimum, chosen for `study verify --model`, or why there is nothing to run."""
+
+    name: str
+    """The model asked for (a registered name, or `best`)."""
+    fitted: tuple[str, ...]
+    """The models the analysis fitted to this study, best first."""
+    summary: dict[str, Any] | None = None
+    """The chosen model's entry in the analysis (None: it was not fitted)."""
+    prediction: Prediction | None = None
+    """What runs: its optimum, or with `ridge` the simplest point of its flat ridge; None: nothing runs."""
+
+    @property
+    def optimum(self) -> dict[str, Any]:
+        return self.summary["optimum"] if self.summary else {}
+
+    @property
+    def loco(self) -> float:
+        """Its leave-one-configuration-out median |log error|."""
+        return self.summary.get("loco", {}).get("median_abs_log_error", math.nan) if self.summary else math.nan
+
+    @property
+    def ridge_point(self) -> dict[str, Any] | None:
+        return self.optimum.get("ridge_point")
+
+
+def choose_model(result: dict, name: str, ridge: bool, batch_size: int) -> ModelChoice:
+    """The optimum of model `name` (`best`: the first by leave-one-configuration-out error, the report's ranking), at
+    the study's batch size; with `ridge`, the simplest point of its flat ridge where it refuses one for that reason."""
+    check_model(name)
+    models = result.get("models") or []
+    chosen = models[0] if name == "best" and models else next((m for m in models if m["model"] == name), None)
+    fitted = tuple(m["model"] for m in models)
+    if chosen is None:
+        return ModelChoice(name, fitted)
+    opt, point = chosen["optimum"], None
+    if "refused" not in opt:
+        point = opt
+    elif ridge and opt.get("ridge_point") is not None:
+        point = opt["ridge_point"]
+    prediction = predictions.of_model(chosen, point, batch_size, ridge=point is not opt) if point is not None else None
+    return ModelChoice(name, fitted, chosen, prediction)
+
+
+@dataclass
+class StudyProbe:
+    """`study verify --probe`: the probe run on the study's base config and the optimum it predicts at the study's mu."""
+
+    measured: ProbeResult
+    run_id: str
+    mu: float
+    """The study's reference mu, at which the probe's measurements predict."""
+    predicted: dict[str, Any]
+    """`analysis.models.probe_lr`'s prediction (with the sweep where one ran), or `refused` and why."""
+    sweep: list[dict] | None
+    units: float
+    """The probe's cost in compute units, its sweep included."""
+    prediction: Prediction | None
+    """What runs; None where the probe refused a point."""
+
+
+def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int, sweep: bool | None = None,
+                threads: int | None = None) -> StudyProbe:
+    """One probe run of `steps` steps on the study's base config (its own MLflow experiment, NAME-probe), its optimum
+    predicted at the study's reference mu; `sweep` (default: when the study searches lr) prices it with an on-policy
+    learning-rate sweep to the study's target, the first run at the study's budget."""
+    base = copy.deepcopy(ctx.spec.base)
+    base["tracking"] = {**base.get("tracking", {}), "uri": ctx.tracking_uri, "experiment": f"{ctx.spec.name}-probe"}
+    if threads:
+        base["threads"] = threads
+    cfg = probe_config(base, steps=steps)
+    res, run_result = run_probe(cfg, show_progress=False)
+    mu = float(study.user_attrs[attrs.REFERENCE_MU])
+    o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
+    sweeping = sweep if sweep is not None else "lr" in ctx.spec.search_space
+    study_cfg = ctx.spec.trial_config({}, 0)
+    budget = study_cfg.budget.compute_units or DEFAULT_SWEEP_UNITS
+    points = lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and "x" in o else None
+    o = probe_lr(o, points, cfg.lr)
+    record(res, cfg.tracking.uri, o)
+    units = res.compute_units + sum(p["budget"] for p in points or [])
+    prediction = None
+    if "refused" not in o:
+        base_ctt = next((m.compute_to_target for m in predictions.measured(result) if m.baseline), math.nan)
+        prediction = predictions.of_probe(o, points, run_result.run_id, mu, units, base_ctt, study_cfg.batch_size)
+    return StudyProbe(res, run_result.run_id, mu, o, points, units, prediction)
