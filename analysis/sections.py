@@ -98,6 +98,10 @@ def _resolution_section(result: dict) -> list[str]:
                      f"{sd:.3f} (pooled over configurations, {z['per_run_log_sd_df']} degrees of freedom): one run is uncertain by "
                      f"about x{math.exp(sd):.2f}. Paired by seed against on-policy, the log ratio varies by "
                      f"{_fmt(z.get('paired_log_sd', math.nan))} between seeds.")
+        if z.get("checkpoints"):
+            lines.append(f"The seeds start from {z['checkpoints']} warm starts; between seeds that share one, the per-run noise is "
+                         f"{_fmt(z['within_checkpoint_log_sd'])} ({z['within_checkpoint_log_sd_df']} degrees of freedom): the rest of the"
+                         " pooled figure is the checkpoints' own spread, which pairing by seed (and so by checkpoint) removes.")
     if "smallest_resolvable_saving" in z:
         lines.append(f"With {z['seeds_per_configuration']} seeds per configuration, savings smaller than about "
                      f"{z['smallest_resolvable_saving']:.0%} cannot be told apart from none; resolving a 10% saving would take "
