@@ -158,7 +158,7 @@ def _ratio_cell(r: dict | None) -> str:
         return "-"
     if not math.isfinite(r.get("ratio_ci_low", math.nan)):
         return f"{r['ratio']:.2f} (one seed)"
-    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + (" (censored: a bound)" if r.get("bound") else "")
 
 
 def _difference_cell(r: dict | None) -> str:
@@ -184,10 +184,11 @@ def sharpness_section(result: dict) -> list[str]:
     temps = ", ".join(f"{t:g}" for t in s["temperatures"]) or "none logged"
     target = f"{s['greedy_target']:g}" if s["greedy_target"] is not None else "-"
     lines = ["## Skill or sharpness", "",
-             f"A curve read at the generation temperature (`{metric}` here) rises when the policy learns and also when it"
-             " only sharpens (its sampling entropy falls): a lower decoding temperature moves it on the same weights, and"
-             " an arm that trains on its successes more often sharpens faster. Each comparison with on-policy, read four"
-             f" ways: the ratio of compute to target on the study's curve; on greedy accuracy (target {target}); the"
+             "A curve read by sampling at the generation temperature (`demo_prob`, `mean_at_k`) rises when the policy"
+             " learns and also when it only sharpens (its sampling entropy falls): a lower decoding temperature moves it"
+             " on the same weights, and an arm that trains on its successes more often sharpens faster. Each comparison"
+             f" with on-policy, read four ways: the ratio of compute to target on the study's curve (`{metric}`); on"
+             f" greedy accuracy (target {target}); the"
              f" difference from on-policy at equal entropy (entropy of the {s['entropy_source']}; each run's curve"
              " against its own entropy, compared over the range both runs of a seed cover, mean over seeds with its 95%"
              f" interval; 0: no difference); and the ratio with each arm at its own best temperature (greedy, or sampled"

@@ -179,7 +179,7 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
         if not means:
             continue
         best = min(means, key=lambda t: (censored[t], means[t], t))
-        per_config[number] = {"trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]),
+        per_config[number] = {"trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "runs": len(g),
                               "by_temperature": {f"{t:g}": v for t, v in means.items()},
                               "censored_by_temperature": {f"{t:g}": n for t, n in censored.items()},
                               "best_temperature": best, "compute_to_target": means[best], "censored_seeds": censored[best]}
@@ -190,8 +190,9 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
             continue
         b = int(base["trial_number"].iloc[0])
         iv = stats.paired_ratio(per_seed[number], per_seed[b])
+        bound = any(r["censored_seeds"] >= r["runs"] for r in (row, per_config[b]))
         row.update(baseline_trial=b, baseline_best_temperature=per_config[b]["best_temperature"], ratio=iv.estimate,
-                   ratio_ci_low=iv.low, ratio_ci_high=iv.high, seeds=iv.n, verdict=stats.verdict(iv))
+                   ratio_ci_low=iv.low, ratio_ci_high=iv.high, seeds=iv.n, verdict=stats.verdict(iv), bound=bound)
     return list(per_config.values())
 
 
@@ -199,8 +200,9 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
 
 
 def _resolved(row: dict | None, side: int) -> bool:
-    """Whether a ratio row's interval lies wholly below 1 (`side` -1) or above it (+1)."""
-    if not row or not math.isfinite(row.get("ratio_ci_low", math.nan)):
+    """Whether a ratio row's interval lies wholly below 1 (`side` -1) or above it (+1); never for a `bound` (every
+    seed of one side censored: a ratio of totals, not a measurement)."""
+    if not row or row.get("bound") or not math.isfinite(row.get("ratio_ci_low", math.nan)):
         return False
     return row["ratio_ci_high"] < 1 if side < 0 else row["ratio_ci_low"] > 1
 
@@ -208,7 +210,10 @@ def _resolved(row: dict | None, side: int) -> bool:
 def _ratio_text(row: dict | None) -> str:
     if not row or not math.isfinite(row.get("ratio", math.nan)):
         return "not read"
-    return f"{row['ratio']:.2f} [{row['ratio_ci_low']:.2f}, {row['ratio_ci_high']:.2f}]"
+    if not math.isfinite(row.get("ratio_ci_low", math.nan)):
+        return f"{row['ratio']:.2f} (one seed: no interval)"
+    bound = ", every seed of one side censored: a bound" if row.get("bound") else ""
+    return f"{row['ratio']:.2f} [{row['ratio_ci_low']:.2f}, {row['ratio_ci_high']:.2f}{bound}]"
 
 
 def _difference_text(row: dict | None) -> str:
@@ -229,6 +234,8 @@ def verdict(study: dict | None, greedy: dict | None, entropy_study: dict | None,
     - sharpness: a resolved saving on the study's curve that none of those readings shows, where the equal-entropy
       reading of the study's curve was made (the saving vanishes when entropy is held equal);
     - unresolved: no resolved saving to explain, readings that disagree, or too little read to tell."""
+    if study and study.get("bound"):
+        return "unresolved", f"every seed of one side is censored on the study's curve ({_ratio_text(study)}): nothing measured"
     if not _resolved(study, -1):
         return "unresolved", "no resolved saving on the study's curve to explain"
     greedy_is_study = metric == GREEDY
@@ -266,6 +273,7 @@ def skill_or_sharpness(curves: pd.DataFrame, entropy: pd.DataFrame, runs: pd.Dat
     """Every reading of this module for each comparison with the baseline, with its verdict (`verdict`), and what
     the runs did not log. `readings`: `analysis.resolution.by_reading`'s rows (the study's curve at its target and
     greedy accuracy at its own), whose greedy target the best-temperature reading shares."""
+    readings = _with_bounds(readings)
     h, source = entropy_at_evaluations(curves, entropy)
     logged_t = temperatures(curves)
     columns = [c for c in dict.fromkeys([metric, GREEDY, "demo_prob", "mean_at_k", *map(pass_at_1, logged_t)])
@@ -298,6 +306,16 @@ def skill_or_sharpness(curves: pd.DataFrame, entropy: pd.DataFrame, runs: pd.Dat
             "comparisons": comparisons, "missing": missing}
 
 
+def _with_bounds(readings: list[dict]) -> list[dict]:
+    """`by_reading`'s rows, each marked `bound` where every seed of its configuration, or of every baseline, is
+    censored on that curve (its ratio is then of total computes)."""
+    baselines_gone: dict[str, list[bool]] = {}
+    for r in readings:
+        if r["baseline"]:
+            baselines_gone.setdefault(r["reading"], []).append(r["censored"] >= r["seeds"])
+    return [{**r, "bound": r["censored"] >= r["seeds"] or all(baselines_gone.get(r["reading"], [False]))} for r in readings]
+
+
 def _ratio_only(row: dict | None) -> dict | None:
-    keys = ("reading", "target", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "seeds", "censored")
+    keys = ("reading", "target", "ratio", "ratio_ci_low", "ratio_ci_high", "verdict", "seeds", "censored", "bound")
     return {k: row[k] for k in keys if k in row} if row else None

@@ -117,6 +117,15 @@ def test_the_verdict_names_sharpness_and_skill():
     assert skilled["greedy"]["ratio_ci_high"] < 1 and "on greedy accuracy it saves too" in skilled["why"]
 
 
+def test_a_ratio_of_censored_runs_is_a_bound_and_no_verdict():
+    """A target no run reaches: the study's ratio is of total computes, so neither skill nor sharpness is named."""
+    runs, curves, entropy = study("sharper")
+    readings = by_reading(curves, runs, "demo_prob", 0.95, "interpolated", gain_fraction=0.7)
+    (c,) = skill_or_sharpness(curves, entropy, runs, "demo_prob", "interpolated", readings)["comparisons"]
+    assert c["study_curve"]["bound"] and c["verdict"] == "unresolved" and "censored" in c["why"]
+    assert not c["greedy"]["bound"]  # greedy accuracy keeps its own, reachable target
+
+
 def test_each_arm_is_read_at_its_best_temperature():
     runs, curves, _ = study("sharper")
     rows = {r["trial_number"]: r for r in best_temperature(curves, runs, 0.55, "interpolated")}
