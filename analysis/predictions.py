@@ -47,11 +47,13 @@ def of_probe(predicted: dict, sweep: list[dict] | None, run_id: str, mu: float, 
              batch_size: int) -> Prediction:
     """The probe's optimum (`predicted`: `analysis.models.probe_lr`'s, with `x`) at the study's `mu`; its compute is the
     sweep's at lr* times the point's relative compute, else relative to the study's measured baseline
-    (`baseline_compute`). `units`: the probe's cost, its sweep included."""
+    (`baseline_compute`). `units`: the probe's cost, its sweep included; `claims_beyond_sweep`: whether the point beats
+    the sweep alone at equal compute (`analysis.null_models.probe_against_sweep`, where the prediction carries it)."""
     compute = predicted["compute"] if "compute" in predicted else predicted["relative_compute"] * baseline_compute
     provenance = {"probe_run": run_id, "rho": predicted["rho"], "c": predicted["c"], "mu": mu,
                   "relative_compute": predicted["relative_compute"], "same_point": predicted.get("stability", {}).get("same_point"),
                   "lr_source": predicted["lr_source"], "probe_units": units,
+                  **({"claims_beyond_sweep": bool(predicted["against_sweep"]["claims"])} if "against_sweep" in predicted else {}),
                   **({"lr_sweep": [[p["lr"], p["compute_to_target"], p["censored"]] for p in sweep]} if sweep else {})}
     return Prediction.at("probe", predicted["x"], predicted["y"], batch_size, lambda x, y: compute,
                          lr=predicted["lr"] if sweep else None, provenance=provenance)

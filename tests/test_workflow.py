@@ -15,7 +15,7 @@ from workbench.study.context import context
 from workbench.study.spec import load_spec
 from workbench.trial.probe import ProbeResult
 from workbench.workflow import verify
-from workbench.workflow.probe import Probed
+from workbench.workflow.probe import Probed, against_sweep, claim_line, cost_words
 from workbench.workflow.theory import theory
 
 from analysis.models import MODELS, ModelFit
@@ -88,6 +88,41 @@ def test_the_probes_alignment_has_an_interval_over_its_resampled_groups():
     assert low == pytest.approx(0.45 + 0.05 * 0.05, rel=1e-6) and high == pytest.approx(0.55 - 0.05 * 0.05, rel=1e-6)
     flat = ProbeResult("run", 0.9, 4.0, 2.0, 14, 10.0, 4, horizon=[{**terms[0], "signal": 0.0}])
     assert Probed(None, flat, "run", {}, {}).alignment() == []
+
+
+SWEEP = [{"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
+         {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
+         {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
+         {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0}]
+"""An on-policy lr sweep as `workbench.workflow.probe.lr_sweep` returns it: 299 units, lr* between 5e-5 and 1e-4."""
+
+
+def _probed(predicted: dict, gradient_units: float) -> Probed:
+    res = ProbeResult("run", 0.9, 4.0, 2.0, 14, gradient_units, 4)
+    return Probed(None, res, "run", against_sweep(predicted, gradient_units), {})
+
+
+def test_a_probe_whose_point_is_its_sweeps_answer_claims_nothing_beyond_the_sweep_and_counts_its_cost():
+    best = {"lr": 7.9e-5, "compute": 34.0}
+    on_policy = _probed({"x": 1.0, "y": 1.0, "lr": 7.9e-5, "relative_compute": 1.0, "compute": 34.0, "lr_sweep": SWEEP,
+                         "lr_optimum": best}, 43.5)
+    assert on_policy.units == pytest.approx(43.5 + 299.0) and not on_policy.against_sweep["claims"]
+    assert cost_words(43.5, SWEEP) == "43.5 compute units of gradient phase + 299.0 of its 4-run on-policy lr sweep = 342.5 in all"
+    assert cost_words(43.5, None) == "43.5 compute units"
+    line = claim_line(on_policy.against_sweep)
+    assert line.startswith("the probe claims nothing beyond its lr sweep: the probe's point is on-policy at lr 7.9e-05")
+    assert "43.5 units" in line and "\n" not in line
+    replay = {"x": 4.0, "y": 2.0, "lr": 7.9e-5, "relative_compute": 0.5, "compute": 17.0, "lr_sweep": SWEEP, "lr_optimum": best}
+    dear = _probed(replay, 43.5)  # 43.5 + 17 > 34: the sweep alone reaches the target for less
+    assert claim_line(dear.against_sweep).startswith("the probe claims nothing beyond its lr sweep: to reach the target once:"
+                                                     " 43.5 units of gradient phase + 17.0 predicted at x 4, y 2 = 60.5")
+    cheap = _probed(replay, 10.0)  # 10 + 17 < 34
+    assert cheap.against_sweep["claims"] and claim_line(cheap.against_sweep).startswith(
+        "against its lr sweep at equal compute, the probe claims its point: to reach the target once: 10.0 units")
+    refused = _probed({"refused": "the fresh gradient is not resolved", "lr_sweep": SWEEP, "lr_optimum": best}, 43.5)
+    assert claim_line(refused.against_sweep).startswith("the probe claims nothing beyond its lr sweep: the probe refused a point")
+    unswept = _probed({"x": 4.0, "y": 2.0, "lr": 1e-4, "relative_compute": 0.5}, 43.5)
+    assert unswept.units == 43.5 and claim_line(unswept.against_sweep).startswith("the probe claims nothing against tuned on-policy:")
 
 
 def test_theory_gives_the_closed_form_optimum_as_the_knobs_that_run_it():

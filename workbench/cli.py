@@ -236,12 +236,13 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
     """`study verify --probe`: one probe run on the study's base config; its predicted optimum (at the study's
     reference mu) run as the study's `probe` arm, or the reason it was refused."""
     from workbench.workflow import verify
+    from workbench.workflow.probe import claim_line, cost_words
 
     p = verify.probe_study(ctx, study, result, args.probe_steps, sweep=args.lr_sweep, threads=args.threads)
     res, o, sweep = p.measured, p.predicted, p.sweep
-    print(f"probe: {res.steps} steps ({res.compute_units:.1f} compute units" + (f", {len(sweep)} sweep runs: {p.units:.1f} in all" if sweep else "")
-          + f"), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
+    print(f"probe: {res.steps} steps ({cost_words(res.compute_units, sweep)}), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
           + (f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
+    print(f"  {claim_line(p.against_sweep)}")
     if p.prediction is None:
         print(f"  no prediction: {o['refused']}")
         return 0
@@ -375,7 +376,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     data.setdefault("tracking", {}).setdefault("experiment", "probe")
     if args.tracking_uri:
         data["tracking"]["uri"] = args.tracking_uri
-    from workbench.workflow.probe import probe
+    from workbench.workflow.probe import claim_line, cost_words, probe
 
     probed = probe(data, x=args.x, ratio=args.ratio, steps=args.steps, every=args.every, lag=args.lag, sketch=args.sketch,
                    sweep_target=args.target if args.lr_sweep else None, sweep_units=args.sweep_units,
@@ -386,7 +387,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, default=float))
         return 0
-    print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({res.compute_units:.1f} compute units), {res.probes} probes;"
+    print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.get('lr_sweep'))}), {res.probes} probes;"
           f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
     print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; gamma (within group) {res.gamma:.3g} -> c {c:.3g}")
     print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
@@ -419,6 +420,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
               f" 95% of draws within x {st['x_95'][0]:g}-{st['x_95'][1]:g}, y {st['y_95'][0]:.3g}-{st['y_95'][1]:.3g}")
     if "refused" in p:
         print(f"  no prediction: {p['refused']}")
+    print(f"  {claim_line(probed.against_sweep)}")
     return 0
 
 

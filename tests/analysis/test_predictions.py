@@ -58,3 +58,7 @@ def test_the_probes_optimum_is_priced_by_its_sweep_or_by_the_measured_baseline()
     assert with_sweep.provenance["lr_sweep"] == [[5e-5, 80.0, False]] and with_sweep.provenance["probe_units"] == 120.0
     alone = predictions.of_probe(o, None, "run1", 0.9, 40.0, 100.0, 16)  # no sweep: the study's lr, priced by its baseline
     assert alone.compute == pytest.approx(80.0) and alone.lr is None and "lr_sweep" not in alone.provenance
+    assert "claims_beyond_sweep" not in alone.provenance  # a prediction that was not held against a sweep says nothing of it
+    claimed = predictions.of_probe(o | {"compute": 64.0, "against_sweep": {"claims": False, "reason": "on-policy"}}, sweep,
+                                   "run1", 0.9, 120.0, 100.0, 16)
+    assert claimed.provenance["claims_beyond_sweep"] is False

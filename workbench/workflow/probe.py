@@ -2,6 +2,10 @@
 (`analysis.models.probe_prediction`), and the on-policy learning-rate sweep that prices it (`workbench.trial.lr_sweep`,
 `analysis.models.probe_lr`). `workbench probe` runs it on any trial config; `study verify --probe` on a study's
 (`workbench.workflow.verify.probe_study`).
+
+The probe's cost is its gradient phase and its sweep together; its prediction is held against the null it
+contains (`analysis.null_models.probe_against_sweep`: sweep on-policy's lr and stay on-policy, at equal compute), and
+where its point is the sweep's own answer or does not beat it, it claims nothing beyond its lr sweep (`claim_line`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from workbench.trial.lr_sweep import run_lr_sweep
 from workbench.trial.probe import ProbeResult, probe_config, record, run_probe
 
 from analysis.models import probe_lr, probe_prediction
+from analysis.null_models import probe_against_sweep
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,16 @@ class Probed:
     recorded: dict[str, Any]
     """What was logged to the probe's MLflow run (`workbench.trial.probe.record`)."""
 
+    @property
+    def against_sweep(self) -> dict[str, Any] | None:
+        """The prediction against its sweep alone at equal compute (`analysis.null_models.probe_against_sweep`)."""
+        return self.predicted.get("against_sweep")
+
+    @property
+    def units(self) -> float:
+        """The probe's cost in compute units: its gradient phase and its lr sweep's runs."""
+        return self.measured.compute_units + sweep_units(self.predicted.get("lr_sweep"))
+
     def alignment(self, horizons=(1, 2, 4, 8, 16, 32, 64)) -> list[tuple[int, float, tuple[float, float] | None]]:
         """At each of `horizons` the probe measured, g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean
         gradient points along the fresh one) with its 95% interval over the resampled groups (None from fewer than
@@ -52,6 +67,40 @@ class Probed:
             iv = (float(np.quantile(shares, 0.025)), float(np.quantile(shares, 0.975))) if len(shares) > 1 else None
             out.append((x, t["cross"] / terms[0]["signal"], iv))
         return out
+
+
+def sweep_units(sweep: list[dict] | None) -> float:
+    """The compute units an on-policy lr sweep's runs were given (each run's budget)."""
+    return float(sum(p["budget"] for p in sweep or []))
+
+
+def against_sweep(predicted: dict[str, Any], gradient_units: float) -> dict[str, Any]:
+    """`predicted` (`analysis.models.probe_lr`'s, with its sweep where one ran) with `against_sweep`: whether its point
+    beats on-policy at the sweep's lr* once the probe's gradient phase (`gradient_units`) is paid
+    (`analysis.null_models.probe_against_sweep`)."""
+    return predicted | {"against_sweep": probe_against_sweep(predicted, gradient_units)}
+
+
+def cost_words(gradient_units: float, sweep: list[dict] | None) -> str:
+    """The probe's cost in words: its gradient phase's compute units, and with a sweep the sweep's and the sum (a
+    prediction priced by the sweep costs both)."""
+    if not sweep:
+        return f"{gradient_units:.1f} compute units"
+    s = sweep_units(sweep)
+    return (f"{gradient_units:.1f} compute units of gradient phase + {s:.1f} of its {len(sweep)}-run on-policy lr sweep"
+            f" = {gradient_units + s:.1f} in all")
+
+
+def claim_line(against: dict[str, Any]) -> str:
+    """One line: what the probe claims against its null (`against_sweep`'s verdict). Where it does not beat the sweep
+    alone (its point is on-policy at the sweep's lr*, it refused a point, or its gradient phase costs more than its
+    point saves), it claims nothing beyond its lr sweep; with no sweep, nothing against tuned on-policy."""
+    reason = against["reason"]
+    if against["claims"]:
+        return f"against its lr sweep at equal compute, the probe {reason}"
+    if against.get("sweep_units"):
+        return f"the probe claims nothing beyond its lr sweep: {reason.removeprefix('no claim: ')}"
+    return "the probe claims nothing against tuned on-policy: no on-policy lr sweep ran to compare its point with (--lr-sweep runs one)"
 
 
 def lr_sweep(overrides: dict[str, Any], target: float, mu: float, budget: float, threads: int | None = None) -> list[dict]:
@@ -77,4 +126,5 @@ def probe(overrides: dict[str, Any], *, x: float, ratio: float, steps: int, ever
     predicted = probe_lr(predicted, sweep, cfg.lr)
     if "x" in predicted:
         predicted |= {"capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size), "ratio": predicted["y"]}
+    predicted = against_sweep(predicted, res.compute_units)
     return Probed(cfg, res, result.run_id, predicted, record(res, cfg.tracking.uri, predicted))

@@ -23,7 +23,7 @@ from workbench.study.context import StudyContext
 from workbench.study.verify import Verification, open_for_verify, run_prediction
 from workbench.trial.probe import ProbeResult, probe_config, record, run_probe
 from workbench.workflow import DEFAULT_SWEEP_UNITS
-from workbench.workflow.probe import lr_sweep
+from workbench.workflow.probe import against_sweep, lr_sweep, sweep_units
 
 from analysis import predictions
 from analysis.models import MODELS, probe_lr, probe_prediction
@@ -109,12 +109,18 @@ class StudyProbe:
     mu: float
     """The study's reference mu, at which the probe's measurements predict."""
     predicted: dict[str, Any]
-    """`analysis.models.probe_lr`'s prediction (with the sweep where one ran), or `refused` and why."""
+    """`analysis.models.probe_lr`'s prediction (with the sweep where one ran), or `refused` and why; `against_sweep`:
+    whether it beats the sweep alone at equal compute (`workbench.workflow.probe.against_sweep`)."""
     sweep: list[dict] | None
     units: float
     """The probe's cost in compute units, its sweep included."""
     prediction: Prediction | None
     """What runs; None where the probe refused a point."""
+
+    @property
+    def against_sweep(self) -> dict[str, Any]:
+        """Whether the probe's point beats its sweep alone at equal compute (`analysis.null_models.probe_against_sweep`)."""
+        return self.predicted["against_sweep"]
 
 
 def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int, sweep: bool | None = None,
@@ -134,9 +140,9 @@ def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int
     study_cfg = ctx.spec.trial_config({}, 0)
     budget = study_cfg.budget.compute_units or DEFAULT_SWEEP_UNITS
     points = lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and "x" in o else None
-    o = probe_lr(o, points, cfg.lr)
+    o = against_sweep(probe_lr(o, points, cfg.lr), res.compute_units)
     record(res, cfg.tracking.uri, o)
-    units = res.compute_units + sum(p["budget"] for p in points or [])
+    units = res.compute_units + sweep_units(points)
     prediction = None
     if "refused" not in o:
         base_ctt = next((m.compute_to_target for m in predictions.measured(result) if m.baseline), math.nan)
