@@ -78,6 +78,33 @@ def test_a_compared_models_optimum_is_chosen_or_its_refusal_kept():
     assert absent.summary is None and absent.prediction is None and math.isnan(absent.loco)
 
 
+def _skill(selected: bool) -> dict:
+    words = ("selected: it beats constant, lr-only, nearest out of sample" if selected else
+             "not selected: it does not beat lr-only (|log error| +0.010 [-0.020, +0.040] against it, paired)")
+    return {"selected": selected, "not_beaten": [] if selected else ["lr_only"], "words": words}
+
+
+def test_best_is_the_first_model_selected_against_the_null_predictors_else_the_first_by_loco_with_a_warning():
+    first = _summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04) | {"skill": _skill(False)}
+    second = _summary("extended", {"x": 16.0, "y": 4.0, "compute": 30.0}, 0.06) | {"skill": _skill(True)}
+    third = _summary("with_replacement", {"x": 8.0, "y": 2.0, "compute": 31.0}, 0.07) | {"skill": _skill(True)}
+    chosen = verify.choose_model(_result(models=[first, second, third]), "best", ridge=False, batch_size=16)
+    assert chosen.summary["model"] == "extended" and chosen.selected and chosen.warning is None  # not thm45: no skill
+    assert (chosen.prediction.x, chosen.prediction.y) == (16.0, 4.0) and chosen.prediction.provenance["model"] == "extended"
+    none = verify.choose_model(_result(models=[first, second | {"skill": _skill(False)}]), "best", ridge=False, batch_size=16)
+    assert none.summary["model"] == "thm45" and not none.selected and none.prediction.x == 6.0  # runs, warned
+    assert none.warning.startswith("no model is selected (none beats the constant, lr-only and nearest null predictors")
+    assert "falls back to the first by leave-one-configuration-out error, thm45" in none.warning and "\n" not in none.warning
+    unscored = verify.choose_model(_result(models=[_summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04)]), "best",
+                                   ridge=False, batch_size=16)  # an analysis without skill: nothing selected
+    assert unscored.summary["model"] == "thm45" and unscored.warning.startswith("no model is selected")
+    named = verify.choose_model(_result(models=[first, second]), "thm45", ridge=False, batch_size=16)
+    assert named.summary["model"] == "thm45" and named.warning == "thm45 is " + _skill(False)["words"]
+    assert verify.choose_model(_result(models=[first, second]), "extended", ridge=False, batch_size=16).warning is None
+    empty = verify.choose_model(_result(), "best", ridge=False, batch_size=16)
+    assert empty.summary is None and empty.prediction is None and empty.warning is None
+
+
 def test_the_probes_alignment_has_an_interval_over_its_resampled_groups():
     terms = [{"x": x, "signal": 2.0, "cross": 2.0 / x, "sigma2_bar": 1.0, "mixed": 0.0} for x in range(1, 5)]
     draws = [[{**t, "cross": t["cross"] * f} for t in terms] for f in (0.9, 1.0, 1.1)]

@@ -207,8 +207,9 @@ def _print_verification(args: argparse.Namespace, v) -> None:
 
 
 def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
-    """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first by
-    leave-one-configuration-out error, the report's ranking) run as the study's `predicted` arm, or why it is refused."""
+    """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first selected against
+    the null predictors by leave-one-configuration-out error, else the first by that error with a warning) run as the
+    study's `predicted` arm, or why it is refused."""
     from workbench.workflow import verify
 
     choice = verify.choose_model(result, args.model, args.ridge, ctx.spec.trial_config({}, 0).batch_size)
@@ -219,6 +220,8 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
     opt, ridge = choice.optimum, choice.ridge_point
     print(f"model {choice.summary['model']} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
           + (f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "") if "x" in opt else ""))
+    if choice.warning:
+        print(f"  warning: {choice.warning}")
     if "refused" in opt:
         print(f"  no prediction: {opt['refused']}")
         if ridge is None:
@@ -623,7 +626,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--lr-sweep", action=argparse.BooleanOptionalAction, default=None,
                         help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)")
     verify.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
-                        "extended_lr; best = the first by leave-one-configuration-out error) instead of the distinct-draw fit")
+                        "extended_lr) instead of the distinct-draw fit; best = the first model selected (it beats the constant, "
+                        "lr-only and nearest null predictors out of sample) by leave-one-configuration-out error, and where none "
+                        "is selected the first by that error, run with a warning that its prediction has no demonstrated skill")
     verify.add_argument("--ridge", action="store_true", help="with --model: where the model refuses a point because its optimum"
                         " is a flat ridge, run the ridge's simplest point (smallest horizon, least reuse) to test the claim")
     verify.add_argument("--json", action="store_true", help="print the result as one JSON line")

@@ -67,6 +67,10 @@ class ModelChoice:
     """The chosen model's entry in the analysis (None: it was not fitted)."""
     prediction: Prediction | None = None
     """What runs: its optimum, or with `ridge` the simplest point of its flat ridge; None: nothing runs."""
+    warning: str | None = None
+    """One line where the chosen model has shown no skill beyond the null predictors (`analysis.null_models`): `best`
+    fell back to the first by leave-one-configuration-out error because no model is selected, or the model named is
+    not selected."""
 
     @property
     def optimum(self) -> dict[str, Any]:
@@ -81,13 +85,43 @@ class ModelChoice:
     def ridge_point(self) -> dict[str, Any] | None:
         return self.optimum.get("ridge_point")
 
+    @property
+    def selected(self) -> bool:
+        """It beats all three null predictors out of sample (`analysis.null_models.skill`)."""
+        return _selected(self.summary) if self.summary else False
+
+
+def _selected(summary: dict[str, Any]) -> bool:
+    return bool(summary.get("skill", {}).get("selected"))
+
+
+def _best(models: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """`--model best`: the first selected model by leave-one-configuration-out error (the analysis ranks them so);
+    where none is selected, the first by that error, with a warning."""
+    if not models:
+        return None, None
+    chosen = next((m for m in models if _selected(m)), None)
+    if chosen is not None:
+        return chosen, None
+    return models[0], (f"no model is selected (none beats the constant, lr-only and nearest null predictors out of sample):"
+                       f" best falls back to the first by leave-one-configuration-out error, {models[0]['model']}, whose"
+                       " prediction has shown no skill beyond a trivial guess")
+
 
 def choose_model(result: dict, name: str, ridge: bool, batch_size: int) -> ModelChoice:
-    """The optimum of model `name` (`best`: the first by leave-one-configuration-out error, the report's ranking), at
-    the study's batch size; with `ridge`, the simplest point of its flat ridge where it refuses one for that reason."""
+    """The optimum of model `name` at the study's batch size; with `ridge`, the simplest point of its flat ridge where
+    it refuses one for that reason. `best`: the first model selected against the null predictors (it beats all three
+    out of sample, `analysis.null_models.skill`) by leave-one-configuration-out error, the report's ranking; where
+    none is selected, the first by that error, with a `warning` (a verification still measures its point; the user
+    sees that the prediction has no demonstrated skill). A model named that is not selected gets a warning too."""
     check_model(name)
     models = result.get("models") or []
-    chosen = models[0] if name == "best" and models else next((m for m in models if m["model"] == name), None)
+    if name == "best":
+        chosen, warning = _best(models)
+    else:
+        chosen = next((m for m in models if m["model"] == name), None)
+        words = (chosen or {}).get("skill", {}).get("words")
+        warning = f"{name} is {words}" if chosen is not None and not _selected(chosen) and words else None
     fitted = tuple(m["model"] for m in models)
     if chosen is None:
         return ModelChoice(name, fitted)
@@ -97,7 +131,7 @@ def choose_model(result: dict, name: str, ridge: bool, batch_size: int) -> Model
     elif ridge and opt.get("ridge_point") is not None:
         point = opt["ridge_point"]
     prediction = predictions.of_model(chosen, point, batch_size, ridge=point is not opt) if point is not None else None
-    return ModelChoice(name, fitted, chosen, prediction)
+    return ModelChoice(name, fitted, chosen, prediction, warning)
 
 
 @dataclass
