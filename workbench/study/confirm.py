@@ -11,6 +11,10 @@ fresh seeds. The fresh seeds are the N right above the selection seeds, so the c
 it resumes, and a configuration already confirmed on those seeds is not run again. With `predicted`, the optima
 predicted by `study verify` (arms `predicted` and `probe`) are re-run on the same fresh seeds too, so a prediction's
 cost is replicated against the empirical best's on seeds neither was selected on.
+
+A fresh seed resamples training's randomness; whether it also resamples the starting model depends on the spec's
+`seeds_per_checkpoint` (`StudySpec.checkpoint_of`): without it every seed shares one warm start, with it the fresh
+seeds start from warm starts that selection may or may not have used. `warm_start_line` says which, in one line.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from workbench.study.compare import arms
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.preflight import check_study
 from workbench.study.objective import StudyObjective
-from workbench.study.spec import fmt_params
+from workbench.study.spec import StudySpec, fmt_params
 
 log = logging.getLogger(__name__)
 CONFIRM = "confirm"
@@ -63,6 +67,37 @@ def fresh_seeds(study: optuna.Study, n: int) -> list[int]:
     resumes, and running it again trains nothing); a larger `n` extends them."""
     start = max(selection_seeds(study), default=-1) + 1
     return list(range(start, start + n))
+
+
+def _span(seeds: list[int]) -> str:
+    """Seeds in words: `8`, `8-11` (consecutive), or `3, 5, 9`."""
+    seeds = sorted(seeds)
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def warm_start_line(spec: StudySpec, fresh: list[int], selection: set[int]) -> str:
+    """One line: the warm starts (`model.init_seed`, `StudySpec.checkpoint_of`) the `fresh` seeds start from, each
+    marked a fresh checkpoint or one a `selection` seed also started from; without `seeds_per_checkpoint`, that every
+    seed shares one checkpoint, so a confirmation replicates over training's randomness only."""
+    cfg = spec.trial_config({}, 0)  # seed 0 starts from the base config's warm start
+    head = f"fresh seed{'s' if len(fresh) > 1 else ''} {_span(fresh)}"
+    if cfg.model.path is not None:
+        return (f"{head}: every seed starts from the one model at model.path, so confirm replicates over training's"
+                " randomness only, not over the starting model")
+    base = cfg.model.init_seed
+    if spec.seeds_per_checkpoint is None:
+        return (f"{head}: every seed of this study shares one checkpoint (model.init_seed {base}), so confirm replicates over"
+                " training's randomness only, not over the warm start (a spec's seeds_per_checkpoint varies it)")
+    used = {spec.checkpoint_of(s, base) for s in selection}
+    starts: dict[int, list[int]] = {}
+    for s in fresh:
+        starts.setdefault(spec.checkpoint_of(s, base), []).append(s)
+    parts = [f"{c} for seed{'s' if len(ss) > 1 else ''} {_span(ss)} ("
+             + (f"checkpoint {c}, also used in selection" if c in used else "a fresh checkpoint") + ")" for c, ss in starts.items()]
+    tail = "" if set(starts) - used else "; no fresh checkpoint: more seeds (--seeds) reach one"
+    return f"{head} start from warm starts (model.init_seed, {spec.seeds_per_checkpoint} seeds each): " + ", ".join(parts) + tail
 
 
 def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
@@ -126,6 +161,7 @@ def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, 
     targets = base[:1] + best
     seeds = fresh_seeds(study, n_seeds)
     log.info(f"confirming {len(best)} configuration(s) and the baseline on fresh seeds {seeds}")
+    log.info(warm_start_line(ctx.spec, seeds, selection_seeds(study)))
     objective = StudyObjective(ctx, study, threads)
     out = []
     for t in targets:
