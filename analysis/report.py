@@ -27,7 +27,7 @@ from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import Fit, fit_runs, predicted_optimum
 from analysis.models import compare, optimum
 from analysis.pipeline import mapped_split, split_table
-from analysis.resolution import by_estimator, by_reading, resolution
+from analysis.resolution import by_checkpoint, by_estimator, by_reading, resolution
 from analysis.sections import tables
 from analysis.sharpness import skill_or_sharpness
 from analysis.theory import to_knobs
@@ -198,7 +198,8 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
                 block["null_models"] = null_models.against_nulls(uniform, block["models"], seed=seed)  # each model's `skill`
         with phases.phase("per-run noise by estimator and by curve"):
             noise = {"resolution": resolution(data.runs), "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
-                     "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction)}
+                     "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction),
+                     "by_checkpoint": by_checkpoint(data.curves, data.runs, data.estimator, data.gain_fraction)}
         with phases.phase("skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"):
             noise["skill_or_sharpness"] = skill_or_sharpness(data.curves, data.entropy, data.runs, data.metric, data.estimator,
                                                              noise["by_reading"])

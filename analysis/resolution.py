@@ -133,3 +133,24 @@ def by_reading(curves: pd.DataFrame, runs: pd.DataFrame, metric: str, target: fl
         res = _read(curves, name, at, ESTIMATORS[estimator])
         out += [{"reading": name, "target": at, "study_reading": name == metric, **row} for row in _per_configuration(res, runs)]
     return out
+
+
+def by_checkpoint(curves: pd.DataFrame, runs: pd.DataFrame, estimator: str, gain_fraction: float) -> list[dict]:
+    """Where the seeds start from several warm starts (`seeds_per_checkpoint`), each checkpoint's seeds read at
+    that checkpoint's own target: `gain_fraction` of its baseline seeds' fitted gain on the study's curve (the
+    auto-target rule, per checkpoint). A fixed target can suit one checkpoint and censor every run of another (on
+    the default task, one warm start never reached the target another reached in 31-76 units); read per checkpoint,
+    every seed says something, and the comparisons stay paired within a checkpoint."""
+    if "checkpoint" not in runs or runs["checkpoint"].nunique() < 2:
+        return []
+    out = []
+    for checkpoint, mine in runs.groupby("checkpoint", sort=True):
+        base = mine[mine["baseline"] & (mine["arm"] == "sampler")]
+        own = curves[curves["run_id"].isin(base["run_id"])].sort_values("step")
+        try:
+            at = auto_target([(g["units"].tolist(), g["reading"].tolist()) for _, g in own.groupby("run_id")], gain_fraction)
+        except (ValueError, IndexError):  # no baseline seed on this checkpoint, or a curve that does not rise
+            continue
+        res = _read(curves[curves["run_id"].isin(mine["run_id"])], "reading", at, ESTIMATORS[estimator])
+        out += [{"checkpoint": int(checkpoint), "target": at, **row} for row in _per_configuration(res, mine)]
+    return out

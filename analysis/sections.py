@@ -153,6 +153,23 @@ def _readings_section(result: dict) -> list[str]:
     return lines
 
 
+def _checkpoints_section(result: dict) -> list[str]:
+    rows = result.get("by_checkpoint") or []
+    if not rows:
+        return []
+    lines = ["## Each warm start at its own target", "",
+             "The seeds start from several warm starts (`seeds_per_checkpoint`), and one target can suit one checkpoint and"
+             " censor every run of another. Here each checkpoint's seeds are read on the study's curve at that checkpoint's"
+             " own target, the auto-target rule applied to its baseline seeds; comparisons stay paired within a checkpoint.", "",
+             "| checkpoint (model.init_seed) | target | trial | seeds (censored) | log sd | ratio to on-policy [95% CI] | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["trial_number"], r["checkpoint"])):
+        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        lines.append(f"| {r['checkpoint']} | {r['target']:.3g} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} "
+                     f"| {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} | {ratio} | {r.get('verdict', '-')} |")
+    return lines + [""]
+
+
 def _ratio_cell(r: dict | None) -> str:
     if not r or not math.isfinite(r.get("ratio", math.nan)):
         return "-"
@@ -494,6 +511,7 @@ def tables(result: dict) -> str:
         *_confirmation_section(result),
         *_resolution_section(result),
         *_readings_section(result),
+        *_checkpoints_section(result),
         *sharpness_section(result),
         *_optimum_section(result),
         *_whatif_section(result),

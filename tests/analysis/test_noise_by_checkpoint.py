@@ -32,3 +32,26 @@ def test_the_checkpoints_spread_is_told_apart_from_the_seeds():
 def test_one_checkpoint_adds_nothing():
     runs = _runs(0.3).assign(checkpoint=0)
     assert "within_checkpoint_log_sd" not in resolution(runs)
+
+
+def test_each_checkpoint_is_read_at_its_own_target():
+    from analysis.resolution import by_checkpoint
+
+    # checkpoint 0 climbs from 0.4 to 0.8, checkpoint 1 from 0.35 to 0.5: a fixed target of 0.65 censors checkpoint 1
+    rows, curves = [], []
+    for number in (0, 1):
+        for seed in range(4):
+            checkpoint, run_id = seed // 2, f"{number}-{seed}"
+            start, top = (0.4, 0.8) if checkpoint == 0 else (0.35, 0.5)
+            speed = 1.0 if number == 0 else 1.25  # trial 1 learns 1.25x faster on every checkpoint
+            rows.append({"run_id": run_id, "trial_number": number, "seed": seed, "checkpoint": checkpoint,
+                         "baseline": number == 0, "arm": "sampler", "censored": 0})
+            for step, units in enumerate(range(0, 101, 5)):
+                progress = 1 - math.exp(-speed * units / 30)
+                curves.append({"run_id": run_id, "step": step, "units": float(units), "reading": start + (top - start) * progress})
+    got = by_checkpoint(pd.DataFrame(curves), pd.DataFrame(rows), "interpolated", 0.7)
+    targets = {r["checkpoint"]: r["target"] for r in got}
+    assert targets[0] > 0.65 > 0.5 > targets[1] > 0.35
+    for r in got:
+        if r["trial_number"] == 1:
+            assert r["censored"] == 0 and r["ratio"] == pytest.approx(0.8, abs=0.05)  # the same saving on both
