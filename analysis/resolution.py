@@ -152,5 +152,26 @@ def by_checkpoint(curves: pd.DataFrame, runs: pd.DataFrame, estimator: str, gain
         except (ValueError, IndexError):  # no baseline seed on this checkpoint, or a curve that does not rise
             continue
         res = _read(curves[curves["run_id"].isin(mine["run_id"])], "reading", at, ESTIMATORS[estimator])
-        out += [{"checkpoint": int(checkpoint), "target": at, **row} for row in _per_configuration(res, mine)]
+        rows = [{"checkpoint": int(checkpoint), "target": at, **row} for row in _per_configuration(res, mine)]
+        _against_tuned(rows, res, mine)
+        out += rows
     return out
+
+
+def _against_tuned(rows: list[dict], res: dict[str, ToTarget], runs: pd.DataFrame) -> None:
+    """Where on-policy ran at several learning rates: each other configuration's paired ratio to on-policy at its
+    fastest lr on these seeds (`tuned_trial`; a selection estimate, as in `analysis.tuned_lr`)."""
+    if "lr" not in runs:
+        return
+    first = runs.groupby("trial_number").first()
+    on_policy = first[(first["x"] == 1) & (first["y"] == 1) & (first["strategy"] == "uniform")].index
+    if first.loc[on_policy, "lr"].nunique() < 2:
+        return
+    bound = lambda v: v.total if v.censored else v.value  # noqa: E731
+    per_seed = {n: {int(s): bound(res[r]) for s, r in zip(g["seed"], g["run_id"])} for n, g in runs.groupby("trial_number")}
+    tuned = min(on_policy, key=lambda n: stats.geometric_interval(list(per_seed[n].values())).estimate)
+    for row in rows:
+        if row["trial_number"] not in on_policy:
+            iv = stats.paired_ratio(per_seed[row["trial_number"]], per_seed[tuned])
+            row.update(tuned_trial=int(tuned), tuned_lr=float(first.loc[tuned, "lr"]), ratio_to_tuned=iv.estimate,
+                       ratio_to_tuned_low=iv.low, ratio_to_tuned_high=iv.high, verdict_to_tuned=stats.verdict(iv))

@@ -161,12 +161,16 @@ def _checkpoints_section(result: dict) -> list[str]:
              "The seeds start from several warm starts (`seeds_per_checkpoint`), and one target can suit one checkpoint and"
              " censor every run of another. Here each checkpoint's seeds are read on the study's curve at that checkpoint's"
              " own target, the auto-target rule applied to its baseline seeds; comparisons stay paired within a checkpoint.", "",
-             "| checkpoint (model.init_seed) | target | trial | seeds (censored) | log sd | ratio to on-policy [95% CI] | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             "| checkpoint (model.init_seed) | target | trial | seeds (censored) | log sd | ratio to on-policy [95% CI] | verdict |"
+             " ratio to on-policy at its best lr on these seeds [95% CI]: verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["trial_number"], r["checkpoint"])):
         ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        tuned = "-" if "ratio_to_tuned" not in r else (
+            f"{r['ratio_to_tuned']:.2f} [{r['ratio_to_tuned_low']:.2f}, {r['ratio_to_tuned_high']:.2f}] (lr {r['tuned_lr']:g}):"
+            f" {r['verdict_to_tuned']}")
         lines.append(f"| {r['checkpoint']} | {r['target']:.3g} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} "
-                     f"| {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} | {ratio} | {r.get('verdict', '-')} |")
+                     f"| {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} | {ratio} | {r.get('verdict', '-')} | {tuned} |")
     return lines + [""]
 
 

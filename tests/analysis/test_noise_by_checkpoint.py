@@ -55,3 +55,23 @@ def test_each_checkpoint_is_read_at_its_own_target():
     for r in got:
         if r["trial_number"] == 1:
             assert r["censored"] == 0 and r["ratio"] == pytest.approx(0.8, abs=0.05)  # the same saving on both
+
+
+def test_each_checkpoint_compares_with_on_policy_at_its_fastest_lr_there():
+    from analysis.resolution import by_checkpoint
+
+    rows, curves = [], []
+    arms = {0: (1, 1, "uniform", 2.5e-5, 1.0), 1: (8, 2, "positive_bias", 2.5e-5, 1.25), 2: (1, 1, "uniform", 5e-5, 1.25)}
+    for number, (x, y, strategy, lr, speed) in arms.items():
+        for seed in range(4):
+            run_id = f"{number}-{seed}"
+            rows.append({"run_id": run_id, "trial_number": number, "seed": seed, "checkpoint": seed // 2, "x": float(x),
+                         "y": float(y), "strategy": strategy, "lr": lr, "baseline": number == 0, "arm": "sampler", "censored": 0})
+            for step, units in enumerate(range(0, 101, 5)):
+                curves.append({"run_id": run_id, "step": step, "units": float(units),
+                               "reading": 0.4 + 0.4 * (1 - math.exp(-speed * (1 + 0.01 * seed) * units / 30))})
+    got = [r for r in by_checkpoint(pd.DataFrame(curves), pd.DataFrame(rows), "interpolated", 0.7) if r["trial_number"] == 1]
+    assert len(got) == 2
+    for r in got:  # 0.8x the default lr's compute, the same as on-policy at twice the lr
+        assert r["ratio"] == pytest.approx(0.8, abs=0.05)
+        assert r["tuned_trial"] == 2 and r["ratio_to_tuned"] == pytest.approx(1.0, abs=0.03)
