@@ -6,6 +6,7 @@ import sys
 SCRIPT = """
 import os, signal, time, weakref
 from workbench import interrupts
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal gives it (pytest-xdist's workers ignore it)
 {setup}
 class Held: pass
 def cleanup(ref):  # as SQLAlchemy's registry does while Optuna's storage is collected
