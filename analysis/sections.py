@@ -9,6 +9,7 @@ import json
 import math
 
 from analysis import null_models
+from analysis.sharpness import difference_text
 from workbench.estimators import METRICS
 from workbench.verdicts import knob_label
 
@@ -183,11 +184,7 @@ def _ratio_cell(r: dict | None) -> str:
 
 
 def _difference_cell(r: dict | None) -> str:
-    if not r or not math.isfinite(r.get("difference", math.nan)):
-        return "-"
-    if not math.isfinite(r.get("low", math.nan)):
-        return f"{r['difference']:+.3f} (one seed)"
-    return f"{r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+    return difference_text(r, missing="-", one_seed="(one seed)")
 
 
 def _temperature(t: float) -> str:

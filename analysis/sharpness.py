@@ -216,11 +216,12 @@ def _ratio_text(row: dict | None) -> str:
     return f"{row['ratio']:.2f} [{row['ratio_ci_low']:.2f}, {row['ratio_ci_high']:.2f}{bound}]"
 
 
-def _difference_text(row: dict | None) -> str:
+def difference_text(row: dict | None, missing: str = "not read", one_seed: str = "(one seed: no interval)") -> str:
+    """An equal-entropy difference with its interval, in words or a table cell."""
     if not row or not math.isfinite(row.get("difference", math.nan)):
-        return "not read"
+        return missing
     if not math.isfinite(row.get("low", math.nan)):
-        return f"{row['difference']:+.3f} (one seed: no interval)"
+        return f"{row['difference']:+.3f} {one_seed}"
     return f"{row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]"
 
 
@@ -241,15 +242,15 @@ def verdict(study: dict | None, greedy: dict | None, entropy_study: dict | None,
     greedy_is_study = metric == GREEDY
     for_skill = [(f"on greedy accuracy it saves too ({_ratio_text(greedy)})", _resolved(greedy, -1)),
                  (f"at its best decoding temperature it saves too ({_ratio_text(best_t)})", _resolved(best_t, -1)),
-                 (f"at equal entropy it reads {_difference_text(entropy_study)} on {metric}",
+                 (f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
                   bool(entropy_study) and entropy_study["direction"] > 0),
-                 (f"at equal entropy it reads {_difference_text(entropy_greedy)} on greedy accuracy",
+                 (f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
                   bool(entropy_greedy) and entropy_greedy["direction"] > 0)]
     against = [(f"greedy accuracy needs more compute ({_ratio_text(greedy)})", _resolved(greedy, 1)),
                (f"at the arms' best temperatures it needs more ({_ratio_text(best_t)})", _resolved(best_t, 1)),
-               (f"at equal entropy it reads {_difference_text(entropy_study)} on {metric}",
+               (f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
                 bool(entropy_study) and entropy_study["direction"] < 0),
-               (f"at equal entropy it reads {_difference_text(entropy_greedy)} on greedy accuracy",
+               (f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
                 bool(entropy_greedy) and entropy_greedy["direction"] < 0)]
     pro = [why for why, holds in for_skill if holds]
     con = [why for why, holds in against if holds]
@@ -261,7 +262,7 @@ def verdict(study: dict | None, greedy: dict | None, entropy_study: dict | None,
     if pro and con:
         return "unresolved", "the readings disagree: " + "; ".join(pro + con)
     if entropy_study and entropy_study["seeds"] >= 2:
-        gone = [f"at equal entropy the arms read {_difference_text(entropy_study)} on {metric}",
+        gone = [f"at equal entropy the arms read {difference_text(entropy_study)} on {metric}",
                 f"on greedy accuracy {_ratio_text(greedy)}"] + con
         return "sharpness", "the saving vanishes where entropy is held equal: " + "; ".join(gone)
     return "unresolved", (f"greedy accuracy gives {_ratio_text(greedy)} and the equal-entropy reading of {metric} "
