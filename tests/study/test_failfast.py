@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from workbench.backends import installed
 from workbench.config import ConfigError, build_config
 from workbench.study import attrs, driver, failfast
 from workbench.study.preflight import check_study
@@ -61,7 +61,7 @@ def test_a_missing_data_file_among_the_choices_is_named(tmp_path):
         check_study(spec)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here: nothing is missing")
+@pytest.mark.skipif(installed("vllm"), reason="vLLM is installed here: nothing is missing")
 def test_a_missing_vllm_is_caught_up_front_with_the_trials_own_message(tmp_path):
     spec, _ = jsonl_spec(tmp_path, 20, {"n_eval": 8})
     spec.base["generation"] = {"backend": "vllm"}

@@ -18,8 +18,15 @@ def not_installed(backend: str) -> ConfigError:
     return ConfigError(f"generation.backend: {backend} is not installed in this environment ({INSTALL[backend]})")
 
 
+def installed(package: str) -> bool:
+    """Whether `package` can be imported here as a real package (looked up, not imported: importing vLLM takes
+    seconds). A folder of that name on the path without an `__init__.py` (a namespace package, such as a test folder
+    named `vllm`, or a clone's top folder) is not the package."""
+    spec = importlib.util.find_spec(package)
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
 def check_installed(backend: str) -> None:
-    """Raise `not_installed` when `backend` needs a package that cannot be found here (looked up, not imported:
-    importing vLLM takes seconds)."""
-    if backend in INSTALL and importlib.util.find_spec(backend) is None:
+    """Raise `not_installed` when `backend` needs a package that cannot be found here."""
+    if backend in INSTALL and not installed(backend):
         raise not_installed(backend)
