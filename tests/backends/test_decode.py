@@ -184,3 +184,12 @@ def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(tmp_path, m
     assert not _packages(tmp_path)  # nothing half-built left behind
     for out in outs:
         _agree(eager, out, atol=0)
+
+
+def test_auto_compiles_the_decode_step_on_the_cpu_only():
+    """The ahead-of-time compile crashed a CUDA process (H200, segmentation fault): `auto` decodes off the CPU with
+    the static decoder run eagerly, and says why."""
+    model = torch.nn.Linear(2, 2)
+    assert decode.on_accelerator(model) is None
+    reason = decode.on_accelerator(model.to("meta"))  # any device that is not the CPU
+    assert reason is not None and "meta" in reason

@@ -87,3 +87,21 @@ def test_models_packing_does_not_know_take_the_padded_path(tmp_path, monkeypatch
     assert "dropout" in packed.supports(llama)
     llama.eval()
     assert packed.supports(llama) is None  # dropout is off outside training
+
+
+
+def test_a_bf16_projection_is_turned_by_the_fp32_complex_rope():
+    """On a GPU the trainer's forward runs under bf16 autocast (`train.autocast: auto`): the q/k projections come out
+    in bf16 while RoPE's complex factor is fp32 (there is no complex bf16). Measured on an H200: the first training
+    step raised `view_as_complex ... BFloat16`. CPU autocast hides it (it runs view_as_complex in fp32 itself), so
+    the bf16 projection is handed to the rotation directly, as CUDA autocast does."""
+    torch.manual_seed(0)
+    heads, head_dim, n = 2, 8, 5
+    proj = torch.nn.Linear(16, heads * head_dim, bias=False)
+    h = torch.randn(n, 16)
+    angles = torch.rand(n, 1, head_dim // 2)
+    rope = packed.Rope(None, None, torch.polar(torch.ones_like(angles), angles))
+    ref = packed._rotated(proj, h, rope, head_dim)
+    got = packed._rotated(proj.to(torch.bfloat16), h.to(torch.bfloat16), rope, head_dim)
+    assert got.dtype == torch.bfloat16 and got.shape == ref.shape == (n, heads, head_dim)
+    assert (got.float() - ref).abs().max() < 0.05 and ref.abs().max() > 0.1

@@ -83,6 +83,14 @@ def compile_available() -> str | None:
     return None
 
 
+def on_accelerator(model) -> str | None:
+    """Why `auto` does not compile the decode step for a model off the CPU, or None on the CPU. The ahead-of-time
+    compile is built and measured for the CPU only: on an H200 (torch 2.11, CUDA 13) it crashed the process with a
+    segmentation fault after ~70 s, while the same static decoder run eagerly worked."""
+    device = next(model.parameters()).device
+    return None if device.type == "cpu" else f"the ahead-of-time compile is for the CPU; the model is on {device.type}"
+
+
 def use_compile_cache(cache_dir: Path) -> None:
     """Keep inductor's own compile caches under the workbench cache (unless the user chose a place)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir / "inductor"))
@@ -378,7 +386,7 @@ def make_sampler(model, mode: str, cache_dir: Path):
         return partial(sample, model)
     compiled = mode == "compiled"
     if mode == "auto":
-        why_not = compile_available()
+        why_not = compile_available() or on_accelerator(model)
         compiled = why_not is None
         if why_not:
             log.info(f"generation.decode auto: static decoding without compilation ({why_not})")

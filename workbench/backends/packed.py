@@ -149,7 +149,9 @@ def _rotated(proj, h: torch.Tensor, rope: Rope, head_dim: int) -> torch.Tensor:
         return _rotate(proj(h).view(n, heads, head_dim), rope.cos, rope.sin)
     order = _interleaved(heads, head_dim).to(h.device)
     y = F.linear(h, proj.weight.index_select(0, order), None if proj.bias is None else proj.bias.index_select(0, order))
-    return torch.view_as_real(torch.view_as_complex(y.view(n, heads, head_dim // 2, 2)) * rope.turn).view(n, heads, head_dim)
+    # complex multiply in fp32 (complex bf16 does not exist: a bf16 projection under autocast is turned in fp32)
+    turned = torch.view_as_complex(y.float().view(n, heads, head_dim // 2, 2)) * rope.turn
+    return torch.view_as_real(turned).view(n, heads, head_dim).to(y.dtype)
 
 
 def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
