@@ -135,7 +135,7 @@ def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float =
 @pytest.mark.slow
 def test_a_sigkilled_worker_is_detected_by_heartbeat_its_trial_retried_and_its_runs_killed(tmp_path):
     path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0,
-                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 400}, "eval": {**TOY["eval"], "every": 50}},
+                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 120}, "eval": {**TOY["eval"], "every": 40}},
                     search_space={"replay.ratio": {"choices": [2]}})
     ctx = context(load_spec(path), spec_path=str(path))
     create_or_load(ctx)
