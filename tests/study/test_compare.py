@@ -39,3 +39,22 @@ def test_no_matched_lines_when_on_policy_ran_at_one_learning_rate(tmp_path):
     assert "at the same lr" not in text and "matched learning rate" not in text
     bottom = summary.closing_lines(study)[0]
     assert "the compute of on-policy at another lr (1e-05: a saving may be the learning rate's)" in bottom
+
+
+def test_seeds_censored_on_both_sides_give_no_verdict_whatever_their_totals(tmp_path):
+    # Measured on skill_greedy_fresh: no run reached the target, the totals differed by float rounding (100.0 against
+    # 100.0000001 units), and the summary read "resolved: more compute (x1.00)".
+    study = optuna.create_study(study_name="cens", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    for i, (lr, total) in enumerate([(1e-5, 100.0), (1e-4, 100.0 + 1e-7)]):
+        per_seed = [{"seed": s, "compute_to_target": total, "total_units": total * (1 + 1e-9 * s), "censored": 1} for s in range(4)]
+        study.add_trial(create_trial(params={"replay.ratio": 1 + i, "x": 1 + i, "lr": lr}, distributions=SPACE, value=total,
+                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+    rows = compare.comparison(study)
+    assert rows[1].verdict == compare.NOTHING_MEASURED
+    text = "\n".join(summary.summary_lines(study))
+    assert "resolved" not in text and compare.NOTHING_MEASURED in text
+    # one seed that did reach the target on one side: a bound, with its verdict
+    arm, base = compare.arms(study)[1], compare.arms(study)[0]
+    arm.per_seed[0] = {**arm.per_seed[0], "compute_to_target": 40.0, "censored": 0}
+    verdict = compare.paired_verdict(arm, base, compare.stats.paired_ratio(arm.values(), base.values()))
+    assert verdict != compare.NOTHING_MEASURED and verdict.endswith("7 censored seed(s): a bound")

@@ -51,8 +51,12 @@ class Arm:
         return out
 
     def censored(self, estimator: str | None = None) -> int:
+        return len(self.censored_seeds(estimator))
+
+    def censored_seeds(self, estimator: str | None = None) -> set[int]:
+        """The seeds that never reached the target (their value is the run's total compute)."""
         flag = f"censored_{estimator}" if estimator else "censored"
-        return int(sum(bool(v.get(flag)) for v in self.per_seed))
+        return {int(v["seed"]) for v in self.per_seed if v.get(flag)}
 
     @property
     def seeds(self) -> list[int]:
@@ -112,13 +116,24 @@ def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
         est = stats.geometric_interval(list(values.values()))
         base = None if a.baseline else baseline_for(a, all_arms)
         ratio = stats.paired_ratio(values, base.values(estimator)) if base is not None else None
-        cens = a.censored(estimator) + (base.censored(estimator) if base is not None else 0)
-        if ratio is None:
-            verdict = "baseline"
-        else:
-            verdict = stats.verdict(ratio, brief=True) + (f", {cens} censored seed(s): a bound" if cens else "")
+        verdict = "baseline" if ratio is None else paired_verdict(a, base, ratio, estimator, brief=True)
         rows.append(Row(a, est, ratio, a.censored(estimator), verdict))
     return rows
+
+
+NOTHING_MEASURED = "no verdict: every seed censored on both sides (neither reached the target)"
+
+
+def paired_verdict(arm: Arm, other: Arm, ratio: stats.Interval, estimator: str | None = None, brief: bool = False) -> str:
+    """`ratio` (arm over other, paired by seed) in words, as far as censoring allows. A seed censored on both sides
+    measured nothing: its ratio is that of the two runs' total compute, which differ by float rounding, and a
+    verdict drawn from such seeds alone is noise. Where every shared seed is, there is no verdict; where some seeds
+    are censored, the ratio is a bound."""
+    shared = set(arm.seeds) & set(other.seeds)
+    if shared and shared <= (arm.censored_seeds(estimator) & other.censored_seeds(estimator)):
+        return NOTHING_MEASURED
+    cens = arm.censored(estimator) + other.censored(estimator)
+    return stats.verdict(ratio, brief=brief) + (f", {cens} censored seed(s): a bound" if cens else "")
 
 
 def leader(rows: list[Row]) -> Row | None:
@@ -163,10 +178,10 @@ def matched_lr_lines(rows: list[Row], lead: Row, estimator: str | None = None) -
     same = ops.get(float(lead.arm.knobs["lr"]))
     if same is not None and same.number != lead.arm.number:
         iv = stats.paired_ratio(mine, same.values(estimator))
-        out.append(f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {stats.verdict(iv)}")
+        out.append(f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {paired_verdict(lead.arm, same, iv, estimator)}")
     if best.number != lead.arm.number:
         iv = stats.paired_ratio(mine, best.values(estimator))
-        out.append(f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {stats.verdict(iv)}")
+        out.append(f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {paired_verdict(lead.arm, best, iv, estimator)}")
     return out
 
 
