@@ -137,3 +137,12 @@ def test_the_indexes_list_every_study_and_report():
         index = (ROOT / folder / "README.md").read_text()
         listed = {t.split("/")[0] for t in link_targets(index)}
         assert {p.name for p in (ROOT / folder).iterdir() if p.is_dir() and p.name != "archive"} <= listed, folder
+
+
+def test_the_readme_reads_in_five_minutes_and_defines_the_knobs_it_names():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    table = text.split("## The concepts, defined once", 1)[1].split("\n\n", 2)[1]
+    for symbol in ("B", "N", "x", "H", "y", "mu"):  # the knobs and quantities every later section uses
+        assert re.search(rf"^\| {re.escape(symbol)} \|", table, re.MULTILINE), symbol
+    assert "Compute units" in text and "Two held-out curves" in text
