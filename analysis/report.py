@@ -203,6 +203,7 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
         with phases.phase("skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"):
             noise["skill_or_sharpness"] = skill_or_sharpness(data.curves, data.entropy, data.runs, data.metric, data.estimator,
                                                              noise["by_reading"])
+            noise["skill_or_sharpness_tuned"] = _sharpness_against_tuned(data)
         with phases.phase(f"the paper's laws ({laws.N_BOOT} bootstrap draws over seeds)"):
             verdicts = _laws(data, block["models"])
         result = {
@@ -235,6 +236,26 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
                 for mu in whatif_mu:
                     result["whatif"][f"{mu:g}"], _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed)
     return result, data, fit
+
+
+def _sharpness_against_tuned(data: StudyData) -> dict | None:
+    """Skill or sharpness with on-policy at its best learning rate as the baseline (`tuned_lr`), for the selection
+    arms that are not on-policy; None where on-policy ran at one lr or its best is the baseline itself."""
+    tuned = tuned_lr(data.runs)
+    if tuned is None:
+        return None
+    best = tuned["on_policy_best_trial"]
+    sampler = data.runs["arm"] == "sampler"
+    if data.runs.loc[sampler & data.runs["baseline"].astype(bool), "trial_number"].eq(best).all():
+        return None
+    runs = data.runs.assign(baseline=np.where(sampler, data.runs["trial_number"] == best, data.runs["baseline"].astype(bool)))
+    readings = by_reading(data.curves, runs, data.metric, data.target, data.estimator, data.gain_fraction)
+    result = skill_or_sharpness(data.curves, data.entropy, runs, data.metric, data.estimator, readings)
+    on_policy = {a["trial_number"] for a in tuned["on_policy_by_lr"]}
+    replay = set(data.runs.loc[sampler, "trial_number"].astype(int)) - on_policy
+    result["comparisons"] = [c for c in result["comparisons"] if c["trial_number"] in replay]
+    return {**result, "baseline_trial": int(best), "baseline_lr": float(tuned["on_policy_best_lr"]),
+            "bounded": bool(tuned["on_policy_best_lr_bounded"])}
 
 
 def write_figures(data: StudyData, fit: Fit, result: dict, out: Path) -> dict[str, plots.Figure]:

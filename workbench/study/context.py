@@ -6,6 +6,7 @@ baseline and points enqueued and its MLflow parent run) or loads it to resume.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from workbench import tracking
 from workbench.config import ConfigError, build_config, resolve_tracking_uri
-from workbench.study import attrs
+from workbench.study import attrs, resume
 from workbench.study.spec import StudySpec
 from workbench.study.storage import DEFAULT_GRACE, DEFAULT_HEARTBEAT, default_storage_url, open_storage
+
+log = logging.getLogger(__name__)
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are reported in one line by the objective
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -103,6 +106,14 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
             study.enqueue_trial(spec.baseline_params(), user_attrs={attrs.BASELINE: True})
         for point in spec.points:
             study.enqueue_trial(point, user_attrs={attrs.POINT: True})
+    else:  # resumed: a spec edited since may add points, not change a categorical's choices
+        resume.check(spec, user_attrs[attrs.SPEC])
+        added = resume.new_points(spec, user_attrs[attrs.SPEC])
+        for point in added:
+            study.enqueue_trial(point, user_attrs={attrs.POINT: True})
+        if added:
+            study.set_user_attr(attrs.SPEC, {**user_attrs[attrs.SPEC], "points": [*user_attrs[attrs.SPEC].get("points", []), *added]})
+            log.info(f"study {spec.name}: {len(added)} point(s) added to the spec since it was created, queued")
     if attrs.PARENT_RUN not in user_attrs:
         parent = tracking.RunLogger(
             ctx.tracking_uri,

@@ -36,12 +36,15 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     for key, dim in spec.search_space.items():
         if not dim.active(params):
             continue  # a conditional knob whose condition does not hold (e.g. another strategy's parameter)
-        if dim.choices is not None:
-            params[key] = trial.suggest_categorical(key, dim.choices)
-        elif dim.is_int:
-            params[key] = trial.suggest_int(key, int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
-        else:
-            params[key] = trial.suggest_float(key, dim.low, dim.high, log=dim.log, step=dim.step)
+        try:
+            if dim.choices is not None:
+                params[key] = trial.suggest_categorical(key, dim.choices)
+            elif dim.is_int:
+                params[key] = trial.suggest_int(key, int(dim.low), int(dim.high), log=dim.log, step=int(dim.step or 1))
+            else:
+                params[key] = trial.suggest_float(key, dim.low, dim.high, log=dim.log, step=dim.step)
+        except ValueError as err:  # the storage refusing this knob's distribution: no trial of the spec can run
+            raise ConfigError(f"search_space.{key}: {err}") from None
     return params
 
 
@@ -135,7 +138,13 @@ class StudyObjective:
 
     def __call__(self, trial: optuna.Trial):
         spec = self.ctx.spec
-        params = suggest(trial, spec)
+        try:
+            params = suggest(trial, spec)
+        except ConfigError as err:  # recorded as any trial's ConfigError (failfast stops the study with it)
+            trial.set_user_attr(attrs.FAIL_REASON, tracking.failure_reason(err))
+            trial.set_user_attr(attrs.CONFIG_ERROR, str(err))
+            log.warning(f"trial {trial.number} failed: {tracking.failure_reason(err)}")
+            raise
         is_baseline = bool(trial.user_attrs.get(attrs.BASELINE))
         # Without a reference mu yet (the baseline, or the first trial of a study without one), this trial
         # measures mu itself and its median measured mu becomes the study's reference.

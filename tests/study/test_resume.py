@@ -1,0 +1,58 @@
+"""A spec edited after its study was created (workbench.study.resume): added points run on resume, once; changed
+categorical choices stop before any trial, naming the knob; a storage that refuses a knob's distribution fails the
+trial with that reason, not as a lost worker. Real SQLite Optuna storage and MLflow store in tmp_path."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import yaml
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from workbench.config import ConfigError
+from workbench.study import attrs
+from workbench.study.context import context, create_or_load
+from workbench.study.objective import suggest
+from workbench.study.spec import load_spec
+from support.toy import toy_spec
+
+
+def _edit(path, **fields):
+    spec = yaml.safe_load(path.read_text())
+    spec.update(fields)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return load_spec(path)
+
+
+def _queued(study) -> list[dict]:
+    return [t.system_attrs["fixed_params"] for t in study.get_trials(states=(TrialState.WAITING,))]
+
+
+def test_points_added_to_the_spec_are_queued_once_on_resume(tmp_path):
+    path = toy_spec(tmp_path, points=[{"replay.ratio": 2, "x": 4}])
+    study = create_or_load(context(load_spec(path)))
+    assert len(_queued(study)) == 2  # the baseline and the point
+    spec = _edit(path, points=[{"replay.ratio": 2, "x": 4}, {"replay.ratio": 2, "x": 2}])
+    study = create_or_load(context(spec))
+    assert _queued(study)[-1] == {"replay.ratio": 2, "x": 2} and len(_queued(study)) == 3
+    assert study.user_attrs[attrs.SPEC]["points"][-1] == {"replay.ratio": 2, "x": 2}
+    assert len(_queued(create_or_load(context(spec)))) == 3  # a second resume queues nothing again
+
+
+def test_changed_categorical_choices_stop_the_resume_in_one_line_naming_the_knob(tmp_path):
+    path = toy_spec(tmp_path)
+    create_or_load(context(load_spec(path)))
+    spec = _edit(path, search_space={"replay.ratio": {"choices": [1, 2, 4]}, "x": {"choices": [2, 4]}})
+    with pytest.raises(ConfigError, match=r"^search_space\.replay\.ratio\.choices: \[1, 2, 4\] now, \[1, 2\] when study 'toy' was created"):
+        create_or_load(context(spec))
+    study = optuna.load_study(study_name="toy", storage=context(spec).storage_url)
+    assert len(study.get_trials()) == 1 and study.user_attrs[attrs.SPEC]["search_space"]["replay.ratio"]["choices"] == [1, 2]
+
+
+def test_a_distribution_the_storage_refuses_is_a_config_error_naming_the_knob(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}")
+    study.add_trial(optuna.trial.create_trial(params={"replay.ratio": 1}, distributions={"replay.ratio": CategoricalDistribution([1, 2])}, value=1.0))
+    spec = load_spec(toy_spec(tmp_path, search_space={"replay.ratio": {"choices": [1, 2, 4]}}))
+    with pytest.raises(ConfigError, match=r"^search_space\.replay\.ratio: .*dynamic value space"):
+        suggest(study.ask(), spec)
