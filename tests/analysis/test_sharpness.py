@@ -189,3 +189,19 @@ def test_the_report_reads_skill_or_sharpness_from_a_study(study):
     text = tables(result)
     assert "## Skill or sharpness" in text and "Not logged by these runs: sampled pass@1 at other decoding temperatures" in text
     json.dumps(result, default=float)  # analysis.json holds it
+
+
+def test_the_report_also_reads_skill_or_sharpness_against_on_policy_at_its_best_lr(study):
+    """On-policy at two learning rates: the readings are repeated against the faster one (a saving against the
+    default lr may be the learning rate's), for the replay arms only."""
+    data = study(grid={(1.0, 1.0): 1.0, (4.0, 2.0): 1.1, (2.0, 1.0): 0.8}, metric="demo_prob")
+    fast = data.runs["trial_number"] == 2  # run at y 1: on-policy at twice the lr, learning 1.25x faster
+    data.runs.loc[fast, ["x", "capacity", "lr"]] = [1.0, data.runs["batch_size"].iloc[0], 5e-5]
+    result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
+    tuned = result["skill_or_sharpness_tuned"]
+    assert (tuned["baseline_trial"], tuned["baseline_lr"], tuned["bounded"]) == (2, 5e-5, False)
+    assert [c["trial_number"] for c in tuned["comparisons"]] == [1]
+    assert tuned["comparisons"][0]["study_curve"]["ratio"] > 1.2  # slower than the tuned baseline, ~1.1 / 0.8
+    text = tables(result)
+    assert "Against on-policy at its best learning rate (lr 5e-05, trial 2; at an end of the learning rates tried" in text
+    json.dumps(result, default=float)
