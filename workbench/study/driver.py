@@ -105,6 +105,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         raise
     finally:
         interrupts.restore(signal.SIGTERM, previous)
+    log.info(f"study {ctx.spec.name}: workers done; summarising its trials into the MLflow parent run")
     log_to_parent_run(ctx.tracking_uri, study)
     parent = study.user_attrs.get(attrs.PARENT_RUN)
     if parent:
