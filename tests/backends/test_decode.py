@@ -193,3 +193,5 @@ def test_auto_compiles_the_decode_step_on_the_cpu_only():
     assert decode.on_accelerator(model) is None
     reason = decode.on_accelerator(model.to("meta"))  # any device that is not the CPU
     assert reason is not None and "meta" in reason
+    with pytest.raises(ConfigError, match=r"^generation\.decode: compiled is not available here: .* on meta"):
+        make_sampler(toy_policy()[0].to("meta"), "compiled", Path("/nonexistent"))

@@ -385,6 +385,9 @@ def make_sampler(model, mode: str, cache_dir: Path):
         log.info(f"generation.decode auto: transformers decoding ({reason})")
         return partial(sample, model)
     compiled = mode == "compiled"
+    if compiled and (off_cpu := on_accelerator(model)):
+        raise ConfigError(f"generation.decode: compiled is not available here: {off_cpu} (it crashed CUDA processes"
+                          " with a segmentation fault; use auto or static)")
     if mode == "auto":
         why_not = compile_available() or on_accelerator(model)
         compiled = why_not is None
