@@ -16,8 +16,8 @@ TORCH_PIN := $(shell grep -E '^torch==' requirements-cpu.txt)
 QUIET_PIP := { grep -v "^WARNING: Location" || true; }
 # pip's own lines, cut to what it is doing: one line per package collected, then what was installed
 PIP_PROGRESS := { grep --line-buffered -E '^(Collecting|Processing|Installing collected|Successfully installed|ERROR)' | sed -u -E 's/^Successfully installed (.{0,120}).*/  installed: \1 .../; s/^Installing collected packages: (.{0,100}).*/  installing: \1 .../; s/^Collecting /  collecting /; s/^Processing /  processing /' || true; }
-# `$(call pip_step,COMMAND)`: a pip command with its lines cut as above and a line every 15 s while it is silent
-pip_step = ( n=0; while sleep 1; do n=$$((n + 1)); [ $$((n % 15)) -ne 0 ] || echo "  ... still installing ($$n s)"; done ) & ticker=$$!; trap "kill $$ticker 2>/dev/null" EXIT; $(1) 2>&1 | $(PIP_PROGRESS)
+# `$(call pip_step,COMMAND)`: a pip command with its lines cut as above and a line every 5 s while it runs
+pip_step = ( n=0; while sleep 1; do n=$$((n + 1)); [ $$((n % 5)) -ne 0 ] || echo "  ... still installing ($$n s)"; done ) & ticker=$$!; trap "kill $$ticker 2>/dev/null" EXIT; $(1) 2>&1 | $(PIP_PROGRESS)
 # `$(call install_torch,VENV_BIN)`: the pinned torch into a virtual environment, from TORCH_INDEX when it answers
 define install_torch
 	@if [ -z "$(TORCH_INDEX)" ]; then index=""; echo "  TORCH_INDEX is empty: torch from pip's configured index"; \
