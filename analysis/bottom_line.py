@@ -28,6 +28,12 @@ def settings(result: dict) -> list[Setting]:
     base = next((c for c in configs if c["baseline"]), None)
     shape = lambda c: (c["x"], c["y"], c.get("strategy", "uniform"))  # noqa: E731  on-policy's, at any lr
     replicated = {r["selection"]["trial_number"]: _interval(r["replicated"]) for r in result.get("confirmations", [])}
+    tuned_lr = result.get("tuned_lr") or {}
+    tuned = {}  # trial -> its ratio to on-policy at on-policy's best lr, where that is not the baseline
+    if tuned_lr and base is not None and tuned_lr["on_policy_best_trial"] != base["trial_number"]:
+        tuned = {t["trial_number"]: stats.Interval(t["against_tuned"]["ratio"], t["against_tuned"]["low"],
+                                                   t["against_tuned"]["high"], t["against_tuned"]["seeds"])
+                 for t in tuned_lr.get("tuned", [])}
     out = []
     for c in configs:
         knobs = {"replay.ratio": c["y"], "x": c["x"]}
@@ -41,7 +47,8 @@ def settings(result: dict) -> list[Setting]:
         other_lr = paired and lr_varies and base is not None and "lr" in base and base["lr"] != c.get("lr")
         out.append(Setting(setting_label(knobs, c["trial_number"]), _interval(c, "compute_to_target", "ci_low", "ci_high"),
                            _interval(c) if paired else None, on_policy, censored,
-                           against_other_lr(base["lr"]) if other_lr else "on-policy", replicated.get(c["trial_number"])))
+                           against_other_lr(base["lr"]) if other_lr else "on-policy", replicated.get(c["trial_number"]),
+                           tuned.get(c["trial_number"]) if paired else None, tuned_lr.get("on_policy_best_lr") if paired else None))
     return out
 
 

@@ -67,6 +67,11 @@ class Setting:
     """Whom `ratio` compares it with (`against_same_lr`, `against_other_lr` where lr is searched)."""
     replicated: stats.Interval | None = None
     """The same ratio on fresh seeds (`study confirm`), where it was re-run."""
+    tuned: stats.Interval | None = None
+    """Its compute over on-policy's at on-policy's best learning rate, where the study ran on-policy at several and
+    that one is not whom `ratio` compares it with (both selected on the same seeds)."""
+    tuned_lr: float | None = None
+    """On-policy's best learning rate, the other side of `tuned`."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,15 @@ def _where(s: Setting) -> str:
     against = "" if s.against == "on-policy" else f" against {s.against}"
     bound = " (censored seeds: a bound)" if s.censored else ""
     return f"{s.label}, {ratio_text(s.ratio)}{against}{bound}"
+
+
+def _tuned(s: Setting) -> str:
+    """A saving read again against on-policy at its best learning rate: a claim rests on that comparison."""
+    if s.tuned is None:
+        return ""
+    words = {-1: "the saving holds there", 0: "unresolved there, so the saving may be the learning rate's",
+             1: "more compute there, so the saving is the learning rate's"}
+    return f"; against on-policy at its best lr ({s.tuned_lr:g}), {ratio_text(s.tuned)}: {words[stats.direction(s.tuned)]}"
 
 
 def _replication(s: Setting, saving: bool) -> str:
@@ -146,7 +160,7 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
             steps.append(Step(f"workbench study confirm {ref}", "fresh seeds"))
         if best.replicated is not None and stats.direction(best.replicated) < 0:
             steps.append(Step(f"workbench study verify {ref}", "runs the fitted optimum"))
-        return BottomLine("saving", text + _replication(best, saving=True) + ".", steps)
+        return BottomLine("saving", text + _tuned(best) + _replication(best, saving=True) + ".", steps)
     closest = min(compared, key=lambda s: s.ratio.estimate)
     tail = _replication(closest, saving=False)
     if all(stats.direction(s.ratio) > 0 for s in compared):

@@ -58,3 +58,17 @@ def test_seeds_censored_on_both_sides_give_no_verdict_whatever_their_totals(tmp_
     arm.per_seed[0] = {**arm.per_seed[0], "compute_to_target": 40.0, "censored": 0}
     verdict = compare.paired_verdict(arm, base, compare.stats.paired_ratio(arm.values(), base.values()))
     assert verdict != compare.NOTHING_MEASURED and verdict.endswith("7 censored seed(s): a bound")
+
+
+def test_the_bottom_line_reads_a_saving_again_against_on_policy_at_its_best_lr(tmp_path):
+    # replay at the baseline's lr saves 20% against it, and on-policy at 1e-4 is faster still: the claim rests on
+    # the comparison with on-policy at its best lr, where it costs more.
+    study = _study(tmp_path, {(1, 1, 1e-5): 100.0, (1, 1, 1e-4): 70.0, (2, 2, 1e-5): 80.0})
+    bottom = summary.closing_lines(study)[0]
+    assert "0.80x" in bottom and "resolved, 20% saved" in bottom
+    assert "against on-policy at its best lr (0.0001), 1.14x" in bottom
+    assert "more compute there, so the saving is the learning rate's" in bottom
+    # where the saving is already against on-policy at its best lr, nothing is added
+    (tmp_path / "b").mkdir()
+    lone = _study(tmp_path / "b", {(1, 1, 1e-5): 100.0, (1, 1, 1e-4): 120.0, (2, 2, 1e-5): 80.0})
+    assert "at its best lr" not in summary.closing_lines(lone)[0]

@@ -198,6 +198,9 @@ class Claim:
     """Censored seeds on either side: the ratio is then a bound."""
     replicated: stats.Interval | None
     """The same comparison from `study confirm`'s fresh seeds, where it ran."""
+    tuned: stats.Interval | None = None
+    """Against on-policy at its best learning rate, where that is another run than `against` (`verdicts.Setting`)."""
+    tuned_lr: float | None = None
 
 
 def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
@@ -221,7 +224,13 @@ def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
         elif lr is not None and base is not None and "lr" in base.knobs and float(base.knobs["lr"]) != float(lr):
             against = against_other_lr(float(base.knobs["lr"]))
         rep = next((c.ratio for c in rows if c.arm.kind == "confirm" and c.arm.confirms == r.arm.number and c.ratio), None)
-        out.append(Claim(r, ratio, against, cens, rep))
+        tuned = tuned_lr = None
+        if len(by_lr) > 1:
+            by_number = {row.arm.number: row for row in rows}
+            best = min(by_lr.values(), key=lambda a: by_number[a.number].estimate.estimate)
+            if best is not (same or base):
+                tuned, tuned_lr = stats.paired_ratio(r.arm.values(estimator), best.values(estimator)), float(best.knobs["lr"])
+        out.append(Claim(r, ratio, against, cens, rep, tuned, tuned_lr))
     return out
 
 
@@ -243,7 +252,8 @@ def settings(rows: list[Row], estimator: str | None = None) -> list[Setting]:
         c = claimed.get(r.arm.number)
         out.append(Setting(setting_label(r.arm.knobs, r.arm.number), r.estimate, c.ratio if c else None,
                            r.arm.baseline or r.arm.number in on_policy, c.censored if c else r.censored,
-                           c.against if c else "on-policy", c.replicated if c else None))
+                           c.against if c else "on-policy", c.replicated if c else None,
+                           c.tuned if c else None, c.tuned_lr if c else None))
     return out
 
 
