@@ -470,16 +470,16 @@ def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size
     return out
 
 
-def probe_prediction(horizon: list[dict], draws: list[list[dict]], gamma: float, rho: float, mu: float, group_size: int,
+def probe_prediction(horizon: list[dict], draws: list[list[dict]], group_correlation: float, rho: float, mu: float, group_size: int,
                      batch_size: int) -> dict:
-    """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, gamma,
-    rho) turned into `probe_optimum` at accounting ratio `mu`, with c = gamma·(G - 1), rho clipped to [0, 1], and the
+    """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, the within-group correlation,
+    rho) turned into `probe_optimum` at accounting ratio `mu`, with c = group_correlation·(G - 1), rho clipped to [0, 1], and the
     prediction's stability over the draws (`stability`: the share of draws at the same point, the 95% range of x
     and y over the draws). Refused when the point lies outside that range (on the split task, 96 probe steps put it at
     x 12, y 1 while all 50 draws put it at on-policy: the fresh signal barely above its noise correction)."""
     if not (math.isfinite(rho) and math.isfinite(mu) and mu > 0):
         return {"refused": f"rho ({rho:.3g}) or mu ({mu:.3g}) not measured"}
-    c = max(gamma, 0.0) * (group_size - 1) if math.isfinite(gamma) else 0.0
+    c = max(group_correlation, 0.0) * (group_size - 1) if math.isfinite(group_correlation) else 0.0
     rho = min(max(rho, 0.0), 1.0)
     out = {**probe_optimum(horizon, c, rho, mu, batch_size), "c": c, "rho": rho, "mu": mu}
     points = [(d["x"], round(d["y"], 2)) for d in (probe_optimum(h, c, rho, mu, batch_size) for h in draws) if "x" in d]

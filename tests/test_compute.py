@@ -3,7 +3,7 @@ the analysis all call."""
 
 import pytest
 
-from workbench.compute import ComputeMeter, to_target, units
+from workbench.compute import ComputeMeter, split_compute_ratio, to_target, units
 
 
 def test_an_on_policy_step_costs_one_unit_at_any_mu():
@@ -54,3 +54,20 @@ def test_to_target_is_the_first_evaluation_reaching_it_else_a_penalised_total():
     assert missed.value == pytest.approx(30 * (1 + (0.8 - 0.6) / 0.8))
     closer = to_target([0, 10, 20, 30], [0.1, 0.5, 0.7, 0.4], 0.8)
     assert reached.value < 30 < closer.value < missed.value  # censored runs rank after reached ones, closer misses better
+
+
+# The paper's Tables 1 (Qwen2.5-7B, mu 5.28) and 3 (Qwen3-0.6B, mu 6.84): gamma for each (W, T) split of 8 GPUs.
+TABLE_1 = {(7, 1): 1.29, (6, 2): 0.65, (5, 3): 0.43, (4, 4): 0.32, (2, 6): 0.22, (1, 7): 0.18}
+TABLE_3 = {(7, 1): 1.02, (6, 2): 0.41, (5, 3): 0.34, (4, 4): 0.26, (2, 6): 0.17, (1, 7): 0.15}
+
+
+def test_the_split_compute_ratio_gives_the_papers_tables():
+    for (w, t), gamma in TABLE_1.items():  # its cells read as mu ~5.2 (within 0.005), the stated 5.28 within 0.017
+        assert abs(split_compute_ratio(w, t, 5.28) - gamma) <= 0.017, (w, t)
+        assert abs(split_compute_ratio(w, t, 5.195) - gamma) <= 0.005, (w, t)
+    for (w, t), gamma in TABLE_3.items():
+        if (w, t) == (6, 2):  # a typo in the paper: its own formula and Fig. 4's caption give 4 / 7.84 = 0.51
+            assert round(split_compute_ratio(w, t, 6.84), 2) == 0.51
+            continue
+        assert abs(split_compute_ratio(w, t, 6.84) - gamma) <= 0.006, (w, t)
+    assert split_compute_ratio(5.28, 1, 5.28) == 1.0  # W/T = mu: on-policy's compute per update, no replay

@@ -364,7 +364,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    """One short replay run that measures mu, sigma²(tau), kappa, gamma and rho, and the optimum they predict."""
+    """One short replay run that measures mu, sigma²(tau), kappa, the within-group correlation and rho, and the optimum they predict."""
     from workbench.config import apply_overrides, load_yaml_mapping
 
     if args.lr_sweep and args.target is None:
@@ -392,7 +392,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         return 0
     print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.get('lr_sweep'))}), {res.probes} probes;"
           f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
-    print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; gamma (within group) {res.gamma:.3g} -> c {c:.3g}")
+    print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; within-group gradient correlation {res.group_correlation:.3g} -> c {c:.3g}")
     print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
     if g:
         print(f"  fitted sigma0² {g['sigma0_sq']:.3g}, tau0 {g['tau0']:.3g}, alpha {g['alpha']:.3g};"

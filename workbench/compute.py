@@ -1,4 +1,4 @@
-"""Compute accounting (design §4): the one home of the compute-unit formula and of compute-to-target.
+"""Compute accounting (docs/trial.md, "Compute accounting"): the one home of the compute-unit formula and of compute-to-target.
 
 One compute unit is the cost of one on-policy update at the trial's batch size B: B forward-backward passes plus
 B generations, i.e. B·(1 + mu) in units of one rollout's forward-backward. Training on K_train rollouts and
@@ -22,6 +22,14 @@ def units(train_rollouts: float, gen_rollouts: float, batch_size: float, mu: flo
 
     Works on numbers and on array-likes (pandas columns) alike."""
     return (train_rollouts + mu * gen_rollouts) / (batch_size * (1.0 + mu))
+
+
+def split_compute_ratio(workers: float, trainers: float, mu: float):
+    """The paper's compute ratio gamma of an asynchronous split (Arnal et al. §3.2): (1 + W/T) / (1 + mu), the compute
+    per update of W generators feeding T trainers through a buffer, C(1 + W/T), over on-policy's, C(1 + mu). Below 1
+    a split spends less per update than on-policy (it replays). Not the probe's within-group gradient correlation
+    (`workbench.trial.probe.ProbeResult.group_correlation`)."""
+    return (1.0 + workers / trainers) / (1.0 + mu)
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,8 @@ class PipelineConfig(Section):
     generator_slowdown: float = Field(1.0, ge=1.0)
     """Each generator idles (slowdown - 1) times the seconds its last chunk took after pushing it: a costlier
     generator (a larger mu, e.g. the paper's 5.28) emulated on a CPU, and the slowed generator of the staleness
-    tests. Its idle time is counted apart (`pipeline/gen_slowdown_seconds`), not as generation compute."""
+    tests. That extra time is generation compute: `compute/mu` reads about `slowdown` times the generator's own
+    (`pipeline/mu_busy`), and `pipeline/gen_slowdown_seconds` sums it."""
 
 
 class TrackingConfig(Section):

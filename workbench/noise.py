@@ -11,7 +11,7 @@ read the spread within each group. Torch-free: the probe hands in arrays.
 - `staleness_bias`: kappa(tau) = |mean gradient at tau - mean at age 0| / |mean at age 0|.
 - `fit_noise_growth`: sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) (replay-papers §6.2) by weighted least squares
   on the log, for the models' alpha and tau0.
-- `within_group_correlation`: gamma, the mean correlation of centred gradients of rollouts from one prompt's group.
+- `within_group_correlation`: the mean correlation of centred gradients of rollouts from one prompt's group.
 - `horizon_terms`: per horizon x, what a batch drawn from ages 0..x-1 gives the descent: its mean gradient's
   squared norm, its projection on the fresh gradient, and the mean noise (the staleness bias in the form the
   probe's prediction uses).
@@ -153,7 +153,7 @@ def fit_noise_growth(noise: list[AgeNoise]) -> NoiseGrowth:
 
 
 def within_group_correlation(grads, groups) -> float:
-    """gamma: the mean cosine between the centred gradients of two different rollouts of the same group (the
+    """The within-group correlation: the mean cosine between the centred gradients of two different rollouts of the same group (the
     GRPO group's shared prompt and baseline correlate them); 0 for independent rollouts."""
     grads, groups = np.asarray(grads, float), np.asarray(groups)
     centred = grads - grads.mean(axis=0)

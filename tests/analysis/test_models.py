@@ -211,11 +211,11 @@ def test_a_probe_point_outside_its_own_replicates_is_refused_as_unstable():
     from analysis.models import probe_prediction
 
     biased = _terms(range(1, 17), bias=0.03)
-    steady = probe_prediction(biased, [biased] * 20, gamma=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
+    steady = probe_prediction(biased, [biased] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
     assert "refused" not in steady and steady["stability"]["same_point"] == 1.0
     # the replicates all see a strong bias (on-policy); the point estimate a weak one (a long buffer)
     weak = _terms(range(1, 17), bias=0.01)
     strong = _terms(range(1, 17), bias=0.5)
-    got = probe_prediction(weak, [strong] * 20, gamma=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
+    got = probe_prediction(weak, [strong] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
     assert got["stability"]["x_95"][1] < got["x"]
     assert got["refused"].startswith("unstable") and "outside its own replicates' 95% range" in got["refused"]

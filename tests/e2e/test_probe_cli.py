@@ -33,7 +33,7 @@ def test_probe_cli_measures_logs_and_predicts_or_says_why_not(tmp_path):
     p = out["predicted"]
     assert "refused" in p or (p["x"] >= p["y"] >= 1 and p["capacity"] >= 16)
     run = MlflowClient(uri).get_run(out["run_id"])
-    assert run.info.experiment_id and {"probe/mu", "probe/rho", "probe/gamma"} <= set(run.data.metrics)
+    assert run.info.experiment_id and {"probe/mu", "probe/rho", "probe/group_correlation"} <= set(run.data.metrics)
 
 
 @pytest.mark.slow

@@ -98,6 +98,8 @@ def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, s
         assert {r.age(k) for r in rec.batch} == {k - versions[k]}  # lag at training
         assert rec.metrics["pipeline/lag_push_mean"] == k - versions[k]
     assert result.metrics["final/pipeline_trainer_idle_fraction"] > 0.5  # starved most of the time
+    # the emulated slower generator's cost is generation compute: mu about 15 times the generator's own
+    assert result.metrics["final/mu_measured"] == pytest.approx(15 * result.metrics["final/pipeline_mu_busy"], rel=0.2)
 
 
 def test_a_collective_broken_by_a_peer_that_is_still_exiting_names_the_dead_peer(monkeypatch):

@@ -32,7 +32,7 @@ def test_the_probe_reads_noise_by_age_and_leaves_the_run_as_an_unprobed_one(trac
     ages = [a["age"] for a in res.noise]
     assert len(ages) >= 3 and min(ages) == 0 and max(ages) <= 4
     assert all(a["sigma2"] >= 0 and a["n"] >= 2 for a in res.noise)
-    assert -1.0 <= res.rho <= 1.0 and math.isfinite(res.gamma) and res.mu > 0
+    assert -1.0 <= res.rho <= 1.0 and math.isfinite(res.group_correlation) and res.mu > 0
     assert res.rho_lag == 2  # x/y by default: capacity 32 over B 16, the mean gap between two uses of a rollout
     assert [t["x"] for t in res.horizon][:3] == [1, 2, 3] and all(math.isfinite(t["cross"]) for t in res.horizon)
     # groups resampled: the 50 draws are not all one (two given draws may coincide when few groups carry a gradient)

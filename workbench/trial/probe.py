@@ -14,7 +14,8 @@ these:
 - kappa(tau): the staleness bias, |mean gradient at age tau - at age 0| / |mean at age 0|, and per horizon x the
   terms the prediction needs (`noise.horizon_terms`: the mean gradient over ages 0..x-1, its norm and its
   projection on the fresh one, averaged over probes);
-- gamma: the within-group correlation of centred gradients;
+- group_correlation: the within-group correlation of centred gradients (not the paper's compute ratio gamma,
+  `workbench.compute.split_compute_ratio`);
 - rho: the correlation of a rollout's centred gradient with itself `lag` steps later (how much of a reuse's noise
   is the same noise again: the coupling of Theorem 4.4, 1 when reuse adds nothing new); by default at the mean gap
   between two uses of a rollout in the probe's buffer, x/y steps;
@@ -89,7 +90,7 @@ class ProbeResult:
     horizon_draws: list[list[dict]] = field(default_factory=list)
     """The same from bootstrap resamples of each probe's GRPO groups (a group's rollouts are correlated, so groups,
     not rollouts, are the units), for the prediction's stability."""
-    gamma: float = math.nan
+    group_correlation: float = math.nan
     rho: float = math.nan
     rho_lag: int = 1
 
@@ -208,7 +209,7 @@ def record(res: ProbeResult, uri: str, predicted: dict) -> dict:
     out.pop("horizon_draws")
     out["predicted"] = predicted
     client = tracking.client(uri)
-    for key in ("mu", "gamma", "rho"):
+    for key in ("mu", "group_correlation", "rho"):
         client.log_metric(res.run_id, f"probe/{key}", float(out[key]))
     for key in ("alpha", "tau0", "sigma0_sq"):
         if res.growth:
@@ -271,7 +272,7 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
     if not hook.samples:
         raise ValueError(f"steps: the probe needs more than {start} steps to see every age of its buffer (got {cfg.budget.steps})")
     t0 = time.monotonic()
-    log.info(f"probe: reading sigma²(tau), kappa, gamma, rho and {draws} bootstrap resamples of the horizon terms from"
+    log.info(f"probe: reading sigma²(tau), kappa, the within-group correlation, rho and {draws} bootstrap resamples of the horizon terms from"
              f" {len(hook.samples)} probes")
     pooled, kappa, terms = _pooled(hook.samples)
     try:
@@ -279,16 +280,16 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
     except ValueError as err:
         log.warning(f"probe: no noise-growth fit ({err})")
         growth = None
-    gamma = float(np.nanmean([noise.within_group_correlation(g, groups) for g, _, groups in hook.samples]))
+    group_correlation = float(np.nanmean([noise.within_group_correlation(g, groups) for g, _, groups in hook.samples]))
     m = result.metrics
     out = ProbeResult(
         run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=_staleness(cfg),
         y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
         probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
         growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, seeds.probe_bootstrap(cfg.seed)),
-        gamma=gamma,
+        group_correlation=group_correlation,
         rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
     )
     log.info(f"probe: read in {time.monotonic() - t0:.1f} s: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f},"
-             f" gamma {gamma:.3f}, mu {out.mu:.3f}")
+             f" within-group correlation {group_correlation:.3f}, mu {out.mu:.3f}")
     return out, result

@@ -34,7 +34,7 @@ class Probed:
     config: TrialConfig
     """The probe trial's config (`probe_config`)."""
     measured: ProbeResult
-    """What the run measured (mu, sigma²(tau), kappa, gamma, rho, the horizon terms and their bootstrap draws)."""
+    """What the run measured (mu, sigma²(tau), kappa, the within-group correlation, rho, the horizon terms and their bootstrap draws)."""
     run_id: str
     """The probe trial's MLflow run."""
     predicted: dict[str, Any]
@@ -117,7 +117,7 @@ def probe(overrides: dict[str, Any], *, x: float, ratio: float, steps: int, ever
     compute units) sets the prediction's learning rate and compute."""
     cfg = probe_config(overrides, x=x, ratio=ratio, steps=steps)
     res, result = run_probe(cfg, every=every, lag=lag, sketch=sketch, show_progress=show_progress)
-    predicted = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    predicted = probe_prediction(res.horizon, res.horizon_draws, res.group_correlation, res.rho, res.mu, cfg.group_size, cfg.batch_size)
     sweep = None
     if sweep_target is not None:
         log.info(f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {sweep_units:g}"

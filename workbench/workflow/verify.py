@@ -169,7 +169,7 @@ def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int
     cfg = probe_config(base, steps=steps)
     res, run_result = run_probe(cfg, show_progress=False)
     mu = float(study.user_attrs[attrs.REFERENCE_MU])
-    o = probe_prediction(res.horizon, res.horizon_draws, res.gamma, res.rho, mu, cfg.group_size, cfg.batch_size)
+    o = probe_prediction(res.horizon, res.horizon_draws, res.group_correlation, res.rho, mu, cfg.group_size, cfg.batch_size)
     sweeping = sweep if sweep is not None else "lr" in ctx.spec.search_space
     study_cfg = ctx.spec.trial_config({}, 0)
     budget = study_cfg.budget.compute_units or DEFAULT_SWEEP_UNITS

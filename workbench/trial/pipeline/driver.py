@@ -74,6 +74,8 @@ class _Account:
         }
         if meter.gen_rollouts:
             out["pipeline/mu_d4"] = (meter.train_rollouts / T) / (meter.gen_rollouts / W)
+            if meter.train_rollouts and meter.seconds["train"] > 0:  # the generators' own mu, without the emulation
+                out["pipeline/mu_busy"] = (v["busy_s"] / meter.gen_rollouts) / (meter.seconds["train"] / meter.train_rollouts)
         return out
 
 
@@ -172,7 +174,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 account.publish_s += time.perf_counter() - t0
                 account.add(report)
                 v = report.values
-                meter.seconds["gen"] += v["busy_s"]
+                meter.seconds["gen"] += v["busy_s"] + v["slowdown_s"]  # an emulated slower generator's cost included
                 meter.gen_tokens += int(v["gen_tokens"])
                 meter.prefill_tokens += int(v["prefill_tokens"])
                 meter.train_tokens += int(v["train_tokens"])

@@ -53,7 +53,8 @@ class Chunk:
     paused_s: float = 0.0
     """Paused while the trainer evaluated."""
     slowdown_s: float = 0.0
-    """Idled by `pipeline.generator_slowdown`."""
+    """The emulated slower generator's extra cost of this chunk, (`pipeline.generator_slowdown` - 1) times `busy_s`:
+    generation compute (the generator idles that long after pushing the chunk)."""
 
 
 def process_threads(cfg: TrialConfig) -> int:
@@ -104,7 +105,8 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
         sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed, worker))
         groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
         uid = worker << 40  # uids (and group ids, uid // G) distinct across generators
-        sync_s = blocked_s = paused_s = slowdown_s = 0.0
+        sync_s = blocked_s = paused_s = 0.0
+        extra = cfg.pipeline.generator_slowdown - 1.0  # an emulated slower generator's cost, per second of sampling
         chunks = 0
         while not stop.is_set() and os.getppid() == parent:
             if pause.is_set():
@@ -132,7 +134,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                     chunk.generated_tokens, chunk.prefill_tokens, chunk.entropy_sum = (
                         samples.generated_tokens, samples.prefill_tokens, samples.entropy_sum)
                     chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
-                        busy_s, sync_s, blocked_s, paused_s, slowdown_s)
+                        busy_s, sync_s, blocked_s, paused_s, extra * busy_s)
                 while not stop.is_set():
                     t1 = time.perf_counter()
                     try:
@@ -146,12 +148,10 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                             paused_after += time.perf_counter() - t1
                         else:
                             waited += time.perf_counter() - t1
-            sync_s, slowdown_s = 0.0, 0.0
+            sync_s = 0.0
             blocked_s, paused_s = waited, paused_after  # reported with the next chunk
-            if cfg.pipeline.generator_slowdown > 1.0:
-                t1 = time.perf_counter()
-                stop.wait((cfg.pipeline.generator_slowdown - 1.0) * busy_s)
-                slowdown_s = time.perf_counter() - t1
+            if extra > 0:  # the emulated generator's extra time, spent idle (its cost went with the chunk)
+                stop.wait(extra * busy_s)
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which ends the trial with it
         try:
             inboxes[0].put(("error", f"generator {worker}", f"{type(e).__name__}: {e}".splitlines()[0]), timeout=1.0)
