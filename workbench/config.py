@@ -388,6 +388,10 @@ class PipelineConfig(Section):
     generator (a larger mu, e.g. the paper's 5.28) emulated on a CPU, and the slowed generator of the staleness
     tests. That extra time is generation compute: `compute/mu` reads about `slowdown` times the generator's own
     (`pipeline/mu_busy`), and `pipeline/gen_slowdown_seconds` sums it."""
+    stall_timeout_s: float | None = Field(600.0, gt=0)
+    """A generator that delivers no rollouts for this many seconds (evaluations excluded) ends the trial with one
+    line naming it (async): a hung generator is alive, so its exit code never tells, and a buffer would go on
+    replaying what it holds. `null`: wait forever."""
 
 
 class TrackingConfig(Section):

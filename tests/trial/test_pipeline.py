@@ -147,6 +147,23 @@ def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["queue", "uniform"])
+def test_a_hung_generator_ends_the_trial_within_its_stall_timeout(tracking_uri, strategy):
+    """A generator alive but silent (here: after its first chunk it idles 10,000 times its sampling time): the
+    queue arm would wait for it forever and the buffer arm replay a frozen buffer. The trial ends with one line
+    naming it, within the timeout and a step."""
+    replay = {"strategy": "queue", "capacity": 16} if strategy == "queue" else {"strategy": "uniform", "capacity": 32}
+    cfg = async_cfg(tracking_uri, replay=replay, budget={"steps": 100000}, eval={**TOY["eval"], "every": 100000},
+                    generation={"decode": "static"}, pipeline={"generator_slowdown": 10000, "stall_timeout_s": 3})
+    arrived = {}
+    t0 = time.monotonic()
+    with pytest.raises(PipelineError, match=r"^pipeline: generator 0 \(pid \d+\) delivered no rollouts for 3 s \(hung"):
+        run_trial(cfg, observer=lambda rec: arrived.setdefault("at", time.monotonic()))
+    assert time.monotonic() - arrived["at"] < 3 + 10  # the first step trained on its chunk, then at most the timeout
+    assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.slow
 def test_a_trainer_exception_stops_the_generators_and_fails_the_run(tracking_uri):
     def fail(rec):
         if rec.step == 1:
@@ -272,3 +289,28 @@ def test_a_peer_killed_while_holding_the_weights_lock_is_reported_not_waited_for
     with pytest.raises(PipelineError, match="died"):
         weights.publish(torch.nn.Linear(2, 2), 1, check)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_generator_has_a_startup_grace_before_its_first_chunk_and_the_timeout_after(monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench.trial.pipeline import driver
+
+    now = [0.0]
+    monkeypatch.setattr(driver.time, "monotonic", lambda: now[0])
+    arrivals = driver._Arrivals(SimpleNamespace(pids=[11, 12]), 3.0)
+    arrivals.start(2)
+    now[0] = 100.0
+    arrivals.check()  # neither has delivered yet: loading a model may take minutes
+    arrivals.arrived(SimpleNamespace(worker=0), [])
+    now[0] = 102.0
+    arrivals.check()
+    now[0] = 104.0
+    with pytest.raises(PipelineError, match=r"generator 0 \(pid 11\) delivered no rollouts for 3 s"):
+        arrivals.check()
+    arrivals.resume()  # an evaluation paused them: the waits start again
+    arrivals.check()
+    now[0] = 104.0 + driver.STARTUP_GRACE_S + 1
+    arrivals.arrived(SimpleNamespace(worker=0), [])
+    with pytest.raises(PipelineError, match=rf"generator 1 \(pid 12\) delivered no rollouts for {driver.STARTUP_GRACE_S:g} s"):
+        arrivals.check()

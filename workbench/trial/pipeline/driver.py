@@ -79,6 +79,44 @@ class _Account:
         return out
 
 
+STARTUP_GRACE_S = 600.0
+"""The least a generator is given for its first chunk (loading a model, starting an engine), whatever the timeout."""
+
+
+class _Arrivals:
+    """When each generator last delivered a chunk: one that delivers none for `pipeline.stall_timeout_s` (the time
+    spent in evaluations excluded; before its first chunk, at least `STARTUP_GRACE_S`) ends the trial. A hung
+    generator is alive, so `Processes.check` never sees it, a queue arm would wait for it forever, and a buffer arm
+    would go on replaying a frozen buffer."""
+
+    def __init__(self, generators: Processes, timeout: float | None):
+        self.generators, self.timeout = generators, timeout
+        self.since: list[float] = []
+        """Per generator: its last chunk's arrival, or when the wait for its first began."""
+        self.delivered: list[bool] = []
+
+    def start(self, workers: int) -> None:
+        self.since, self.delivered = [time.monotonic()] * workers, [False] * workers
+
+    def arrived(self, chunk, rollouts) -> None:
+        if self.since:
+            self.since[chunk.worker], self.delivered[chunk.worker] = time.monotonic(), True
+
+    def resume(self) -> None:
+        """After an evaluation (generators paused): every generator's wait starts again."""
+        self.since = [time.monotonic()] * len(self.since)
+
+    def check(self) -> None:
+        if self.timeout is None:
+            return
+        now = time.monotonic()
+        for w, (t, delivered) in enumerate(zip(self.since, self.delivered)):
+            limit = self.timeout if delivered else max(self.timeout, STARTUP_GRACE_S)
+            if now - t > limit:
+                raise PipelineError(f"pipeline: generator {w} (pid {self.generators.pids[w]}) delivered no rollouts for"
+                                    f" {limit:g} s (hung, or blocked on a full queue; pipeline.stall_timeout_s)")
+
+
 DEATH_GRACE_S = 5.0  # a dead peer's socket closes before the kernel reports its exit: how long to wait for the exit
 
 
@@ -141,11 +179,14 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                       **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {})})
         log.info(f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)")
 
+        arrivals = _Arrivals(generators, cfg.pipeline.stall_timeout_s)
+
         def check() -> None:
             generators.check()
             trainers.check()
+            arrivals.check()
 
-        shard = Shard(inboxes[0], strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check)
+        shard = Shard(inboxes[0], strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived)
         gate = average_gradients(T) if T > 1 else strategy.gate
 
         def evaluate(step: int, last: bool = False) -> None:
@@ -155,11 +196,13 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 evaluations(step, last)
             finally:
                 pause.clear()
+                arrivals.resume()
                 if clock.start is not None:
                     clock.excluded += time.perf_counter() - t0
 
         with progress.bar_safe_logging(show_progress), bar:
             evaluate(0)
+            arrivals.start(W)
             clock.start = time.perf_counter()
             step = 0
             while _collective(check, go, budget_left(cfg, step, meter), T):
