@@ -62,6 +62,10 @@ def test_async_queue_trains_each_rollout_once_freshest_first_and_accounts_the_pi
     assert m["final/pipeline_device_seconds"] == pytest.approx(2 * m["final/pipeline_wall_seconds"])
     assert 0 <= m["final/pipeline_trainer_idle_fraction"] < 1 and 0 <= m["final/pipeline_generator_idle_fraction"] < 1
     assert m["final/gen_seconds"] > 0 and m["final/train_seconds"] > 0 and m["final/mu_measured"] > 0
+    # the clock starts with the first rollouts: the generator's start-up (a process, its imports, the model) apart
+    assert m["final/pipeline_startup_seconds"] > 0.5
+    assert m["final/pipeline_wall_seconds"] + m["final/pipeline_startup_seconds"] + m["final/eval_seconds"] <= m["final/wall_seconds"]
+    assert m["final/pipeline_wall_seconds"] < m["final/wall_seconds"] - m["final/pipeline_startup_seconds"] - m["final/eval_seconds"] + 5
     client = MlflowClient(tracking_uri)
     assert client.get_run(result.run_id).info.status == "FINISHED"
     assert not any(alive(p) for p in generator_pids(client, result.run_id))

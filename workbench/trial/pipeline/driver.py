@@ -31,10 +31,21 @@ log = logging.getLogger(__name__)
 
 
 class _Clock:
-    """The pipeline's wall seconds since it started, evaluations excluded (generators are paused during them)."""
+    """The pipeline's wall seconds since the first rollouts reached the trainer (training cannot start before), the
+    evaluations excluded (generators are paused during them). The generators' start-up before that (loading the
+    model; with several generators, the others' start-up overlaps training and is counted) is `startup`."""
 
     def __init__(self):
         self.start: float | None = None
+        self.excluded = 0.0
+        self.launched = time.perf_counter()
+        self.startup = 0.0
+        """Seconds from the generators' launch to the first rollouts' arrival, evaluations excluded."""
+
+    def begin(self) -> None:
+        """Start the clock (the first rollouts are in); what passed before, evaluations excluded, is `startup`."""
+        self.start = time.perf_counter()
+        self.startup = self.start - self.launched - self.excluded
         self.excluded = 0.0
 
     def __call__(self) -> float:
@@ -54,11 +65,12 @@ class _Account:
         self.totals.lag_push += step.lag_push
         self.totals.age += step.age
 
-    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float) -> dict[str, float]:
+    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float, startup: float = 0.0) -> dict[str, float]:
         """`pipeline/*`: idle fractions, weight traffic, emergent replay ratio, mu by App. D.4, device-seconds."""
         v, wall = self.totals.values, max(wall, 1e-9)
         out = {
             "pipeline/wall_seconds": wall,
+            "pipeline/startup_seconds": startup,
             "pipeline/device_seconds": (W + T) * wall,
             "pipeline/trainer_idle_fraction": v["wait_s"] / (T * wall),
             "pipeline/generator_idle_fraction": v["blocked_s"] / (W * wall),
@@ -197,13 +209,13 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             finally:
                 pause.clear()
                 arrivals.resume()
-                if clock.start is not None:
-                    clock.excluded += time.perf_counter() - t0
+                clock.excluded += time.perf_counter() - t0
 
         with progress.bar_safe_logging(show_progress), bar:
             evaluate(0)
             arrivals.start(W)
-            clock.start = time.perf_counter()
+            shard.first_chunk()  # the generators' start-up, off the clock
+            clock.begin()
             step = 0
             while _collective(check, go, budget_left(cfg, step, meter), T):
                 mine = StepReport()
@@ -231,7 +243,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 trained = report.age.sum()
                 metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
                                 "replay/fresh": v["fresh"], "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
-                                **strategy.metrics(), **account.metrics(meter, W, T, clock())})
+                                **strategy.metrics(), **account.metrics(meter, W, T, clock(), clock.startup)})
                 if v["fresh"]:
                     metrics.update({
                         "train/reward_mean": v["reward_sum"] / v["fresh"],
@@ -262,7 +274,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     final["final/eval_seconds"] = evaluations.seconds
-    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall).items()})
+    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup).items()})
     run.log_metrics(final, step)
     run.log_text(json.dumps({"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}),
                  tracking.AGES_ARTIFACT)

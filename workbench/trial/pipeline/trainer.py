@@ -95,6 +95,17 @@ class Shard:
         self.inbox, self.strategy, self.rng, self.check = inbox, strategy, rng, check
         self.on_arrival = on_arrival
         """Called with each chunk and its rollouts as they arrive (rank 0's running account)."""
+        self.early: list[Chunk] = []
+        """Chunks taken before the first batch (`first_chunk`), received with it."""
+
+    def first_chunk(self) -> None:
+        """Wait for the first chunk (the generators' start-up: a process, its imports, the model), keeping it for the
+        first batch, so that the pipeline's clock can start when there is something to train on."""
+        while not self.early:
+            self.check()
+            chunk = self._get(POLL_S)
+            if chunk is not None:
+                self.early.append(chunk)
 
     def _get(self, timeout: float | None):
         try:
@@ -117,6 +128,9 @@ class Shard:
                 self.on_arrival(chunk, rollouts)
             pending.extend(rollouts)
 
+        for chunk in self.early:
+            receive(chunk)
+        self.early = []
         while True:
             self.check()
             room = self.strategy.room()
