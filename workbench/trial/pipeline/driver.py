@@ -178,6 +178,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     stop, pause = CONTEXT.Event(), CONTEXT.Event()
     generators, trainers = Processes("generator"), Processes("trainer")
     grouped = False
+    shard: Shard | None = None
     try:
         for w in range(W):
             generators.start(generator_main, (cfg, w, weights, inboxes, stop, pause, os.getpid()), f"workbench-generator-{w}")
@@ -263,6 +264,8 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     finally:
         stop.set()
         pause.clear()
+        if shard is not None:
+            shard.close()
         generators.end(drain=inboxes)
         trainers.end(drain=inboxes)
         for q in inboxes:

@@ -6,10 +6,12 @@ trainer keeps N/T and samples only its own shard (App. D.4)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import queue as queue_errors
 import signal
 import socket
+import threading
 import time
 from contextlib import nullcontext
 from datetime import timedelta
@@ -89,7 +91,12 @@ class StepReport:
 
 class Shard:
     """One trainer's inbox and the strategy holding its rollouts: `next_batch` takes what arrived (as far as the
-    strategy has room), draws, and waits for more while it cannot."""
+    strategy has room), draws, and waits for more while it cannot.
+
+    A strategy that takes any number of rollouts (a buffer: `room()` is None) has its inbox emptied by a thread as
+    chunks arrive, also while the trainer trains, so its generators never wait on the bounded transfer queue: the
+    paper's workers append to the buffer directly. A strategy with a bounded room (the queue) leaves chunks in the
+    transfer queue, so its generators wait when it is full, as the paper's do on a full LIFO queue."""
 
     def __init__(self, inbox, strategy, rng: np.random.Generator, check, on_arrival=None):
         self.inbox, self.strategy, self.rng, self.check = inbox, strategy, rng, check
@@ -97,6 +104,36 @@ class Shard:
         """Called with each chunk and its rollouts as they arrive (rank 0's running account)."""
         self.early: list[Chunk] = []
         """Chunks taken before the first batch (`first_chunk`), received with it."""
+        self.drained: collections.deque = collections.deque()
+        """Messages the draining thread took from the inbox, oldest first (buffer strategies)."""
+        self.arrived = threading.Condition()
+        self.draining: threading.Thread | None = None
+        self.closing = threading.Event()
+
+    def close(self) -> None:
+        """Stop the draining thread (it exits within `POLL_S`): a thread left in `get` at the interpreter's exit aborts
+        the process."""
+        if self.draining is not None:
+            self.closing.set()
+            self.draining.join()
+            self.draining = None
+
+    def _drain(self) -> None:
+        while not self.closing.is_set():
+            try:
+                msg = self.inbox.get(timeout=POLL_S)
+            except queue_errors.Empty:
+                continue
+            except (OSError, EOFError, ValueError):  # the queue closed: the trial is over
+                return
+            with self.arrived:
+                self.drained.append(msg)
+                self.arrived.notify()
+
+    def _start_draining(self) -> None:
+        if self.draining is None and self.strategy.room() is None:
+            self.draining = threading.Thread(target=self._drain, name="workbench-inbox", daemon=True)
+            self.draining.start()
 
     def first_chunk(self) -> None:
         """Wait for the first chunk (the generators' start-up: a process, its imports, the model), keeping it for the
@@ -108,10 +145,18 @@ class Shard:
                 self.early.append(chunk)
 
     def _get(self, timeout: float | None):
-        try:
-            msg = self.inbox.get(timeout=timeout) if timeout is not None else self.inbox.get_nowait()
-        except queue_errors.Empty:
-            return None
+        if self.draining is not None:
+            with self.arrived:
+                if not self.drained and timeout is not None:
+                    self.arrived.wait(timeout)
+                msg = self.drained.popleft() if self.drained else None
+            if msg is None:
+                return None
+        else:
+            try:
+                msg = self.inbox.get(timeout=timeout) if timeout is not None else self.inbox.get_nowait()
+            except queue_errors.Empty:
+                return None
         if msg[0] == "error":
             raise PipelineError(f"pipeline: {msg[1]} failed: {msg[2]}")
         return msg[1]
@@ -131,6 +176,7 @@ class Shard:
         for chunk in self.early:
             receive(chunk)
         self.early = []
+        self._start_draining()
         while True:
             self.check()
             room = self.strategy.room()
@@ -196,6 +242,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
     world = cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
     join_group(rank, world, port)
+    shard: Shard | None = None
     try:
         cfg = place(cfg, "trainer", rank)
         task = load_task(cfg.task)
@@ -221,6 +268,8 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
             report.summed(world)
             step += 1
     finally:
+        if shard is not None:
+            shard.close()
         inbox.cancel_join_thread()
         dist.destroy_process_group()
 
