@@ -95,3 +95,14 @@ def test_seeds_per_checkpoint_refuses_a_fixed_model(tmp_path):
     base = {**{k: v for k, v in TOY.items() if k != "threads"}, "model": {"path": str(model_dir)}}
     with pytest.raises(ConfigError, match="seeds_per_checkpoint: varies the embedded model"):
         load_spec(toy_spec(tmp_path, base=base, seeds_per_checkpoint=2))
+
+
+def test_an_asynchronous_studys_on_policy_baseline_is_the_queue(tmp_path):
+    """Asynchronously a uniform buffer of B rollouts replays at whatever ratio the split gives: on-policy there is the
+    queue (each rollout trained once), so that is the baseline the study enqueues and pairs every arm with."""
+    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "pipeline": {"mode": "async"}}
+    space = {"replay.strategy": {"choices": ["queue", "uniform"]}, "replay.capacity": {"choices": [16, 64]}}
+    spec = load_spec(toy_spec(tmp_path, base=base, search_space=space))
+    assert spec.baseline_params() == {"replay.strategy": "queue", "replay.capacity": TOY["batch_size"]}
+    sync = load_spec(toy_spec(tmp_path, search_space=space))
+    assert sync.baseline_params()["replay.strategy"] == "uniform"

@@ -84,13 +84,15 @@ def test_async_uniform_buffer_reuses_rollouts_and_two_generators_never_share_a_u
     assert result.metrics["final/pipeline_mu_d4"] == pytest.approx(2 * len(trained) / len(arrived))  # (K_train/1)/(K_gen/2)
 
 
-@pytest.mark.parametrize("sync_every, versions", [(1, [0, 1, 2, 3, 4, 5]), (2, [0, 0, 2, 2, 4, 4])])
+@pytest.mark.parametrize("sync_every, versions", [(1, [0, 0, 1, 2, 3, 4]), (2, [0, 0, 0, 2, 2, 4])])
 @pytest.mark.slow
 def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, sync_every, versions):
-    """A generator far slower than the trainer (it idles 15 times its sampling time after each chunk of one batch):
-    the trainer is starved at every step and trains chunk k at step k. The generator pulls the weights when they are
-    `sync_every` versions ahead, so chunk k is sampled by version `versions[k]`, pushed when the trainer has published
-    version k (lag at generation k - versions[k]) and trained at step k (the same lag at training)."""
+    """A generator far slower than the trainer (each chunk of one batch takes it 15 times its sampling time: it holds
+    the chunk 14 times that before pushing it): the trainer is starved at every step and trains chunk k at step k. The
+    generator starts chunk k + 1 as soon as it pushed chunk k, before step k is published, and pulls the weights when
+    they are `sync_every` versions ahead: so chunk k is sampled by version `versions[k]` (one step behind, as a real
+    slow generator's in flight), pushed when the trainer has published version k (lag at generation k - versions[k])
+    and trained at step k (the same lag at training)."""
     records = []
     cfg = async_cfg(tracking_uri, replay={"strategy": "queue", "capacity": 16}, budget={"steps": 6},
                     generation={"decode": "static", "sync_every": sync_every}, pipeline={"generator_slowdown": 15})
@@ -167,18 +169,26 @@ def test_a_buffer_arms_generators_never_wait_on_the_transfer_queue(tracking_uri)
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["queue", "uniform"])
 def test_a_hung_generator_ends_the_trial_within_its_stall_timeout(tracking_uri, strategy):
-    """A generator alive but silent (here: after its first chunk it idles 10,000 times its sampling time): the
-    queue arm would wait for it forever and the buffer arm replay a frozen buffer. The trial ends with one line
-    naming it, within the timeout and a step."""
+    """A generator alive but silent (here: stopped with SIGSTOP after the first step): the queue arm would wait for
+    it forever and the buffer arm replay a frozen buffer. The trial ends with one line naming it, within the timeout
+    and a step, and the stopped process does not survive it."""
     replay = {"strategy": "queue", "capacity": 16} if strategy == "queue" else {"strategy": "uniform", "capacity": 32}
     cfg = async_cfg(tracking_uri, replay=replay, budget={"steps": 100000}, eval={**TOY["eval"], "every": 100000},
-                    generation={"decode": "static"}, pipeline={"generator_slowdown": 10000, "stall_timeout_s": 3})
-    arrived = {}
+                    generation={"decode": "static"}, pipeline={"stall_timeout_s": 3})
+    hung = {}
+
+    def hang(rec):
+        if not hung:
+            child = next(p for p in multiprocessing.active_children() if p.name == "workbench-generator-0")
+            os.kill(child.pid, signal.SIGSTOP)
+            hung["pid"], hung["at"] = child.pid, time.monotonic()
+
     t0 = time.monotonic()
     with pytest.raises(PipelineError, match=r"^pipeline: generator 0 \(pid \d+\) delivered no rollouts for 3 s \(hung"):
-        run_trial(cfg, observer=lambda rec: arrived.setdefault("at", time.monotonic()))
-    assert time.monotonic() - arrived["at"] < 3 + 10  # the first step trained on its chunk, then at most the timeout
+        run_trial(cfg, observer=hang)
+    assert time.monotonic() - hung["at"] < 3 + 10  # at most the timeout, a step and the ending
     assert time.monotonic() - t0 < 120
+    assert not alive(hung["pid"])
 
 
 @pytest.mark.slow

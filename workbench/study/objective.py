@@ -60,7 +60,7 @@ def seed_values(result: TrialResult, target: float, mu: float, batch_size: int, 
     reading = readings(evals, metric)
     best = max(accuracy)
     curve = curve_summary(spent, reading, target, budget)
-    wall = to_target([e["seconds"] for e in evals], reading, target)
+    wall = to_target([e.get("wall_seconds", e["seconds"]) for e in evals], reading, target)  # older runs: "seconds"
     return {
         "best_accuracy": best,
         "final_accuracy": accuracy[-1],

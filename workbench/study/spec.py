@@ -263,7 +263,8 @@ class StudySpec(BaseModel):
         return build_config(data)
 
     def baseline_params(self) -> dict[str, Any]:
-        """The on-policy configuration expressed in this space's knobs (ratio 1, capacity B, no horizon)."""
+        """The on-policy configuration expressed in this space's knobs (ratio 1, capacity B, no horizon; with an
+        asynchronous base, the `queue` strategy: a uniform buffer there replays at whatever ratio the split gives)."""
         base = build_config(self.base)
         params: dict[str, Any] = {}
         for key in self.search_space:
@@ -275,8 +276,8 @@ class StudySpec(BaseModel):
                 params[key] = 1
             elif key == "replay.horizon":
                 params[key] = None
-            elif key == "replay.strategy":
-                params[key] = "uniform"
+            elif key == "replay.strategy":  # asynchronously, on-policy is the queue (each rollout trained once)
+                params[key] = "queue" if base.pipeline.mode == "async" else "uniform"
             else:
                 params[key] = _get_dotted(self.base_config_dict(), key)
         return {k: v for k, v in params.items() if self.search_space[k].active(params)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter
 from typing import Callable
@@ -24,8 +25,8 @@ from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
-                                    final_metrics, fresh_metrics, train_metrics)
+from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
+                                    devices_in_use, final_metrics, fresh_metrics, train_metrics, working_seconds)
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
@@ -100,10 +101,12 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
     next_uid = 0
     ages_seen: Counter[int] = Counter()
     bar = budget_bar(cfg, show_progress)
-    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start)
+    wall = WallClock(devices_in_use(policy.device, cfg.threads or os.cpu_count() or 1))
+    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, wall)
 
     with progress.bar_safe_logging(show_progress), bar:
         evaluations(0)
+        wall.begin()
         step = 0
         while budget_left(cfg, step, meter):
             groups = strategy.groups(step)
@@ -156,9 +159,11 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             if evaluations.due(step, last):
                 evaluations(step, last)
 
+    wall.stop()
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     final["final/eval_seconds"] = evaluations.seconds  # held-out evaluation: neither generation nor training compute
+    final.update(working_seconds(wall))
     run.log_metrics(final, step)
     run.log_text(json.dumps({"age_counts": {str(k): v for k, v in sorted(ages_seen.items())}}), tracking.AGES_ARTIFACT)
     run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)

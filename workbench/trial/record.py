@@ -21,6 +21,49 @@ from workbench.trial.replay import Rollout, batch_stats
 log = logging.getLogger(__name__)
 
 
+class WallClock:
+    """A trial's working wall seconds: from `begin()` (training can start: a synchronous trial after its first
+    evaluation, an asynchronous one when the first rollouts reach the trainer), evaluations excluded. Before it
+    begins it reads 0; what passed since it was made until then, evaluations excluded, is `startup`. Read on equal
+    bases in both modes: `wall_seconds` and `device_seconds` (x `devices`) of a curve row."""
+
+    def __init__(self, devices: int = 1):
+        self.devices = devices
+        self.start: float | None = None
+        self.excluded = 0.0
+        self.made = time.perf_counter()
+        self.startup = 0.0
+        self.frozen: float | None = None
+
+    def begin(self) -> None:
+        self.start = time.perf_counter()
+        self.startup = self.start - self.made - self.excluded
+        self.excluded = 0.0
+
+    def stop(self) -> float:
+        """Freeze the clock (training is over); returns its reading."""
+        self.frozen = self()
+        return self.frozen
+
+    def __call__(self) -> float:
+        if self.frozen is not None:
+            return self.frozen
+        return 0.0 if self.start is None else time.perf_counter() - self.start - self.excluded
+
+
+def devices_in_use(device, threads: int, processes: int = 1) -> int:
+    """What a trial occupies, the basis of its `device_seconds`: on a CPU its threads (`threads` in each of its
+    `processes`), on an accelerator its processes (one device each)."""
+    return processes * threads if getattr(device, "type", str(device).split(":")[0]) == "cpu" else processes
+
+
+def working_seconds(wall: WallClock) -> dict[str, float]:
+    """`final/*` of the working clock, on equal bases in both modes: its wall seconds (evaluations and start-up
+    excluded), device-seconds (x the devices in use) and the start-up before it began."""
+    return {"final/working_seconds": wall(), "final/device_seconds": wall() * wall.devices,
+            "final/devices": wall.devices, "final/startup_seconds": wall.startup}
+
+
 @dataclass
 class StepRecord:
     """What one optimizer step did; handed to an observer (tests check invariants on what was really trained)."""
@@ -76,11 +119,13 @@ class Evaluations:
     """A trial's held-out evaluations: run on `eval.*`'s schedule, logged to the run, kept as the curve's rows."""
 
     def __init__(self, cfg: TrialConfig, policy: Policy, task, run: tracking.RunLogger, meter: ComputeMeter, bar,
-                 on_eval=None, t_start: float | None = None, clock: Callable[[], float] | None = None):
+                 on_eval=None, t_start: float | None = None, wall: WallClock | None = None, clock: Callable[[], float] | None = None):
         self.cfg, self.policy, self.run, self.meter, self.bar, self.on_eval = cfg, policy, run, meter, bar, on_eval
+        self.wall = wall or WallClock()
+        """The trial's working wall clock; evaluations are excluded from it here."""
         self.clock = clock or (lambda: meter.seconds["gen"] + meter.seconds["train"])
-        """The seconds a curve row records (what `wall_to_target` reads): the trial's working seconds so far,
-        evaluations excluded (synchronous: generation + training; asynchronous: the pipeline's wall time)."""
+        """A curve row's `seconds`: synchronous, generation + training (what re-accounting at another mu reads);
+        asynchronous, the pipeline's wall time."""
         self.t_start = time.perf_counter() if t_start is None else t_start
         self.evaluate = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
                                   max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=cfg.seed,
@@ -99,6 +144,7 @@ class Evaluations:
         with_k, with_demo = self.cfg.eval.samples_at(len(self.rows), last)
         res = self.evaluate(self.policy.model, pass_k=with_k, demo_prob=with_demo)
         self.seconds += time.perf_counter() - t_eval
+        self.wall.excluded += time.perf_counter() - t_eval
         meter = self.meter
         row = {
             "step": step,
@@ -112,6 +158,8 @@ class Evaluations:
             "gen_rollouts": meter.gen_rollouts,
             "train_rollouts": meter.train_rollouts,
             "seconds": self.clock(),
+            "wall_seconds": self.wall(),
+            "device_seconds": self.wall() * self.wall.devices,
         }
         self.rows.append(row)
         logged = {tracking.EVAL_ACCURACY: res.accuracy, tracking.COMPUTE_UNITS: meter.units}

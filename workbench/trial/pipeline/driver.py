@@ -21,35 +21,13 @@ from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, avera
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import (Evaluations, StepRecord, TrialResult, budget_bar, budget_left, compute_metrics,
-                                    final_metrics, train_metrics)
+from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
+                                    devices_in_use, final_metrics, train_metrics, working_seconds)
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task
 
 log = logging.getLogger(__name__)
-
-
-class _Clock:
-    """The pipeline's wall seconds since the first rollouts reached the trainer (training cannot start before), the
-    evaluations excluded (generators are paused during them). The generators' start-up before that (loading the
-    model; with several generators, the others' start-up overlaps training and is counted) is `startup`."""
-
-    def __init__(self):
-        self.start: float | None = None
-        self.excluded = 0.0
-        self.launched = time.perf_counter()
-        self.startup = 0.0
-        """Seconds from the generators' launch to the first rollouts' arrival, evaluations excluded."""
-
-    def begin(self) -> None:
-        """Start the clock (the first rollouts are in); what passed before, evaluations excluded, is `startup`."""
-        self.start = time.perf_counter()
-        self.startup = self.start - self.launched - self.excluded
-        self.excluded = 0.0
-
-    def __call__(self) -> float:
-        return 0.0 if self.start is None else time.perf_counter() - self.start - self.excluded
 
 
 class _Account:
@@ -65,13 +43,13 @@ class _Account:
         self.totals.lag_push += step.lag_push
         self.totals.age += step.age
 
-    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float, startup: float = 0.0) -> dict[str, float]:
+    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float, startup: float = 0.0, devices: int | None = None) -> dict[str, float]:
         """`pipeline/*`: idle fractions, weight traffic, emergent replay ratio, mu by App. D.4, device-seconds."""
-        v, wall = self.totals.values, max(wall, 1e-9)
+        v, wall, devices = self.totals.values, max(wall, 1e-9), devices or W + T
         out = {
             "pipeline/wall_seconds": wall,
             "pipeline/startup_seconds": startup,
-            "pipeline/device_seconds": (W + T) * wall,
+            "pipeline/device_seconds": devices * wall,
             "pipeline/trainer_idle_fraction": v["wait_s"] / (T * wall),
             "pipeline/generator_idle_fraction": v["blocked_s"] / (W * wall),
             "pipeline/generator_busy_fraction": v["busy_s"] / (W * wall),
@@ -171,17 +149,18 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
     account, updates = _Account(), 0
     bar = budget_bar(cfg, show_progress)
-    clock = _Clock()
-    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock)
+    clock = WallClock(devices_in_use(policy.device, process_threads(cfg), W + T))  # starts with the first rollouts in
+    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, clock)
     weights = SharedWeights(policy.model)
     inboxes = [CONTEXT.Queue(maxsize=cfg.pipeline.queue_chunks * W) for _ in range(T)]
     stop, pause = CONTEXT.Event(), CONTEXT.Event()
+    working = CONTEXT.Array("b", W)  # per generator: 1 while it samples (generator_main)
     generators, trainers = Processes("generator"), Processes("trainer")
     grouped = False
     shard: Shard | None = None
     try:
         for w in range(W):
-            generators.start(generator_main, (cfg, w, weights, inboxes, stop, pause, os.getpid()), f"workbench-generator-{w}")
+            generators.start(generator_main, (cfg, w, weights, inboxes, stop, pause, working, os.getpid()), f"workbench-generator-{w}")
         if T > 1:
             port = free_port()
             for rank in range(1, T):
@@ -203,14 +182,15 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
         gate = average_gradients(T) if T > 1 else strategy.gate
 
         def evaluate(step: int, last: bool = False) -> None:
-            pause.set()  # generators stop at their next chunk: evaluation time is nobody's generation
-            t0 = time.perf_counter()
+            pause.set()  # evaluation time is nobody's generation: wait (on the clock) until no generator samples
+            while any(working[:]):
+                check()
+                time.sleep(0.005)
             try:
-                evaluations(step, last)
+                evaluations(step, last)  # off the clock
             finally:
                 pause.clear()
                 arrivals.resume()
-                clock.excluded += time.perf_counter() - t0
 
         with progress.bar_safe_logging(show_progress), bar:
             evaluate(0)
@@ -244,7 +224,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 trained = report.age.sum()
                 metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
                                 "replay/fresh": v["fresh"], "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
-                                **strategy.metrics(), **account.metrics(meter, W, T, clock(), clock.startup)})
+                                **strategy.metrics(), **account.metrics(meter, W, T, clock(), clock.startup, clock.devices)})
                 if v["fresh"]:
                     metrics.update({
                         "train/reward_mean": v["reward_sum"] / v["fresh"],
@@ -260,7 +240,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 last = not budget_left(cfg, step, meter)
                 if evaluations.due(step, last):
                     evaluate(step, last)
-            pipeline_wall = clock()
+            pipeline_wall = clock.stop()
     finally:
         stop.set()
         pause.clear()
@@ -277,7 +257,8 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     final["final/eval_seconds"] = evaluations.seconds
-    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup).items()})
+    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup, clock.devices).items()})
+    final.update(working_seconds(clock))
     run.log_metrics(final, step)
     run.log_text(json.dumps({"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}),
                  tracking.AGES_ARTIFACT)

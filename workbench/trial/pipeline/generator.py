@@ -54,7 +54,7 @@ class Chunk:
     """Paused while the trainer evaluated."""
     slowdown_s: float = 0.0
     """The emulated slower generator's extra cost of this chunk, (`pipeline.generator_slowdown` - 1) times `busy_s`:
-    generation compute (the generator idles that long after pushing the chunk)."""
+    generation compute (the generator holds the chunk that long before pushing it, as a slower one would sample it)."""
 
 
 def process_threads(cfg: TrialConfig) -> int:
@@ -86,9 +86,31 @@ def split_groups(rollouts: list[Rollout], parts: int, offset: int) -> list[list[
     return out
 
 
-def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, parent: int) -> None:
+def _hold(seconds: float, stop, pause, working, worker: int) -> float:
+    """The emulated slower generator's extra time, `seconds` of it, spent before the chunk is pushed (a slow
+    generator's rollouts arrive that much later, with the weights they were sampled with). An evaluation stops its
+    clock: the generator is marked not working until the pause ends. Returns the seconds paused."""
+    paused, end = 0.0, time.perf_counter() + seconds
+    while not stop.is_set():
+        if pause.is_set():
+            working[worker] = 0
+            t0 = time.perf_counter()
+            while pause.is_set() and not stop.is_set():
+                stop.wait(0.01)
+            working[worker] = 1
+            paused += time.perf_counter() - t0
+            end += time.perf_counter() - t0
+        left = end - time.perf_counter()
+        if left <= 0:
+            break
+        stop.wait(min(left, 0.02))
+    return paused
+
+
+def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, working, parent: int) -> None:
     """One generator process (spawned): sample chunks of whole groups with the latest weights it pulled, deal their
-    groups to the trainers' inboxes."""
+    groups to the trainers' inboxes. `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower
+    generator): an evaluation sets `pause` and waits for every generator to be idle, so no generation overlaps it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
     try:
         torch.set_num_threads(process_threads(cfg))
@@ -109,7 +131,9 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
         extra = cfg.pipeline.generator_slowdown - 1.0  # an emulated slower generator's cost, per second of sampling
         chunks = 0
         while not stop.is_set() and os.getppid() == parent:
+            working[worker] = 1  # before looking at `pause`: an evaluation that set it waits for this to clear
             if pause.is_set():
+                working[worker] = 0
                 t0 = time.perf_counter()
                 while pause.is_set() and not stop.is_set():
                     stop.wait(0.01)
@@ -123,6 +147,9 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
             fresh, samples = generate_groups(policy, task, prompts.take(groups), cfg.group_size, version, sampler, uid)
             busy_s = time.perf_counter() - t0
             uid += len(fresh)
+            if extra > 0:
+                paused_s += _hold(extra * busy_s, stop, pause, working, worker)
+            working[worker] = 0
             published = weights.latest()
             parts = split_groups(fresh, len(inboxes), chunks)
             paused_after = 0.0
@@ -150,8 +177,6 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                             waited += time.perf_counter() - t1
             sync_s = 0.0
             blocked_s, paused_s = waited, paused_after  # reported with the next chunk
-            if extra > 0:  # the emulated generator's extra time, spent idle (its cost went with the chunk)
-                stop.wait(extra * busy_s)
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which ends the trial with it
         try:
             inboxes[0].put(("error", f"generator {worker}", f"{type(e).__name__}: {e}".splitlines()[0]), timeout=1.0)
