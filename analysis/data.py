@@ -228,7 +228,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)})
     if not rows:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
-    runs = pd.DataFrame(rows)
+    runs = emergent_ratios(pd.DataFrame(rows))
     curves = pd.DataFrame(curve_rows)
     if metric not in curves or curves[metric].isna().any():
         raise ConfigError(f"study: eval.metric is {metric}, but some evaluations did not log it")
@@ -242,6 +242,28 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
     return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction)
+
+
+def emergent_ratios(runs: pd.DataFrame) -> pd.DataFrame:
+    """Asynchronous runs in the model's coordinates: the queue (each rollout trained once) is on-policy GRPO (x 1,
+    y 1, uniform), and a buffer's replay ratio is not set but emerges from the split, so its y is the configuration's
+    median measured K_train/K_gen over its seeds and x = N·y/B. `strategy_run` keeps the strategy each run ran."""
+    runs = runs.assign(strategy_run=runs["strategy"])
+    if "pipeline" not in runs or not (runs["pipeline"] == "async").any():
+        return runs
+    asynchronous = runs["pipeline"] == "async"
+    queue = asynchronous & (runs["strategy"] == "queue")
+    runs.loc[queue, ["strategy", "y", "ratio", "x"]] = ["uniform", 1.0, 1.0, 1.0]
+    runs.loc[queue, "fresh_per_step"] = runs.loc[queue, "batch_size"].astype(float)
+    buffer = asynchronous & (runs["strategy"] == "uniform") & ~queue
+    if buffer.any():
+        y = runs[buffer].groupby("trial_number")["replay_ratio_measured"].transform("median").round(2)
+        runs.loc[buffer, "y"] = y
+        runs.loc[buffer, "ratio"] = y
+        runs.loc[buffer, "x"] = [float(f"{knobs.staleness(c, r, b):.3g}") for c, r, b in
+                                 zip(runs.loc[buffer, "capacity"], y, runs.loc[buffer, "batch_size"])]
+        runs.loc[buffer, "fresh_per_step"] = runs.loc[buffer, "batch_size"] / y
+    return runs
 
 
 def retarget(data: StudyData, target: float, estimator: str | None = None) -> StudyData:

@@ -26,8 +26,14 @@ def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, float]:
     runs: their censored value, the `first` rule), by run id."""
     out = {}
     for run_id, g in curves.sort_values("step").groupby("run_id", sort=False):
-        out[run_id] = to_target(g["seconds"].tolist(), g["reading"].tolist(), target).value
+        seconds = g["wall_seconds"] if "wall_seconds" in g and g["wall_seconds"].notna().all() else g["seconds"]  # older runs: seconds
+        out[run_id] = to_target(seconds.tolist(), g["reading"].tolist(), target).value
     return out
+
+
+def is_async(data: StudyData) -> bool:
+    """Whether any run of the study ran the asynchronous pipeline."""
+    return "pipeline" in data.runs and bool((data.runs["pipeline"] == "async").any())
 
 
 def mapped_split(x: float, y: float, mu: float, batch_size: int) -> dict[str, float]:
@@ -38,37 +44,40 @@ def mapped_split(x: float, y: float, mu: float, batch_size: int) -> dict[str, fl
 def split_table(data: StudyData) -> list[dict]:
     """One row per configuration (synchronous ones included, as the reference): what each side did."""
     runs = data.runs
-    if "pipeline" not in runs or not (runs["pipeline"] == "async").any():
+    if not is_async(data):
         return []
     wall = wall_to_target(data.curves, data.target)
     runs = runs.assign(wall_to_target=runs["run_id"].map(wall))
-    base = runs[runs["baseline"] & (runs["pipeline"] == "sync")]
+    base = runs[runs["baseline"]]  # the synchronous trial, or, in an asynchronous study, the queue
     base_wall = dict(zip(base["seed"], base["wall_to_target"]))
-    sync_mu = float(runs.loc[runs["pipeline"] == "sync", "mu_measured"].median()) if (runs["pipeline"] == "sync").any() else math.nan
+    # the mu a split's expected replay ratio is read at: the synchronous runs' measured mu, else (an asynchronous study)
+    # its queue baseline's, which counts an emulated slower generator's time
+    sync_mu = float(runs.loc[runs["pipeline"] == "sync", "mu_measured"].median()) if (runs["pipeline"] == "sync").any() \
+        else float(base["mu_measured"].median()) if len(base) else math.nan
     rows = []
     for number, g in runs.groupby("trial_number", sort=True):
         first = g.iloc[0]
-        is_async = first["pipeline"] == "async"
+        asynchronous = first["pipeline"] == "async"
         w = stats.geometric_interval(g["wall_to_target"].tolist())
         c = stats.geometric_interval(g["compute_to_target"].tolist())
         row = {
-            "trial_number": int(number), "pipeline": str(first["pipeline"]), "strategy": str(first["strategy"]),
+            "trial_number": int(number), "pipeline": str(first["pipeline"]), "strategy": str(first.get("strategy_run", first["strategy"])),
             "generators": int(first["generators"]), "trainers": int(first["trainers"]), "capacity": int(first["capacity"]),
             "baseline": bool(first["baseline"]), "seeds": len(g), "censored_seeds": int(g["censored"].sum()),
             "replay_ratio": float(g["replay_ratio_measured"].median()),
-            "mu_d4": float(g["mu_d4"].median()) if is_async else math.nan,
+            "mu_d4": float(g["mu_d4"].median()) if asynchronous else math.nan,
             "mu_measured": float(g["mu_measured"].median()),
-            "trainer_idle": float(g["trainer_idle"].median()) if is_async else math.nan,
-            "generator_idle": float(g["generator_idle"].median()) if is_async else math.nan,
+            "trainer_idle": float(g["trainer_idle"].median()) if asynchronous else math.nan,
+            "generator_idle": float(g["generator_idle"].median()) if asynchronous else math.nan,
             "wall_to_target": w.estimate, "wall_ci": [w.low, w.high],
             "compute_to_target": c.estimate, "compute_ci": [c.low, c.high],
         }
-        if is_async and math.isfinite(sync_mu):
+        if asynchronous and math.isfinite(sync_mu):
             # y ≈ mu·T/W when neither side stalls: what this split should give at the synchronous mu
             row["replay_ratio_from_split"] = knobs.replay_ratio_of_split(sync_mu, row["generators"], row["trainers"])
         if not row["baseline"] and base_wall:
             iv = stats.paired_ratio(dict(zip(g["seed"], g["wall_to_target"])), base_wall)
-            row.update(wall_ratio_to_sync=iv.estimate, wall_ratio_ci=[iv.low, iv.high], wall_verdict=stats.verdict(iv, "wall time"))
+            row.update(wall_ratio_to_baseline=iv.estimate, wall_ratio_ci=[iv.low, iv.high], wall_verdict=stats.verdict(iv, "wall time"))
         rows.append(_json_safe(row))
     return rows
 

@@ -41,9 +41,14 @@ def _ratio(mine: dict[int, float], theirs: dict[int, float]) -> dict:
     return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv)}
 
 
-def tuned_lr(runs: pd.DataFrame) -> dict | None:
+def _wall_per_seed(g: pd.DataFrame, wall: dict[str, float]) -> dict[int, float]:
+    return {int(s): wall[r] for s, r in zip(g["seed"], g["run_id"]) if r in wall and math.isfinite(wall[r])}
+
+
+def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict | None:
     """The matched-lr comparisons of a study's sampler runs (`StudyData.runs`); None when lr does not vary or no
-    on-policy arm ran at two learning rates."""
+    on-policy arm ran at two learning rates. `wall` (each run's wall seconds to the target, by run id; asynchronous
+    studies): each arm is also paired in wall time against on-policy at its best lr (the lr chosen on compute)."""
     if "lr" not in runs or runs["lr"].nunique() < 2:
         return None
     sel = runs[runs["arm"].isin(["sampler"])]
@@ -55,7 +60,8 @@ def tuned_lr(runs: pd.DataFrame) -> dict | None:
         arms.append({"trial_number": int(number), "lr": float(first["lr"]), "on_policy": _on_policy(first),
                      "cell": tuple(None if isinstance(first[k], float) and math.isnan(first[k]) else first[k] for k in CELL),
                      "x": float(first["x"]), "y": float(first["y"]), "strategy": first.get("strategy", "uniform"),
-                     "compute_to_target": est.estimate, "ci_low": est.low, "ci_high": est.high, "values": values})
+                     "compute_to_target": est.estimate, "ci_low": est.low, "ci_high": est.high, "values": values,
+                     "wall": _wall_per_seed(g, wall) if wall else {}})
     on_policy = {a["lr"]: a for a in arms if a["on_policy"]}
     if len(on_policy) < 2:
         return None
@@ -64,14 +70,15 @@ def tuned_lr(runs: pd.DataFrame) -> dict | None:
         if a["on_policy"]:
             continue
         base = on_policy.get(a["lr"])
-        rows.append({k: v for k, v in a.items() if k not in ("values", "cell")}
+        rows.append({k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
                     | {"same_lr": _ratio(a["values"], base["values"]) if base else None})
     best_base = min(on_policy.values(), key=lambda a: a["compute_to_target"])
     cells = {}
     for a in arms:
         if not a["on_policy"] and (a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]):
             cells[a["cell"]] = a
-    tuned = [{k: v for k, v in a.items() if k not in ("values", "cell")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
+    tuned = [{k: v for k, v in a.items() if k not in ("values", "cell", "wall")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
+             | ({"against_tuned_wall": _ratio(a["wall"], best_base["wall"])} if a["wall"] and best_base["wall"] else {})
              for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])]
     lrs = sorted(on_policy)
     bounded = lrs[0] < best_base["lr"] < lrs[-1]

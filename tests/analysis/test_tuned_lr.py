@@ -59,3 +59,30 @@ def test_a_best_lr_at_the_edge_of_the_sweep_is_not_called_tuned():
     assert inside["on_policy_best_lr"] == 5e-5 and inside["on_policy_best_lr_bounded"] is True
     assert inside["protocol"].startswith("shared lr")
     assert edge["protocol"].startswith("per-arm lr")
+
+
+def test_an_asynchronous_study_is_also_paired_in_wall_time_against_the_tuned_queue():
+    """Wall seconds to the target by run: replay takes 0.6 of on-policy's best lr's wall time on every seed."""
+    runs = _runs().assign(run_id=lambda d: [f"r{i}" for i in range(len(d))])
+    base = {1e-5: 30.0, 1e-4: 20.0}
+    wall = {r.run_id: (base[r.lr] if r.x == 1 else 12.0) for r in runs.itertuples()}
+    (cell,) = tuned_lr(runs, wall)["tuned"]
+    assert cell["against_tuned_wall"]["ratio"] == pytest.approx(0.6) and cell["against_tuned_wall"]["seeds"] == 4
+    assert "against_tuned_wall" not in tuned_lr(runs)["tuned"][0]  # a synchronous study: compute only
+
+
+def test_asynchronous_runs_are_read_in_the_models_coordinates():
+    """The queue is on-policy (x 1, y 1); a buffer's y is its configuration's median measured replay ratio and
+    x = N·y/B; synchronous runs keep their configured knobs."""
+    from analysis.data import emergent_ratios
+
+    rows = [{"trial_number": 0, "pipeline": "async", "strategy": "queue", "capacity": 128, "batch_size": 128,
+             "ratio": 1.0, "x": 1.0, "y": 1.0, "fresh_per_step": 128.0, "replay_ratio_measured": 1.0}]
+    rows += [{"trial_number": 1, "pipeline": "async", "strategy": "uniform", "capacity": 1024, "batch_size": 128,
+              "ratio": 1.0, "x": 8.0, "y": 1.0, "fresh_per_step": 128.0, "replay_ratio_measured": m} for m in (4.0, 5.0, 6.5)]
+    rows += [{"trial_number": 2, "pipeline": "sync", "strategy": "uniform", "capacity": 512, "batch_size": 128,
+              "ratio": 2.0, "x": 8.0, "y": 2.0, "fresh_per_step": 64.0, "replay_ratio_measured": 2.0}]
+    runs = emergent_ratios(pd.DataFrame(rows))
+    assert runs.loc[0, ["strategy", "x", "y"]].tolist() == ["uniform", 1.0, 1.0] and runs.loc[0, "strategy_run"] == "queue"
+    assert set(runs.loc[1:3, "y"]) == {5.0} and set(runs.loc[1:3, "x"]) == {40.0} and set(runs.loc[1:3, "fresh_per_step"]) == {25.6}
+    assert runs.loc[4, ["x", "y"]].tolist() == [8.0, 2.0]

@@ -34,7 +34,7 @@ def test_a_study_over_the_split_and_the_buffer_is_run_analysed_and_reported(tmp_
     assert sync["baseline"] and sync["seeds"] == queue["seeds"] == buffered["seeds"] == 2
     assert queue["replay_ratio"] <= 1.0 and buffered["replay_ratio"] > 0
     assert buffered["mu_d4"] == pytest.approx(2 * buffered["replay_ratio"], rel=0.2)  # (K_train/1)/(K_gen/2), medians
-    assert queue["wall_to_target"] > 0 and "wall_ratio_to_sync" in queue
+    assert queue["wall_to_target"] > 0 and "wall_ratio_to_baseline" in queue
     md = (out / "report.md").read_text()
     assert "## The asynchronous pipeline" in md and "| async | queue | 1 | 1 | 64 |" in md
     assert "W/T ≈" in md
