@@ -363,6 +363,46 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(name: str, value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"--{name}: must be positive (got {value})")
+    return value
+
+
+def _parse_split(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    w, sep, t = text.partition(":")
+    if not sep or not w.isdigit() or not t.isdigit() or int(w) < 1 or int(t) < 1:
+        raise ConfigError(f"--split: must be W:T, two positive whole numbers (got {text!r})")
+    return int(w), int(t)
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """The buffer settings, lr and W:T split a study or a probe supports at your mu, with the saving against
+    lr-tuned on-policy and its interval, or why none is supported."""
+    mu = _positive("mu", args.mu)
+    gen, train = _positive("gen-seconds", args.gen_seconds), _positive("train-seconds", args.train_seconds)
+    if (gen is None) != (train is None):
+        raise ConfigError("--gen-seconds: give it with --train-seconds (seconds per generated rollout, per training step)")
+    if mu is not None and gen is not None:
+        raise ConfigError("--mu: give either --mu or --gen-seconds with --train-seconds, not both")
+    split = _parse_split(args.split)
+    from workbench.workflow import recommend
+
+    if args.probe:
+        out = recommend.from_probe(args.probe, resolve_tracking_uri(args.tracking_uri), mu=mu, gen_seconds=gen,
+                                   train_seconds=train, split=split)
+    else:
+        name, uri = _analysis_inputs(args)
+        out = recommend.from_study(name, uri, mu=mu, gen_seconds=gen, train_seconds=train, split=split, target=_target(args.target))
+    if args.json:
+        print(json.dumps({k: v for k, v in out.items() if k != "lines"}, default=float))
+    else:
+        print("\n".join(out["lines"]))
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One short replay run that measures mu, sigma²(tau), kappa, the within-group correlation and rho, and the optimum they predict."""
     from workbench.config import apply_overrides, load_yaml_mapping
@@ -666,6 +706,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--estimator", choices=["first", "interpolated", "sustained", "fitted"],
                        help="read compute-to-target with this estimator instead of the study's")
         p.set_defaults(func=func)
+
+    recommend = sub.add_parser("recommend", help="the buffer settings, lr and W:T split a study or a probe supports at your mu,"
+                               " with the saving against lr-tuned on-policy and its interval")
+    recommend.add_argument("spec", nargs="?", help="the study spec (or give --study, or --probe)")
+    recommend.add_argument("--study", help="study name (= its MLflow experiment)")
+    recommend.add_argument("--probe", metavar="RUN_ID", help="a probe run (`workbench probe --lr-sweep`) instead of a study")
+    recommend.add_argument("--tracking-uri")
+    recommend.add_argument("--mu", type=float, help="your mu: generating a rollout over training on one (default: the source's measured mu)")
+    recommend.add_argument("--gen-seconds", type=float, help="instead of --mu: seconds to generate one rollout on a generator")
+    recommend.add_argument("--train-seconds", type=float, help="with --gen-seconds: seconds of one training step (B rollouts)")
+    recommend.add_argument("--split", metavar="W:T", help="your split of generators to trainers: the replay ratio it gives is shown")
+    recommend.add_argument("--target", type=float, help="read compute-to-target at this accuracy instead of the study's")
+    recommend.add_argument("--json", action="store_true", help="print the recommendation as one JSON line")
+    recommend.set_defaults(func=cmd_recommend)
 
     probe = sub.add_parser("probe", help="one short replay run that measures the model's parameters and predicts the optimum")
     probe.add_argument("--config", help="YAML trial config (the probe sets the replay section and the step budget)")

@@ -224,3 +224,35 @@ def test_study_verify_model_runs_a_compared_models_optimum_or_says_why_not(verif
     trial = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}").trials[v["trial_number"]]
     assert trial.user_attrs["arm"] == "predicted" and trial.user_attrs["fit"]["model"] == name
     assert trial.user_attrs["predicted_compute_to_target"] == pytest.approx(v["predicted"])
+
+
+@pytest.mark.slow
+def test_recommend_through_the_cli_reads_the_study_at_its_mu_and_at_yours(report_dir):
+    """`workbench recommend` on the small study: at the study's mu and at a user's (re-accounted, with a split), in
+    words and as JSON, agreeing with the study's own paired comparisons; bad input exits 2 in one line."""
+    out, uri = report_dir
+    result = json.loads((out / "analysis.json").read_text())
+    words = run_cli(["recommend", "--study", "toy", "--tracking-uri", uri], out)
+    assert words.returncode == 0, words.stderr[-3000:]
+    assert words.stdout.startswith(f"recommend at mu {result['reference_mu']:.3g} (from study toy")
+    rec = json.loads(run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, "--json"], out).stdout.splitlines()[-1])
+    assert rec["source"] == "study" and rec["mu"] == pytest.approx(result["reference_mu"])
+    assert ("refused" in rec) != (rec["recommended"] is not None)
+    if rec["recommended"] is not None:
+        chosen = rec["recommended"]
+        if chosen["strategy"] == "on-policy":  # no replay arm's interval lies below 1
+            assert all(not (c["ratio_ci_high"] < 1) for c in result["configurations"] if not c["baseline"])
+        else:
+            c = next(c for c in result["configurations"] if c["trial_number"] == chosen["trial_number"])
+            assert c["ratio_ci_high"] < 1 and rec["saving"]["share"] == pytest.approx(1 - c["ratio_to_baseline"])
+    at = json.loads(run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, "--mu", "5.28", "--split", "3:1", "--json"],
+                            out).stdout.splitlines()[-1])
+    assert at["mu"] == 5.28 and at["study_mu"] == pytest.approx(result["reference_mu"])
+    if at["recommended"] is not None:
+        assert at["recommended"]["given"]["replay_ratio"] == pytest.approx(5.28 / 3)
+        assert any(n.startswith("re-accounted") for n in at["notes"])
+    for argv, field in ((["--split", "0:1"], "--split"), (["--mu", "-1"], "--mu"), (["--gen-seconds", "1"], "--gen-seconds")):
+        bad = run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, *argv], out)
+        assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and field in bad.stderr
+    missing = run_cli(["recommend", "--probe", "0" * 32, "--tracking-uri", uri], out)
+    assert missing.returncode == 2 and "--probe" in missing.stderr
