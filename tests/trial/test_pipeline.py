@@ -104,6 +104,8 @@ def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, s
         assert {r.age(k) for r in rec.batch} == {k - versions[k]}  # lag at training
         assert rec.metrics["pipeline/lag_push_mean"] == k - versions[k]
     assert result.metrics["final/pipeline_trainer_idle_fraction"] > 0.5  # starved most of the time
+    # evaluations (every 2 steps) come while the generator holds its next chunk: the hold waits for them, off the clock
+    assert result.metrics["final/pipeline_gen_paused_seconds"] > 0
     # the emulated slower generator's cost is generation compute: mu about 15 times the generator's own
     assert result.metrics["final/mu_measured"] == pytest.approx(15 * result.metrics["final/pipeline_mu_busy"], rel=0.2)
 
@@ -342,3 +344,33 @@ def test_a_generator_has_a_startup_grace_before_its_first_chunk_and_the_timeout_
     arrivals.arrived(SimpleNamespace(worker=0), [])
     with pytest.raises(PipelineError, match=rf"generator 1 \(pid 12\) delivered no rollouts for {driver.STARTUP_GRACE_S:g} s"):
         arrivals.check()
+
+
+def test_an_emulated_hold_stops_while_an_evaluation_pauses_the_generator():
+    """The hold of a slowed generator: it lasts its seconds of unpaused time, and while `pause` is set the generator
+    is marked not working (the evaluation waiting for that flag starts at once) and the pause is not held time."""
+    import threading
+
+    from workbench.trial.pipeline.generator import _hold
+
+    stop, pause, working = threading.Event(), threading.Event(), [1]
+    seen = {}
+
+    def evaluation():
+        time.sleep(0.1)
+        pause.set()
+        t0 = time.perf_counter()
+        while working[0]:
+            time.sleep(0.001)
+        seen["waited"] = time.perf_counter() - t0
+        time.sleep(0.3)
+        pause.clear()
+
+    t = threading.Thread(target=evaluation)
+    t0 = time.perf_counter()
+    t.start()
+    paused = _hold(0.3, stop, pause, working, 0)
+    took = time.perf_counter() - t0
+    t.join()
+    assert seen["waited"] < 0.1 and working[0] == 1  # idle within a poll; working again once the pause ended
+    assert paused == pytest.approx(0.3, abs=0.08) and took == pytest.approx(0.6, abs=0.12)
