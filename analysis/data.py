@@ -211,6 +211,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "pipeline": p.get("pipeline.mode", "sync"),
                 "generators": int(p.get("pipeline.generators", 1)),
                 "trainers": int(p.get("pipeline.trainers", 1)),
+                "slowdown": float(p.get("pipeline.generator_slowdown", 1.0)),
                 "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
                 "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
                 "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),

@@ -403,6 +403,24 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regime(args: argparse.Namespace) -> int:
+    """The paper's regime across asynchronous studies at several mu: each arm against the lr-tuned queue in compute
+    and wall time, the crossover, the confirmation on fresh seeds."""
+    from workbench.study.spec import load_spec
+    from workbench.workflow.regime import report
+
+    specs = [load_spec(p) for p in args.specs]
+    uri = resolve_tracking_uri(args.tracking_uri or specs[0].tracking_uri)
+    confirm = load_spec(args.confirm).name if args.confirm else None
+    result, paths = report([s.name for s in specs], uri, Path(args.out) if args.out else None, args.force,
+                           confirm=confirm, target=_target(args.target))
+    c = result["crossover"]
+    where = lambda p: "none measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"  # noqa: E731
+    print(f"crossover: compute {where(c['compute'])}, wall time {where(c['wall'])}; theory (mu·T/W > 1) {where(c['theory'])}")
+    print(f"wrote {paths['regime.md']}, with regime.json and the figures beside it")
+    return 0
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """One short replay run that measures mu, sigma²(tau), kappa, the within-group correlation and rho, and the optimum they predict."""
     from workbench.config import apply_overrides, load_yaml_mapping
@@ -720,6 +738,16 @@ def build_parser() -> argparse.ArgumentParser:
     recommend.add_argument("--target", type=float, help="read compute-to-target at this accuracy instead of the study's")
     recommend.add_argument("--json", action="store_true", help="print the recommendation as one JSON line")
     recommend.set_defaults(func=cmd_recommend)
+
+    regime = sub.add_parser("regime", help="asynchronous studies at several generator slowdowns read together: the buffer against"
+                            " the lr-tuned queue at each mu, the crossover, the confirmation")
+    regime.add_argument("specs", nargs="+", help="the study specs, one per slowdown")
+    regime.add_argument("--confirm", help="the spec of the confirmation study (fresh seeds and checkpoint)")
+    regime.add_argument("--tracking-uri")
+    regime.add_argument("--out", help="output folder (default: reports-out/regime-NAMES/ beside the MLflow store)")
+    regime.add_argument("--force", action="store_true", help="write even over files git tracks")
+    regime.add_argument("--target", type=float, help="read compute-to-target at this accuracy instead of each study's")
+    regime.set_defaults(func=cmd_regime)
 
     probe = sub.add_parser("probe", help="one short replay run that measures the model's parameters and predicts the optimum")
     probe.add_argument("--config", help="YAML trial config (the probe sets the replay section and the step budget)")

@@ -38,3 +38,49 @@ def test_a_study_over_the_split_and_the_buffer_is_run_analysed_and_reported(tmp_
     md = (out / "report.md").read_text()
     assert "## The asynchronous pipeline" in md and "| async | queue | 1 | 1 | 64 |" in md
     assert "W/T ≈" in md
+
+
+@pytest.mark.slow
+def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_path):
+    """Two asynchronous studies (generator slowdown 1 and 4), the queue at two lrs and a buffer: `workbench regime`
+    pairs every arm with the queue at its best lr, in compute and wall time, per mu and finds the crossover;
+    `workbench recommend` answers on an asynchronous study."""
+    base = {k: v for k, v in TOY.items() if k != "threads"}
+    stores = {"storage": f"sqlite:///{tmp_path / 'optuna.db'}", "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    specs = []
+    for s in (1, 4):
+        folder = tmp_path / f"s{s}"
+        folder.mkdir()
+        specs.append(toy_spec(
+            folder, name=f"regime_s{s}", seeds=2, n_trials=3, **stores,
+            base={**base, "budget": {"compute_units": 8}, "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
+                  "pipeline": {"mode": "async", "generator_slowdown": s}},
+            search_space={"replay.strategy": {"choices": ["queue", "uniform"]}, "replay.capacity": {"choices": [16, 64]},
+                          "lr": {"choices": [1e-3, 2e-3]}},
+            points=[{"replay.strategy": "queue", "replay.capacity": 16, "lr": 2e-3},
+                    {"replay.strategy": "uniform", "replay.capacity": 64, "lr": 1e-3}]))
+        run = run_cli(["study", "run", str(specs[-1])], tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+    out = tmp_path / "regime"
+    regime = run_cli(["regime", *map(str, specs), "--out", str(out)], tmp_path)
+    assert regime.returncode == 0, regime.stderr[-3000:]
+    assert regime.stdout.startswith("crossover: compute ")
+    result = json.loads((out / "regime.json").read_text())
+    slow, fast = result["studies"][1], result["studies"][0]
+    assert [s["slowdown"] for s in result["studies"]] == [1, 4] and slow["mu"] > 2 * fast["mu"]
+    for study in result["studies"]:
+        arms = {(a["strategy"], a["lr"]): a for a in study["arms"]}
+        assert set(arms) == {("queue", 1e-3), ("queue", 2e-3), ("uniform", 1e-3)}
+        assert arms[("queue", 1e-3)]["baseline"] and arms[("queue", 2e-3)]["on_policy"] and arms[("queue", 1e-3)]["y"] == 1
+        buffer = arms[("uniform", 1e-3)]
+        assert not buffer["on_policy"] and buffer["against_tuned"]["seeds"] == 2 and buffer["against_tuned_wall"]["seeds"] == 2
+        assert study["recommendation"]["lines"][0].startswith("recommend at mu")
+    assert slow["arms"][-1]["y"] > fast["arms"][-1]["y"] or slow["theory_y_of_split"] > fast["theory_y_of_split"]
+    assert set(result["crossover"]) == {"compute", "wall", "theory"}
+    md = (out / "regime.md").read_text()
+    assert "## The crossover" in md and "| queue, lr 0.002 |" in md and "| uniform N 64, lr 0.001 |" in md
+    assert (out / "compute_vs_y.png").stat().st_size > 0 and (out / "crossover.png").stat().st_size > 0
+    rec = run_cli(["recommend", str(specs[1]), "--json"], tmp_path)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    answer = json.loads(rec.stdout.splitlines()[-1])
+    assert answer["mu"] == pytest.approx(slow["mu"]) and ("refused" in answer) != (answer["recommended"] is not None)

@@ -1,0 +1,205 @@
+"""The paper's regime across studies: asynchronous studies at several generator slowdowns (several mu), read
+together (`workbench regime`). For each mu: every arm's compute and wall time to the target against the queue at its
+best learning rate (paired by seed), the replay ratio that emerged, and the fitted model's optimum; across mu, the
+crossover (the smallest slowdown at which a buffer resolvably beats the tuned queue) set against the theory's
+(replay pays where the split leaves the trainer idle without it: y ≈ mu·T/W > 1); and, given a confirmation study on
+fresh seeds, the predicted against the confirmed ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from workbench import knobs  # noqa: E402
+
+from analysis import recommend  # noqa: E402
+from analysis.data import StudyData, load_study, retarget  # noqa: E402
+from analysis.pipeline import split_table  # noqa: E402
+from analysis.report import analyze_data  # noqa: E402
+
+OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
+
+
+def _study(data: StudyData) -> dict:
+    result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
+    runs = data.runs
+    split = {r["trial_number"]: r for r in split_table(data)}
+    tuned = result.get("tuned_lr") or {}
+    against = {r["trial_number"]: r for r in tuned.get("tuned", [])}
+    arms = []
+    for c in result["configurations"]:
+        if c.get("arm", "sampler") != "sampler":
+            continue
+        g = runs[runs["trial_number"] == c["trial_number"]]
+        s = split.get(c["trial_number"], {})
+        a = against.get(c["trial_number"], {})
+        arms.append({
+            "trial_number": c["trial_number"], "strategy": str(g["strategy_run"].iloc[0]), "capacity": c["capacity"],
+            "lr": c.get("lr"), "y": c["y"], "x": c["x"], "seeds": c["seeds"], "censored_seeds": c["censored_seeds"],
+            "compute_to_target": c["compute_to_target"], "compute_ci": [c["ci_low"], c["ci_high"]],
+            "wall_to_target": s.get("wall_to_target"), "wall_ci": s.get("wall_ci"),
+            "against_tuned": a.get("against_tuned"), "against_tuned_wall": a.get("against_tuned_wall"),
+            "baseline": c["baseline"], "on_policy": bool(c["x"] == 1 and c["y"] == 1),
+        })
+    slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
+    generators, trainers = int(runs["generators"].iloc[0]), int(runs["trainers"].iloc[0])
+    return {"study": data.name, "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns, "mu": data.reference_mu,
+            "generators": generators, "trainers": trainers, "target": data.target, "metric": data.metric,
+            "theory_y_of_split": knobs.replay_ratio_of_split(data.reference_mu, generators, trainers),
+            "on_policy_best_lr": tuned.get("on_policy_best_lr"), "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"),
+            "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"]},
+            "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_wall", "refused", "lines")},
+            "arms": arms}
+
+
+def _resolved(pair: dict | None) -> bool:
+    return bool(pair) and math.isfinite(pair["high"]) and pair["high"] < 1
+
+
+def crossover(studies: list[dict]) -> dict:
+    """The smallest slowdown (and its mu) at which some buffer's interval against the tuned queue lies below 1, in
+    compute and in wall time; and the theory's: the smallest at which the split's y ≈ mu·T/W exceeds 1."""
+    ordered = sorted(studies, key=lambda s: s["mu"])
+
+    def first(key: str) -> dict | None:
+        for s in ordered:
+            if any(not a["on_policy"] and _resolved(a.get(key)) for a in s["arms"]):
+                return {"slowdown": s["slowdown"], "mu": s["mu"]}
+        return None
+
+    theory = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered if s["theory_y_of_split"] > 1), None)
+    return {"compute": first("against_tuned"), "wall": first("against_tuned_wall"), "theory": theory}
+
+
+def _confirmed(confirm: StudyData | None) -> list[dict]:
+    if confirm is None:
+        return []
+    c = _study(confirm)
+    return [{**a, "study": c["study"], "mu": c["mu"]} for a in c["arms"]]
+
+
+def build(names: list[str], tracking_uri: str, confirm: str | None = None, target: float | None = None) -> dict:
+    """Every study of `names` read and analysed (at `target` where given), the crossover, and the confirmation."""
+    studies = []
+    for name in names:
+        data = load_study(name, tracking_uri)
+        studies.append(_study(retarget(data, target) if target is not None else data))
+    fresh = None
+    if confirm:
+        fresh = load_study(confirm, tracking_uri)
+        fresh = retarget(fresh, target) if target is not None else fresh
+    return {"studies": sorted(studies, key=lambda s: s["mu"]), "crossover": crossover(studies), "confirmed": _confirmed(fresh),
+            "confirm_study": confirm}
+
+
+def _pair(p: dict | None) -> str:
+    if not p or not math.isfinite(p.get("ratio", math.nan)):
+        return "-"
+    return f"{p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}]"
+
+
+def _arm(a: dict) -> str:
+    what = "queue" if a["strategy"] == "queue" else f"{a['strategy']} N {a['capacity']}"
+    return f"{what}, lr {a['lr']:.3g}" if a.get("lr") is not None else what
+
+
+def markdown(r: dict) -> str:
+    lines = ["# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer", "",
+             "Each study is the asynchronous pipeline (W generators, T trainers) at one generator slowdown s; mu is measured"
+             " on its queue baseline (the emulated extra time counted as generation). Ratios are paired by seed against the"
+             " queue at its best learning rate in the same study (geometric mean, 95% interval); below 1 saves. A ratio"
+             " whose interval contains 1 is unresolved.", ""]
+    for s in r["studies"]:
+        lines += [f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`, W {s['generators']}, T {s['trainers']})", "",
+                  f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
+                  + ("" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
+                  + f"; the theory's y for this split, mu·T/W = {s['theory_y_of_split']:.2f}; the fitted model's optimum"
+                  f" y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f}.", "",
+                  "| trial | arm | y (emerged) | seeds (censored) | compute to target [95% CI] | / tuned queue, compute | wall to target, s [95% CI] | / tuned queue, wall |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for a in s["arms"]:
+            wall = "-" if a["wall_to_target"] is None else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
+            lines.append(f"| {a['trial_number']} | {_arm(a)} | {a['y']:.2f} | {a['seeds']} ({a['censored_seeds']}) "
+                         f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
+                         f"| {'tuned queue' if a['on_policy'] and not a['against_tuned'] else _pair(a['against_tuned'])} | {wall} "
+                         f"| {_pair(a['against_tuned_wall'])} |")
+        lines += ["", "`workbench recommend` on this study:", "", "```", *s["recommendation"].get("lines", []), "```", ""]
+    c = r["crossover"]
+
+    def where(p):
+        return "none of the slowdowns measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"
+
+    lines += ["## The crossover", "",
+              f"- The smallest slowdown at which a buffer resolvably beats the tuned queue in compute: {where(c['compute'])};"
+              f" in wall time: {where(c['wall'])}.",
+              f"- The theory's: replay pays once the split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.", ""]
+    if r["confirmed"]:
+        lines += [f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)", "",
+                  "| arm | y | / tuned queue, compute [95% CI] | / tuned queue, wall [95% CI] | seeds (censored) |", "|---|---|---|---|---|"]
+        for a in r["confirmed"]:
+            lines.append(f"| {_arm(a)} | {a['y']:.2f} | {_pair(a['against_tuned'])} | {_pair(a['against_tuned_wall'])} | {a['seeds']} ({a['censored_seeds']}) |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_compute_vs_y(r: dict, path: Path) -> None:
+    studies = r["studies"]
+    fig, axes = plt.subplots(1, len(studies), figsize=(3.6 * len(studies), 3.4), squeeze=False, sharey=False)
+    for ax, s in zip(axes[0], studies):
+        for a in s["arms"]:
+            c, lo, hi = a["compute_to_target"], *a["compute_ci"]
+            marker = "s" if a["strategy"] == "queue" else "o"
+            ax.errorbar([a["y"]], [c], yerr=[[c - lo], [hi - c]], fmt=marker, capsize=3,
+                        label=_arm(a) + (" *" if a["censored_seeds"] else ""))
+        ax.axvline(s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}")
+        ax.axvline(s["theory_y_of_split"], color="tab:red", ls=":", lw=1, label=f"mu·T/W {s['theory_y_of_split']:.2f}")
+        ax.set_xscale("log")
+        ax.set_title(f"s {s['slowdown']:g}, mu {s['mu']:.2f}", fontsize=9)
+        ax.set_xlabel("replay ratio y (emerged)")
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel(f"compute to target (units at the study's mu)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_crossover(r: dict, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    for key, label, color in (("against_tuned", "compute", "tab:blue"), ("against_tuned_wall", "wall time", "tab:orange")):
+        xs, ys, errs = [], [], [[], []]
+        for s in r["studies"]:
+            best = min((a for a in s["arms"] if not a["on_policy"] and a.get(key)), key=lambda a: a[key]["ratio"], default=None)
+            if best is None:
+                continue
+            p = best[key]
+            xs.append(s["mu"])
+            ys.append(p["ratio"])
+            errs[0].append(p["ratio"] - p["low"])
+            errs[1].append(p["high"] - p["ratio"])
+        if xs:
+            ax.errorbar(xs, ys, yerr=errs, fmt="o-", capsize=3, color=color, label=f"best buffer / tuned queue, {label}")
+    ax.axhline(1, color="grey", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("mu (measured, emulated slowdown counted)")
+    ax.set_ylabel("ratio to the tuned queue (95% CI)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(r: dict, folder: Path) -> dict[str, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {name: folder / name for name in OUTPUT_FILES}
+    paths["regime.json"].write_text(json.dumps(r, indent=1, default=float))
+    paths["regime.md"].write_text(markdown(r))
+    plot_compute_vs_y(r, paths["compute_vs_y.png"])
+    plot_crossover(r, paths["crossover.png"])
+    return paths
