@@ -20,9 +20,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from workbench import knobs  # noqa: E402
 
 from analysis import recommend  # noqa: E402
-from analysis.data import StudyData, load_study, retarget  # noqa: E402
+from analysis.data import StudyData, load_study, reaccount, retarget  # noqa: E402
 from analysis.pipeline import split_table  # noqa: E402
 from analysis.report import analyze_data  # noqa: E402
+from analysis.tuned_lr import tuned_lr  # noqa: E402
 
 OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
 
@@ -59,6 +60,17 @@ def _study(data: StudyData) -> dict:
             "arms": arms}
 
 
+def reaccounted(sync: StudyData, mu: float) -> list[dict]:
+    """A synchronous study's buffers re-accounted at `mu` (the same runs priced at another mu), each cell at its
+    best lr against on-policy at its best: what re-accounting predicts a slow generator's saving to be."""
+    tuned = tuned_lr(reaccount(sync, mu).runs)
+    if not tuned:
+        return []
+    return [{"trial_number": r["trial_number"], "strategy": r["strategy"], "x": r["x"], "y": r["y"], "lr": r["lr"],
+             "capacity": int(round(r["x"] * sync.runs["batch_size"].iloc[0] / r["y"])), "compute_to_target": r["compute_to_target"],
+             "compute_ci": [r["ci_low"], r["ci_high"]], "against_tuned": r["against_tuned"]} for r in tuned["tuned"]]
+
+
 def _resolved(pair: dict | None) -> bool:
     return bool(pair) and math.isfinite(pair["high"]) and pair["high"] < 1
 
@@ -75,7 +87,10 @@ def crossover(studies: list[dict]) -> dict:
         return None
 
     theory = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered if s["theory_y_of_split"] > 1), None)
-    return {"compute": first("against_tuned"), "wall": first("against_tuned_wall"), "theory": theory}
+    sync = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered
+                 if any(_resolved(a.get("against_tuned")) for a in s.get("reaccounted", []))), None)
+    return {"compute": first("against_tuned"), "wall": first("against_tuned_wall"), "theory": theory,
+            "reaccounted": sync if any(s.get("reaccounted") for s in ordered) else None}
 
 
 def _confirmed(confirm: StudyData | None) -> list[dict]:
@@ -85,18 +100,25 @@ def _confirmed(confirm: StudyData | None) -> list[dict]:
     return [{**a, "study": c["study"], "mu": c["mu"]} for a in c["arms"]]
 
 
-def build(names: list[str], tracking_uri: str, confirm: str | None = None, target: float | None = None) -> dict:
-    """Every study of `names` read and analysed (at `target` where given), the crossover, and the confirmation."""
+def build(names: list[str], tracking_uri: str, confirm: str | None = None, target: float | None = None,
+          sync: str | None = None) -> dict:
+    """Every study of `names` read and analysed (at `target` where given), the synchronous study `sync` re-accounted
+    at each one's mu, the crossover, and the confirmation."""
     studies = []
+    sync_data = load_study(sync, tracking_uri) if sync else None
+    if sync_data is not None and target is not None:
+        sync_data = retarget(sync_data, target)
     for name in names:
         data = load_study(name, tracking_uri)
         studies.append(_study(retarget(data, target) if target is not None else data))
+        if sync_data is not None:
+            studies[-1]["reaccounted"] = reaccounted(sync_data, studies[-1]["mu"])
     fresh = None
     if confirm:
         fresh = load_study(confirm, tracking_uri)
         fresh = retarget(fresh, target) if target is not None else fresh
     return {"studies": sorted(studies, key=lambda s: s["mu"]), "crossover": crossover(studies), "confirmed": _confirmed(fresh),
-            "confirm_study": confirm}
+            "confirm_study": confirm, "sync_study": sync}
 
 
 def _pair(p: dict | None) -> str:
@@ -130,6 +152,13 @@ def markdown(r: dict) -> str:
                          f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
                          f"| {'tuned queue' if a['on_policy'] and not a['against_tuned'] else _pair(a['against_tuned'])} | {wall} "
                          f"| {_pair(a['against_tuned_wall'])} |")
+        if s.get("reaccounted"):
+            lines += ["", f"The synchronous study `{r['sync_study']}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
+                      " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:", "",
+                      "| trial | arm | y (set) | x | compute to target [95% CI] | / tuned on-policy, compute |", "|---|---|---|---|---|---|"]
+            lines += [f"| {a['trial_number']} | {a['strategy']} N {a['capacity']}, lr {a['lr']:.3g} | {a['y']:g} | {a['x']:g} "
+                      f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] | {_pair(a['against_tuned'])} |"
+                      for a in s["reaccounted"]]
         lines += ["", "`workbench recommend` on this study:", "", "```", *s["recommendation"].get("lines", []), "```", ""]
     c = r["crossover"]
 
@@ -139,6 +168,7 @@ def markdown(r: dict) -> str:
     lines += ["## The crossover", "",
               f"- The smallest slowdown at which a buffer resolvably beats the tuned queue in compute: {where(c['compute'])};"
               f" in wall time: {where(c['wall'])}.",
+              *([f"- Re-accounting the synchronous runs at each mu puts it at {where(c['reaccounted'])}."] if r.get("sync_study") else []),
               f"- The theory's: replay pays once the split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.", ""]
     if r["confirmed"]:
         lines += [f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)", "",

@@ -412,11 +412,13 @@ def cmd_regime(args: argparse.Namespace) -> int:
     specs = [load_spec(p) for p in args.specs]
     uri = resolve_tracking_uri(args.tracking_uri or specs[0].tracking_uri)
     confirm = load_spec(args.confirm).name if args.confirm else None
+    sync = load_spec(args.sync).name if args.sync else None
     result, paths = report([s.name for s in specs], uri, Path(args.out) if args.out else None, args.force,
-                           confirm=confirm, target=_target(args.target))
+                           confirm=confirm, target=_target(args.target), sync=sync)
     c = result["crossover"]
     where = lambda p: "none measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"  # noqa: E731
-    print(f"crossover: compute {where(c['compute'])}, wall time {where(c['wall'])}; theory (mu·T/W > 1) {where(c['theory'])}")
+    print(f"crossover: compute {where(c['compute'])}, wall time {where(c['wall'])}; theory (mu·T/W > 1) {where(c['theory'])}"
+          + (f"; the synchronous runs re-accounted: {where(c['reaccounted'])}" if sync else ""))
     print(f"wrote {paths['regime.md']}, with regime.json and the figures beside it")
     return 0
 
@@ -743,6 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
                             " the lr-tuned queue at each mu, the crossover, the confirmation")
     regime.add_argument("specs", nargs="+", help="the study specs, one per slowdown")
     regime.add_argument("--confirm", help="the spec of the confirmation study (fresh seeds and checkpoint)")
+    regime.add_argument("--sync", help="the spec of a synchronous study to re-account at each study's mu, beside it")
     regime.add_argument("--tracking-uri")
     regime.add_argument("--out", help="output folder (default: reports-out/regime-NAMES/ beside the MLflow store)")
     regime.add_argument("--force", action="store_true", help="write even over files git tracks")

@@ -24,7 +24,11 @@ def test_the_crossover_is_the_smallest_mu_whose_buffer_interval_lies_below_one()
     c = crossover(studies)
     assert c["compute"] == {"slowdown": 6, "mu": 3.0} and c["wall"] == {"slowdown": 3, "mu": 1.6}
     assert c["theory"] == {"slowdown": 3, "mu": 1.6}  # the first split whose y = mu·T/W exceeds 1
-    assert crossover([_study(1, 0.5, 1.4, 1.5)])["compute"] is None
+    assert crossover([_study(1, 0.5, 1.4, 1.5)])["compute"] is None and c["reaccounted"] is None
+    # a synchronous study re-accounted beside them: its own crossover
+    studies[0]["reaccounted"] = [{"against_tuned": {"ratio": 0.6, "low": 0.5, "high": 0.7}}]
+    studies[3]["reaccounted"] = [{"against_tuned": {"ratio": 0.9, "low": 0.7, "high": 1.1}}]
+    assert crossover(studies)["reaccounted"] == {"slowdown": 12, "mu": 5.6}
 
 
 def test_the_report_names_each_mu_the_arms_and_the_crossover():

@@ -76,7 +76,7 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
         assert not buffer["on_policy"] and buffer["against_tuned"]["seeds"] == 2 and buffer["against_tuned_wall"]["seeds"] == 2
         assert study["recommendation"]["lines"][0].startswith("recommend at mu")
     assert slow["arms"][-1]["y"] > fast["arms"][-1]["y"] or slow["theory_y_of_split"] > fast["theory_y_of_split"]
-    assert set(result["crossover"]) == {"compute", "wall", "theory"}
+    assert set(result["crossover"]) == {"compute", "wall", "theory", "reaccounted"}
     md = (out / "regime.md").read_text()
     assert "## The crossover" in md and "| queue, lr 0.002 |" in md and "| uniform N 64, lr 0.001 |" in md
     assert (out / "compute_vs_y.png").stat().st_size > 0 and (out / "crossover.png").stat().st_size > 0
