@@ -474,6 +474,10 @@ class TrialConfig(Section):
                 raise ValueError(f"pipeline.trainers: must divide batch_size ({self.batch_size}): each trainer draws B/T")
             if not strategy.streams:
                 raise ValueError(f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}")
+            if self.replay.ratio != 1:
+                raise ValueError(f"replay.ratio: emerges from the split in an asynchronous trial (y ≈ mu·T/W), so it is not"
+                                 f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
+                                 " replay.capacity instead")
             if self.generation.backend != "hf":
                 raise ValueError("pipeline.mode: async generates with generation.backend hf so far")
         if self.task.chat_template and self.model.path is None:

@@ -288,6 +288,8 @@ def test_async_settings_are_checked_at_the_edge():
         build_config(toy_dict(pipeline={"mode": "async", "trainers": 3}))
     with pytest.raises((ConfigError, ValueError), match="replay.capacity"):
         build_config(toy_dict(replay={"strategy": "queue", "capacity": 8}))
+    with pytest.raises((ConfigError, ValueError), match=r"replay.ratio: emerges from the split"):  # would be ignored silently
+        build_config(toy_dict(pipeline={"mode": "async"}, replay={"strategy": "uniform", "capacity": 64, "ratio": 2}))
 
 
 def _hold_forever(lock) -> None:
