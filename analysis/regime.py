@@ -41,6 +41,11 @@ def _study(data: StudyData) -> dict:
         g = runs[runs["trial_number"] == c["trial_number"]]
         s = split.get(c["trial_number"], {})
         a = against.get(c["trial_number"], {})
+        if not tuned and not c["baseline"]:  # the queue ran at one lr (its best elsewhere): pair with the baseline
+            a = {"against_tuned": {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"], "high": c["ratio_ci_high"],
+                                   "seeds": c["seeds"], "verdict": c["verdict"]},
+                 "against_tuned_wall": {"ratio": s["wall_ratio_to_baseline"], "low": s["wall_ratio_ci"][0], "high": s["wall_ratio_ci"][1],
+                                        "seeds": c["seeds"], "verdict": s.get("wall_verdict")} if s.get("wall_ratio_to_baseline") is not None else None}
         arms.append({
             "trial_number": c["trial_number"], "strategy": str(g["strategy_run"].iloc[0]), "capacity": c["capacity"],
             "lr": c.get("lr"), "y": c["y"], "x": c["x"], "seeds": c["seeds"], "censored_seeds": c["censored_seeds"],
@@ -54,7 +59,8 @@ def _study(data: StudyData) -> dict:
     return {"study": data.name, "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns, "mu": data.reference_mu,
             "generators": generators, "trainers": trainers, "target": data.target, "metric": data.metric,
             "theory_y_of_split": knobs.replay_ratio_of_split(data.reference_mu, generators, trainers),
-            "on_policy_best_lr": tuned.get("on_policy_best_lr"), "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"),
+            "on_policy_best_lr": tuned.get("on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)),
+            "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"), "queue_lr_tuned_here": bool(tuned),
             "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"]},
             "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_wall", "refused", "lines")},
             "arms": arms}
@@ -141,7 +147,9 @@ def markdown(r: dict) -> str:
     for s in r["studies"]:
         lines += [f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`, W {s['generators']}, T {s['trainers']})", "",
                   f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
-                  + ("" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
+                  + (" (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
+                     if not s.get("queue_lr_tuned_here", True) else
+                     "" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
                   + f"; the theory's y for this split, mu·T/W = {s['theory_y_of_split']:.2f}; the fitted model's optimum"
                   f" y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f}.", "",
                   "| trial | arm | y (emerged) | seeds (censored) | compute to target [95% CI] | / tuned queue, compute | wall to target, s [95% CI] | / tuned queue, wall |",

@@ -56,3 +56,17 @@ def test_a_distribution_the_storage_refuses_is_a_config_error_naming_the_knob(tm
     spec = load_spec(toy_spec(tmp_path, search_space={"replay.ratio": {"choices": [1, 2, 4]}}))
     with pytest.raises(ConfigError, match=r"^search_space\.replay\.ratio: .*dynamic value space"):
         suggest(study.ask(), spec)
+
+
+def test_a_knob_added_to_the_space_at_its_base_value_leaves_the_old_points_as_they_ran(tmp_path):
+    """A spec that gains a knob (here `lr`) must name it in every point; the old points, at the base config's value,
+    are the configurations that already ran: only the point at another value is queued on resume."""
+    path = toy_spec(tmp_path, points=[{"replay.ratio": 2, "x": 4}])
+    study = create_or_load(context(load_spec(path)))
+    assert len(_queued(study)) == 2
+    base_lr = load_spec(path).base_config_dict()["lr"]
+    space = {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}, "lr": {"choices": [base_lr, 2 * base_lr]}}
+    spec = _edit(path, search_space=space, n_trials=4,
+                 points=[{"replay.ratio": 2, "x": 4, "lr": base_lr}, {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}])
+    study = create_or_load(context(spec))
+    assert len(_queued(study)) == 3 and _queued(study)[-1] == {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}

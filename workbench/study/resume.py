@@ -10,7 +10,6 @@ stored spec records them: adding a point is how a user extends a study.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from workbench.config import ConfigError
@@ -28,11 +27,25 @@ def check(spec: StudySpec, stored: dict[str, Any]) -> None:
                               " Optuna study cannot change a categorical's choices: restore them, or give the spec a new name")
 
 
-def _key(point: dict[str, Any]) -> str:
-    return json.dumps(point, sort_keys=True)
+def _same(point: dict[str, Any], stored: dict[str, Any], added: dict[str, Any]) -> bool:
+    """Whether `point` is the `stored` point: equal on the stored point's knobs, and every knob the spec gained since
+    at its base value (`added`: those knobs and their base values), the configuration the stored point ran."""
+    return (all(point.get(k) == v for k, v in stored.items())
+            and all(k in stored or (k in added and v == added[k]) for k, v in point.items()))
 
 
 def new_points(spec: StudySpec, stored: dict[str, Any]) -> list[dict[str, Any]]:
-    """The spec's points that the `stored` spec did not list (as the spec dumps them), in the spec's order."""
-    seen = {_key(p) for p in stored.get("points") or []}
-    return [p for p in spec.model_dump(mode="json")["points"] if _key(p) not in seen]
+    """The spec's points that the `stored` spec did not list (as the spec dumps them), in the spec's order. A knob
+    added to the search space since makes every point name it: an old point that names it at the base config's
+    value is the configuration that already ran, not a new one."""
+    before = stored.get("search_space") or {}
+    base = spec.base_config_dict()
+    added = {}
+    for knob in spec.search_space:
+        if knob not in before:
+            node: Any = base
+            for part in knob.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            added[knob] = node
+    old = stored.get("points") or []
+    return [p for p in spec.model_dump(mode="json")["points"] if not any(_same(p, q, added) for q in old)]
