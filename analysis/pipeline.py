@@ -31,6 +31,14 @@ def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, float]:
     return out
 
 
+def device_time_to_target(data: StudyData) -> dict[str, float]:
+    """Each run's device-seconds to the target: its wall seconds to it x its W + T devices (the paper's count: one
+    device per generator and per trainer), by run id. Arms with different splits compare on it, not on wall time."""
+    wall = wall_to_target(data.curves, data.target)
+    devices = dict(zip(data.runs["run_id"], data.runs["generators"] + data.runs["trainers"]))
+    return {r: w * devices[r] for r, w in wall.items() if r in devices}
+
+
 def is_async(data: StudyData) -> bool:
     """Whether any run of the study ran the asynchronous pipeline."""
     return "pipeline" in data.runs and bool((data.runs["pipeline"] == "async").any())

@@ -60,7 +60,7 @@ def _best_replay(result: dict) -> dict | None:
         if not rows:
             return None
         r = rows[0]
-        return {"trial_number": r["trial_number"], "pair": r["against_tuned"], "wall": r.get("against_tuned_wall")}
+        return {"trial_number": r["trial_number"], "pair": r["against_tuned"], "wall": r.get("against_tuned_device_time")}
     rows = [c for c in result.get("configurations") or [] if not c["baseline"] and c.get("arm", "sampler") == "sampler"
             and math.isfinite(c.get("ratio_to_baseline", math.nan))]
     if not rows:
@@ -156,7 +156,7 @@ def _from_study(result: dict, mu: float | None, split: tuple[int, int] | None, m
                          "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr"}
         if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
             w = best["wall"]
-            out["saving_wall"] = {"share": 1 - w["ratio"], "low": 1 - w["high"], "high": 1 - w["low"], "seeds": w["seeds"]}
+            out["saving_device_time"] = {"share": 1 - w["ratio"], "low": 1 - w["high"], "high": 1 - w["low"], "seeds": w["seeds"]}
     else:
         out["recommended"] = {"strategy": "on-policy", "capacity": None, "horizon": None, "replay_ratio": 1.0, "x": 1.0,
                               "lr": on["lr"], "trial_number": on["trial_number"], **_split(mu, 1.0, split)}
@@ -229,9 +229,9 @@ def lines(rec: dict) -> list[str]:
         s = rec["saving"]
         iv = "" if s["low"] is None else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s['seeds']} paired seeds)"
         out.append(f"  predicted saving against {s['against']}: {_pct(s['share'])} of compute{iv}")
-        if rec.get("saving_wall"):
-            w = rec["saving_wall"]
-            out.append(f"  and of wall time: {_pct(w['share'])} [{_pct(w['low'])}, {_pct(w['high'])}]")
+        if rec.get("saving_device_time"):
+            w = rec["saving_device_time"]
+            out.append(f"  and of device time (wall x W + T): {_pct(w['share'])} [{_pct(w['low'])}, {_pct(w['high'])}]")
         if rec.get("best_replay"):
             out.append(f"  fresh seeds: {rec['best_replay']['fresh_seeds']}")
     if "given" in r:

@@ -17,52 +17,67 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from workbench import knobs  # noqa: E402
+from workbench import knobs, stats  # noqa: E402
 
 from analysis import recommend  # noqa: E402
 from analysis.data import StudyData, load_study, reaccount, retarget  # noqa: E402
-from analysis.pipeline import split_table  # noqa: E402
+from analysis.pipeline import device_time_to_target, split_table  # noqa: E402
 from analysis.report import analyze_data  # noqa: E402
 from analysis.tuned_lr import tuned_lr  # noqa: E402
 
 OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
 
 
+def _device_pairs(runs, device: dict[str, float], arm: int, base: int) -> dict | None:
+    """An arm's device-seconds to the target against the tuned queue's, paired by seed."""
+    def per_seed(n):
+        g = runs[runs["trial_number"] == n]
+        return {int(sd): device[r] for sd, r in zip(g["seed"], g["run_id"]) if r in device and math.isfinite(device[r])}
+    mine, theirs = per_seed(arm), per_seed(base)
+    if not mine or not theirs:
+        return None
+    iv = stats.paired_ratio(mine, theirs)
+    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv, "device time")}
+
+
 def _study(data: StudyData) -> dict:
     result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
     runs = data.runs
     split = {r["trial_number"]: r for r in split_table(data)}
+    device = device_time_to_target(data)
     tuned = result.get("tuned_lr") or {}
     against = {r["trial_number"]: r for r in tuned.get("tuned", [])}
+    base_number = tuned.get("on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None))
     arms = []
     for c in result["configurations"]:
         if c.get("arm", "sampler") != "sampler":
             continue
         g = runs[runs["trial_number"] == c["trial_number"]]
         s = split.get(c["trial_number"], {})
-        a = against.get(c["trial_number"], {})
-        if not tuned and not c["baseline"]:  # the queue ran at one lr (its best elsewhere): pair with the baseline
-            a = {"against_tuned": {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"], "high": c["ratio_ci_high"],
-                                   "seeds": c["seeds"], "verdict": c["verdict"]},
-                 "against_tuned_wall": {"ratio": s["wall_ratio_to_baseline"], "low": s["wall_ratio_ci"][0], "high": s["wall_ratio_ci"][1],
-                                        "seeds": c["seeds"], "verdict": s.get("wall_verdict")} if s.get("wall_ratio_to_baseline") is not None else None}
+        on_policy = bool(c["x"] == 1 and c["y"] == 1)
+        pair = against.get(c["trial_number"], {}).get("against_tuned")
+        if pair is None and not on_policy and not tuned:  # the queue ran at one lr (its best elsewhere): the baseline
+            pair = {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"], "high": c["ratio_ci_high"], "seeds": c["seeds"],
+                    "verdict": c["verdict"]}
+        W, T = int(g["generators"].iloc[0]), int(g["trainers"].iloc[0])
         arms.append({
             "trial_number": c["trial_number"], "strategy": str(g["strategy_run"].iloc[0]), "capacity": c["capacity"],
-            "lr": c.get("lr"), "y": c["y"], "x": c["x"], "seeds": c["seeds"], "censored_seeds": c["censored_seeds"],
+            "lr": c.get("lr"), "generators": W, "trainers": T, "y": c["y"], "x": c["x"],
+            "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
+            "seeds": c["seeds"], "censored_seeds": c["censored_seeds"],
             "compute_to_target": c["compute_to_target"], "compute_ci": [c["ci_low"], c["ci_high"]],
             "wall_to_target": s.get("wall_to_target"), "wall_ci": s.get("wall_ci"),
-            "against_tuned": a.get("against_tuned"), "against_tuned_wall": a.get("against_tuned_wall"),
-            "baseline": c["baseline"], "on_policy": bool(c["x"] == 1 and c["y"] == 1),
+            "against_tuned": pair,
+            "against_tuned_device_time": None if on_policy or base_number is None else _device_pairs(runs, device, c["trial_number"], base_number),
+            "baseline": c["baseline"], "on_policy": on_policy, "tuned_queue": c["trial_number"] == base_number,
         })
     slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
-    generators, trainers = int(runs["generators"].iloc[0]), int(runs["trainers"].iloc[0])
     return {"study": data.name, "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns, "mu": data.reference_mu,
-            "generators": generators, "trainers": trainers, "target": data.target, "metric": data.metric,
-            "theory_y_of_split": knobs.replay_ratio_of_split(data.reference_mu, generators, trainers),
+            "target": data.target, "metric": data.metric,
             "on_policy_best_lr": tuned.get("on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)),
             "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"), "queue_lr_tuned_here": bool(tuned),
             "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"]},
-            "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_wall", "refused", "lines")},
+            "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_device_time", "refused", "lines")},
             "arms": arms}
 
 
@@ -92,10 +107,11 @@ def crossover(studies: list[dict]) -> dict:
                 return {"slowdown": s["slowdown"], "mu": s["mu"]}
         return None
 
-    theory = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered if s["theory_y_of_split"] > 1), None)
+    theory = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered
+                   if any(a["y_of_split"] > 1 for a in s["arms"] if not a["on_policy"])), None)
     sync = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered
                  if any(_resolved(a.get("against_tuned")) for a in s.get("reaccounted", []))), None)
-    return {"compute": first("against_tuned"), "wall": first("against_tuned_wall"), "theory": theory,
+    return {"compute": first("against_tuned"), "device_time": first("against_tuned_device_time"), "theory": theory,
             "reaccounted": sync if any(s.get("reaccounted") for s in ordered) else None}
 
 
@@ -134,32 +150,37 @@ def _pair(p: dict | None) -> str:
 
 
 def _arm(a: dict) -> str:
-    what = "queue" if a["strategy"] == "queue" else f"{a['strategy']} N {a['capacity']}"
+    what = "queue" if a["strategy"] in ("queue", "on-policy") else f"{a['strategy']} N {a['capacity']}"
     return f"{what}, lr {a['lr']:.3g}" if a.get("lr") is not None else what
 
 
 def markdown(r: dict) -> str:
     lines = ["# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer", "",
-             "Each study is the asynchronous pipeline (W generators, T trainers) at one generator slowdown s; mu is measured"
-             " on its queue baseline (the emulated extra time counted as generation). Ratios are paired by seed against the"
-             " queue at its best learning rate in the same study (geometric mean, 95% interval); below 1 saves. A ratio"
-             " whose interval contains 1 is unresolved.", ""]
+             "Each study is the asynchronous pipeline at one generator slowdown s; mu is measured on its queue baseline (the"
+             " emulated extra time counted as generation). Ratios are paired by seed against the queue at its best learning"
+             " rate in the same study (geometric mean, 95% interval); below 1 saves, and a ratio whose interval contains 1 is"
+             " unresolved. Compute is in units at the study's mu. Device time is the wall time to the target (evaluations and"
+             " start-up excluded) x the W + T devices a split uses, the paper's count: arms with more generators are not"
+             " cheaper for finishing sooner on more devices. `y` emerged (K_train/K_gen); `mu·T/W` is what the theory's"
+             " no-stall mapping expects of the split.", ""]
     for s in r["studies"]:
-        lines += [f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`, W {s['generators']}, T {s['trainers']})", "",
+        lines += [f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`)", "",
                   f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
                   + (" (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
                      if not s.get("queue_lr_tuned_here", True) else
                      "" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
-                  + f"; the theory's y for this split, mu·T/W = {s['theory_y_of_split']:.2f}; the fitted model's optimum"
-                  f" y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f}.", "",
-                  "| trial | arm | y (emerged) | seeds (censored) | compute to target [95% CI] | / tuned queue, compute | wall to target, s [95% CI] | / tuned queue, wall |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  + f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f}.", "",
+                  "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
+                  " | wall to target, s [95% CI] | / tuned queue, device time |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for a in s["arms"]:
             wall = "-" if a["wall_to_target"] is None else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
-            lines.append(f"| {a['trial_number']} | {_arm(a)} | {a['y']:.2f} | {a['seeds']} ({a['censored_seeds']}) "
+            own = "tuned queue" if a.get("tuned_queue") else "-"
+            lines.append(f"| {a['trial_number']} | {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {a['y_of_split']:.2f} "
+                         f"| {a['seeds']} ({a['censored_seeds']}) "
                          f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
-                         f"| {'tuned queue' if a['on_policy'] and not a['against_tuned'] else _pair(a['against_tuned'])} | {wall} "
-                         f"| {_pair(a['against_tuned_wall'])} |")
+                         f"| {own if a['on_policy'] else _pair(a['against_tuned'])} | {wall} "
+                         f"| {own if a['on_policy'] else _pair(a['against_tuned_device_time'])} |")
         if s.get("reaccounted"):
             lines += ["", f"The synchronous study `{r['sync_study']}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
                       " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:", "",
@@ -175,14 +196,16 @@ def markdown(r: dict) -> str:
 
     lines += ["## The crossover", "",
               f"- The smallest slowdown at which a buffer resolvably beats the tuned queue in compute: {where(c['compute'])};"
-              f" in wall time: {where(c['wall'])}.",
+              f" in device time: {where(c['device_time'])}.",
               *([f"- Re-accounting the synchronous runs at each mu puts it at {where(c['reaccounted'])}."] if r.get("sync_study") else []),
-              f"- The theory's: replay pays once the split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.", ""]
+              f"- The theory's: replay pays once a split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.", ""]
     if r["confirmed"]:
         lines += [f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)", "",
-                  "| arm | y | / tuned queue, compute [95% CI] | / tuned queue, wall [95% CI] | seeds (censored) |", "|---|---|---|---|---|"]
+                  "| arm | W:T | y | / tuned queue, compute [95% CI] | / tuned queue, device time [95% CI] | seeds (censored) |",
+                  "|---|---|---|---|---|---|"]
         for a in r["confirmed"]:
-            lines.append(f"| {_arm(a)} | {a['y']:.2f} | {_pair(a['against_tuned'])} | {_pair(a['against_tuned_wall'])} | {a['seeds']} ({a['censored_seeds']}) |")
+            lines.append(f"| {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned'])} "
+                         f"| {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned_device_time'])} | {a['seeds']} ({a['censored_seeds']}) |")
         lines.append("")
     return "\n".join(lines)
 
@@ -195,14 +218,13 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
             c, lo, hi = a["compute_to_target"], *a["compute_ci"]
             marker = "s" if a["strategy"] == "queue" else "o"
             ax.errorbar([a["y"]], [c], yerr=[[c - lo], [hi - c]], fmt=marker, capsize=3,
-                        label=_arm(a) + (" *" if a["censored_seeds"] else ""))
+                        label=_arm(a) + f", W {a['generators']}" + (" *" if a["censored_seeds"] else ""))
         ax.axvline(s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}")
-        ax.axvline(s["theory_y_of_split"], color="tab:red", ls=":", lw=1, label=f"mu·T/W {s['theory_y_of_split']:.2f}")
         ax.set_xscale("log")
         ax.set_title(f"s {s['slowdown']:g}, mu {s['mu']:.2f}", fontsize=9)
         ax.set_xlabel("replay ratio y (emerged)")
         ax.legend(fontsize=6)
-    axes[0][0].set_ylabel(f"compute to target (units at the study's mu)")
+    axes[0][0].set_ylabel("compute to target (units at the study's mu)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -210,7 +232,7 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
 
 def plot_crossover(r: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
-    for key, label, color in (("against_tuned", "compute", "tab:blue"), ("against_tuned_wall", "wall time", "tab:orange")):
+    for key, label, color in (("against_tuned", "compute", "tab:blue"), ("against_tuned_device_time", "device time", "tab:orange")):
         xs, ys, errs = [], [], [[], []]
         for s in r["studies"]:
             best = min((a for a in s["arms"] if not a["on_policy"] and a.get(key)), key=lambda a: a[key]["ratio"], default=None)

@@ -26,7 +26,7 @@ from analysis.bottom_line import bottom_line, runs_line
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import Fit, fit_runs, predicted_optimum
 from analysis.models import compare, optimum
-from analysis.pipeline import is_async, mapped_split, split_table, wall_to_target
+from analysis.pipeline import device_time_to_target, is_async, mapped_split, split_table
 from analysis.resolution import by_checkpoint, by_estimator, by_reading, resolution
 from analysis.sections import tables
 from analysis.sharpness import skill_or_sharpness
@@ -221,7 +221,7 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
             **block,
             "configurations": [_config_record(r) for _, r in configs.iterrows()],
             "confirmations": _confirmations(data, configs),
-            "tuned_lr": tuned_lr(data.runs, wall_to_target(data.curves, data.target) if is_async(data) else None),
+            "tuned_lr": tuned_lr(data.runs, device_time_to_target(data) if is_async(data) else None),
             "whatif": {},
             "laws": verdicts,
             "pipeline": split_table(data),

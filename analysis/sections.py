@@ -83,10 +83,10 @@ def _tuned_lr_section(result: dict) -> list[str]:
     lines += ["", f"Each (x, y) at its best learning rate against on-policy at its best (lr {_fmt(t['on_policy_best_lr'])}), the"
               " comparison the paper makes (lr re-tuned per configuration); both sides selected on the same seeds:", "",
               "| trial | configuration (its best lr) | compute to target [95% CI] | ratio to tuned on-policy [95% CI]: verdict |"
-              + (" wall time to target, same pairing [95% CI]: verdict |" if any("against_tuned_wall" in r for r in t["tuned"]) else ""),
-              "|---|---|---|---|" + ("---|" if any("against_tuned_wall" in r for r in t["tuned"]) else "")]
+              + (" device time to target (wall x W + T), same pairing [95% CI]: verdict |" if any("against_tuned_device_time" in r for r in t["tuned"]) else ""),
+              "|---|---|---|---|" + ("---|" if any("against_tuned_device_time" in r for r in t["tuned"]) else "")]
     lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_ci(r)} | {_pair(r['against_tuned'])} |"
-              + (f" {_pair(r.get('against_tuned_wall'))} |" if any("against_tuned_wall" in q for q in t["tuned"]) else "") for r in t["tuned"]]
+              + (f" {_pair(r.get('against_tuned_device_time'))} |" if any("against_tuned_device_time" in q for q in t["tuned"]) else "") for r in t["tuned"]]
     return lines + [""]
 
 

@@ -47,8 +47,9 @@ def _wall_per_seed(g: pd.DataFrame, wall: dict[str, float]) -> dict[int, float]:
 
 def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict | None:
     """The matched-lr comparisons of a study's sampler runs (`StudyData.runs`); None when lr does not vary or no
-    on-policy arm ran at two learning rates. `wall` (each run's wall seconds to the target, by run id; asynchronous
-    studies): each arm is also paired in wall time against on-policy at its best lr (the lr chosen on compute)."""
+    on-policy arm ran at two learning rates. `wall` (each run's device-seconds to the target, wall x W + T, by run
+    id; asynchronous studies): each arm is also paired in device time against on-policy at its best lr (the lr
+    chosen on compute): `against_tuned_device_time`."""
     if "lr" not in runs or runs["lr"].nunique() < 2:
         return None
     sel = runs[runs["arm"].isin(["sampler"])]
@@ -78,7 +79,7 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         if not a["on_policy"] and (a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]):
             cells[a["cell"]] = a
     tuned = [{k: v for k, v in a.items() if k not in ("values", "cell", "wall")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
-             | ({"against_tuned_wall": _ratio(a["wall"], best_base["wall"])} if a["wall"] and best_base["wall"] else {})
+             | ({"against_tuned_device_time": _ratio(a["wall"], best_base["wall"])} if a["wall"] and best_base["wall"] else {})
              for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])]
     lrs = sorted(on_policy)
     bounded = lrs[0] < best_base["lr"] < lrs[-1]

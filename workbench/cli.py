@@ -417,7 +417,7 @@ def cmd_regime(args: argparse.Namespace) -> int:
                            confirm=confirm, target=_target(args.target), sync=sync)
     c = result["crossover"]
     where = lambda p: "none measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"  # noqa: E731
-    print(f"crossover: compute {where(c['compute'])}, wall time {where(c['wall'])}; theory (mu·T/W > 1) {where(c['theory'])}"
+    print(f"crossover: compute {where(c['compute'])}, device time {where(c['device_time'])}; theory (mu·T/W > 1) {where(c['theory'])}"
           + (f"; the synchronous runs re-accounted: {where(c['reaccounted'])}" if sync else ""))
     print(f"wrote {paths['regime.md']}, with regime.json and the figures beside it")
     return 0

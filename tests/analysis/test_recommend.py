@@ -22,7 +22,7 @@ def _result(high: float, seeds: int = 4, censored: int = 0) -> dict:
                                _config(2, 1, 1, 128, 1e-4, seeds), _config(3, 40.0, 5.0, 1024, 2.5e-5, seeds)],
             "tuned_lr": {"on_policy_by_lr": on, "on_policy_best_lr": 5e-5, "on_policy_best_trial": 1, "on_policy_best_lr_bounded": True,
                          "tuned": [{"trial_number": 3, "lr": 2.5e-5, "x": 40.0, "y": 5.0, "against_tuned": pair,
-                                    "against_tuned_wall": {**pair, "ratio": 0.5, "low": 0.4, "high": 0.62}}]},
+                                    "against_tuned_device_time": {**pair, "ratio": 0.5, "low": 0.4, "high": 0.62}}]},
             "models": [{"model": "thm45", "skill": {"selected": False}}]}
 
 
@@ -32,7 +32,7 @@ def test_replay_whose_interval_against_tuned_on_policy_excludes_one_is_recommend
     assert (r["strategy"], r["capacity"], r["replay_ratio"], r["lr"]) == ("uniform", 1024, 5.0, 2.5e-5)
     assert r["workers_per_trainer"] == pytest.approx(5.5 / 5.0) and r["given"]["replay_ratio"] == pytest.approx(5.5)
     assert rec["saving"]["share"] == pytest.approx(0.4) and (rec["saving"]["low"], rec["saving"]["high"]) == pytest.approx((0.2, 0.55))
-    assert rec["saving_wall"]["share"] == pytest.approx(0.5)
+    assert rec["saving_device_time"]["share"] == pytest.approx(0.5)
     assert "no model beats the null predictors" in rec["skill"]
     assert any("40%" in line and "[20%, 55%]" in line for line in rec["lines"])
 

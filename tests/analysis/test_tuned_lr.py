@@ -67,8 +67,8 @@ def test_an_asynchronous_study_is_also_paired_in_wall_time_against_the_tuned_que
     base = {1e-5: 30.0, 1e-4: 20.0}
     wall = {r.run_id: (base[r.lr] if r.x == 1 else 12.0) for r in runs.itertuples()}
     (cell,) = tuned_lr(runs, wall)["tuned"]
-    assert cell["against_tuned_wall"]["ratio"] == pytest.approx(0.6) and cell["against_tuned_wall"]["seeds"] == 4
-    assert "against_tuned_wall" not in tuned_lr(runs)["tuned"][0]  # a synchronous study: compute only
+    assert cell["against_tuned_device_time"]["ratio"] == pytest.approx(0.6) and cell["against_tuned_device_time"]["seeds"] == 4
+    assert "against_tuned_device_time" not in tuned_lr(runs)["tuned"][0]  # a synchronous study: compute only
 
 
 def test_asynchronous_runs_are_read_in_the_models_coordinates():
