@@ -28,8 +28,8 @@ from analysis.tuned_lr import tuned_lr  # noqa: E402
 OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
 
 
-def _device_pairs(runs, device: dict[str, float], arm: int, base: int) -> dict | None:
-    """An arm's device-seconds to the target against the tuned queue's, paired by seed."""
+def _device_pairs(runs, device: dict[str, float], arm: int, base: int, what: str = "device time") -> dict | None:
+    """An arm's per-run values (device-seconds to the target, or compute) against the tuned queue's, paired by seed."""
     def per_seed(n):
         g = runs[runs["trial_number"] == n]
         return {int(sd): device[r] for sd, r in zip(g["seed"], g["run_id"]) if r in device and math.isfinite(device[r])}
@@ -37,7 +37,13 @@ def _device_pairs(runs, device: dict[str, float], arm: int, base: int) -> dict |
     if not mine or not theirs:
         return None
     iv = stats.paired_ratio(mine, theirs)
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv, "device time")}
+    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv, what)}
+
+
+def _compute_per_run(runs) -> dict[str, float]:
+    """Each run's compute to the target (censored runs at their total: a bound), by run id."""
+    values = runs["compute_to_target"].where(runs["censored"] == 0, runs["total_units"])
+    return dict(zip(runs["run_id"], values))
 
 
 def _study(data: StudyData) -> dict:
@@ -50,7 +56,7 @@ def _study(data: StudyData) -> dict:
     base_number = tuned.get("on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None))
     arms = []
     for c in result["configurations"]:
-        if c.get("arm", "sampler") != "sampler":
+        if c.get("arm", "sampler") not in ("sampler", "predicted", "probe"):
             continue
         g = runs[runs["trial_number"] == c["trial_number"]]
         s = split.get(c["trial_number"], {})
@@ -70,7 +76,10 @@ def _study(data: StudyData) -> dict:
             "against_tuned": pair,
             "against_tuned_device_time": None if on_policy or base_number is None else _device_pairs(runs, device, c["trial_number"], base_number),
             "baseline": c["baseline"], "on_policy": on_policy, "tuned_queue": c["trial_number"] == base_number,
+            "arm": c.get("arm", "sampler"),
         })
+        if arms[-1]["arm"] != "sampler" and base_number is not None:  # `study verify`'s run: not in tuned_lr's cells
+            arms[-1]["against_tuned"] = _device_pairs(runs, _compute_per_run(runs), c["trial_number"], base_number, "compute")
     slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
     return {"study": data.name, "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns, "mu": data.reference_mu,
             "target": data.target, "metric": data.metric,
@@ -151,6 +160,8 @@ def _pair(p: dict | None) -> str:
 
 def _arm(a: dict) -> str:
     what = "queue" if a["strategy"] in ("queue", "on-policy") else f"{a['strategy']} N {a['capacity']}"
+    if a.get("arm", "sampler") != "sampler":
+        what = f"{a['arm']} optimum ({'study verify' + (' --probe' if a['arm'] == 'probe' else '')}): {what}"
     return f"{what}, lr {a['lr']:.3g}" if a.get("lr") is not None else what
 
 

@@ -54,3 +54,15 @@ def test_a_measured_twin_has_the_same_knobs_at_the_learning_rate_the_prediction_
     on_policy = Prediction("predicted", 1.0, 1.0, 128, 40.0)
     assert twin(by_lr, on_policy.knobs, base_lr=1e-4).trial_number == 0 and twin(by_lr, on_policy.knobs, base_lr=2e-4) is None
     assert twin(by_lr, Prediction("predicted", 1.0, 1.0, 128, 40.0, lr=5e-5).knobs, base_lr=1e-4).trial_number == 8
+
+
+def test_an_asynchronous_study_runs_a_prediction_as_the_split_that_gives_its_replay_ratio():
+    """y is not set asynchronously: (x*, y*) at mu runs as W = mu·T/y* generators with the buffer N = x*·B/y*, and as
+    the queue where y* rounds to on-policy."""
+    from workbench.prediction import Prediction
+
+    p = Prediction("predicted", 4.0, 2.0, 128, 50.0)
+    assert p.split_knobs(6.0) == {"replay.strategy": "uniform", "replay.capacity": 256, "pipeline.generators": 3}
+    assert p.split_knobs(6.0, trainers=2)["pipeline.generators"] == 6
+    assert Prediction("predicted", 1.0, 1.0, 128, 50.0).split_knobs(0.5) == {
+        "replay.strategy": "queue", "replay.capacity": 128, "pipeline.generators": 1}

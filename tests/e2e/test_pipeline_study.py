@@ -81,6 +81,12 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
     md = (out / "regime.md").read_text()
     assert "## The crossover" in md and "| queue, lr 0.002 |" in md and "| uniform N 64, lr 0.001 |" in md
     assert (out / "compute_vs_y.png").stat().st_size > 0 and (out / "crossover.png").stat().st_size > 0
+    verify = run_cli(["study", "verify", str(specs[1]), "--force"], tmp_path)  # y emerges: the prediction runs as a split
+    assert verify.returncode == 0, verify.stderr[-3000:]
+    regime = run_cli(["regime", *map(str, specs), "--out", str(tmp_path / "regime2")], tmp_path)
+    assert regime.returncode == 0, regime.stderr[-3000:]
+    predicted = [a for a in json.loads((tmp_path / "regime2" / "regime.json").read_text())["studies"][1]["arms"] if a["arm"] == "predicted"]
+    assert len(predicted) == 1 and predicted[0]["against_tuned"]["seeds"] == 2 and predicted[0]["generators"] >= 1
     rec = run_cli(["recommend", str(specs[1]), "--json"], tmp_path)
     assert rec.returncode == 0, rec.stderr[-3000:]
     answer = json.loads(rec.stdout.splitlines()[-1])

@@ -79,7 +79,10 @@ def run_prediction(
     if prediction.batch_size != base.batch_size:
         raise ConfigError(f"prediction: made for batch size {prediction.batch_size}, but study {ctx.spec.name!r} trains at {base.batch_size}")
     knobs, x, y, predicted = prediction.knobs, prediction.run_x, prediction.ratio, prediction.compute
-    same = twin(measured, knobs, base.lr)
+    asynchronous = base.pipeline.mode == "async"
+    if asynchronous:  # y emerges from the split there: run (x*, y*) as the split and buffer that give it
+        knobs = prediction.split_knobs(float(study.user_attrs[attrs.REFERENCE_MU]), base.pipeline.trainers)
+    same = None if asynchronous else twin(measured, knobs, base.lr)
     if same is not None and not force:
         log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {same.trial_number}: "
                  f"measured {same.compute_to_target:.4g}, predicted {predicted:.4g} (use --force to run it again)")
