@@ -376,3 +376,24 @@ def test_an_emulated_hold_stops_while_an_evaluation_pauses_the_generator():
     t.join()
     assert seen["waited"] < 0.1 and working[0] == 1  # idle within a poll; working again once the pause ended
     assert paused == pytest.approx(0.3, abs=0.08) and took == pytest.approx(0.6, abs=0.12)
+
+
+@pytest.mark.slow
+def test_a_hung_trainer_ends_the_trial_within_its_stall_timeout(tracking_uri):
+    """A second trainer alive but silent (stopped with SIGSTOP after the first step): the first waits in a collective
+    for it; the collective times out after `pipeline.stall_timeout_s` and the trial ends with one line, leaving no
+    process behind."""
+    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000},
+                    pipeline={"trainers": 2, "stall_timeout_s": 3})
+    hung = {}
+
+    def hang(rec):
+        if not hung:
+            child = next(p for p in multiprocessing.active_children() if p.name == "workbench-trainer-1")
+            os.kill(child.pid, signal.SIGSTOP)
+            hung["pid"], hung["at"] = child.pid, time.monotonic()
+
+    with pytest.raises(PipelineError, match=r"^pipeline: a trainer made no progress for pipeline.stall_timeout_s"):
+        run_trial(cfg, observer=hang)
+    assert time.monotonic() - hung["at"] < 3 + 15  # the timeout, the death grace and the ending
+    assert not alive(hung["pid"])

@@ -16,8 +16,8 @@ from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.generator import PipelineError, Processes, generator_main, process_threads
-from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, average_gradients, free_port, go, join_group,
-                                              shard_config, trainer_main)
+from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, average_gradients, collective_timeout, free_port, go,
+                                              join_group, shard_config, trainer_main)
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy, count_parameters
@@ -112,7 +112,9 @@ DEATH_GRACE_S = 5.0  # a dead peer's socket closes before the kernel reports its
 
 def _collective(check, fn, *args):
     """`fn(*args)`, which talks to the other trainers: when it fails because one of them died, say which (waiting up
-    to `DEATH_GRACE_S` for the death to become visible: the connection is reset while the process is still exiting)."""
+    to `DEATH_GRACE_S` for the death to become visible: the connection is reset while the process is still exiting);
+    when it timed out with everyone alive, a trainer is hung. `check` looks for deaths only: a generator blocked on a
+    hung trainer's full inbox is its symptom, not the cause."""
     try:
         return fn(*args)
     except RuntimeError as e:
@@ -123,6 +125,9 @@ def _collective(check, fn, *args):
             except PipelineError as died:
                 raise died from e
             if time.monotonic() >= deadline:
+                if "timeout" in str(e).lower() or "timed out" in str(e).lower():  # alive, but silent: hung
+                    raise PipelineError("pipeline: a trainer made no progress for pipeline.stall_timeout_s (hung; its"
+                                        " collective timed out)") from e
                 raise
             time.sleep(0.05)
 
@@ -165,7 +170,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             port = free_port()
             for rank in range(1, T):
                 trainers.start(trainer_main, (cfg, rank, port, inboxes[rank], stop, os.getpid()), f"workbench-trainer-{rank}")
-            join_group(0, T, port)
+            join_group(0, T, port, collective_timeout(cfg))
             grouped = True
         run.set_tags({"pipeline.generator_pids": ",".join(map(str, generators.pids)),
                       **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {})})
@@ -173,9 +178,12 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
 
         arrivals = _Arrivals(generators, cfg.pipeline.stall_timeout_s)
 
-        def check() -> None:
+        def died() -> None:
             generators.check()
             trainers.check()
+
+        def check() -> None:
+            died()
             arrivals.check()
 
         shard = Shard(inboxes[0], strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived)
@@ -198,13 +206,13 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             shard.first_chunk()  # the generators' start-up, off the clock
             clock.begin()
             step = 0
-            while _collective(check, go, budget_left(cfg, step, meter), T):
+            while _collective(died, go, budget_left(cfg, step, meter), T):
                 mine = StepReport()
                 batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
                 with meter.timed("train"):
-                    obj, grad_norm, applied = _collective(check, train_step, policy, optimizer, batch, shard_cfg, step, gate)
+                    obj, grad_norm, applied = _collective(died, train_step, policy, optimizer, batch, shard_cfg, step, gate)
                 mine.add_batch(batch, step)
-                report = _collective(check, mine.summed, T)
+                report = _collective(died, mine.summed, T)
                 t0 = time.perf_counter()
                 weights.publish(policy.model, step + 1, check)
                 account.publish_s += time.perf_counter() - t0

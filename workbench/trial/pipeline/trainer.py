@@ -19,6 +19,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _set_pg_timeout  # noqa: PLC2701 - no public setter after init
 
 from workbench import seeds
 from workbench.config import TrialConfig
@@ -36,7 +37,15 @@ SCALARS = ["fresh", "reward_sum", "entropy_sum", "gen_tokens", "prefill_tokens",
            "sync_s", "blocked_s", "paused_s", "slowdown_s", "chunks", "train_tokens"]
 """What each trainer reports of its step (summed across trainers)."""
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
-"""A trainer waiting in a collective longer than this gives up (a rank 0 evaluation takes seconds)."""
+"""A trainer waiting in a collective longer than this gives up, where `pipeline.stall_timeout_s` is not set (a rank 0
+evaluation, during which the others wait, takes seconds)."""
+
+
+def collective_timeout(cfg: TrialConfig) -> timedelta:
+    """How long a trainer waits in a collective for the others: `pipeline.stall_timeout_s` (a trainer that makes no
+    progress that long is hung, as a generator that delivers nothing is), at least `COLLECTIVE_TIMEOUT` when unset."""
+    s = cfg.pipeline.stall_timeout_s
+    return COLLECTIVE_TIMEOUT if s is None else timedelta(seconds=s)
 
 
 def shard_config(cfg: TrialConfig) -> TrialConfig:
@@ -231,9 +240,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def join_group(rank: int, world: int, port: int) -> None:
+RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
+"""How long the trainers get to find each other (a spawned trainer imports torch and builds its model first)."""
+
+
+def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE_TIMEOUT) -> None:
+    """Join the trainers' gloo group on 127.0.0.1; its collectives then time out after `timeout` (the rendezvous
+    itself gets `RENDEZVOUS_TIMEOUT`: torch takes one timeout for both at init)."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+                            timeout=max(timeout, RENDEZVOUS_TIMEOUT))
+    if timeout < RENDEZVOUS_TIMEOUT:
+        _set_pg_timeout(timeout)
 
 
 def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: int) -> None:
@@ -241,7 +258,7 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 ends us
     world = cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
-    join_group(rank, world, port)
+    join_group(rank, world, port, collective_timeout(cfg))
     shard: Shard | None = None
     try:
         cfg = place(cfg, "trainer", rank)
