@@ -53,7 +53,7 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
         folder.mkdir()
         specs.append(toy_spec(
             folder, name=f"regime_s{s}", seeds=2, n_trials=3, **stores,
-            base={**base, "budget": {"compute_units": 8}, "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
+            base={**base, "lr": 1e-3, "budget": {"compute_units": 8}, "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
                   "pipeline": {"mode": "async", "generator_slowdown": s}},
             search_space={"replay.strategy": {"choices": ["queue", "uniform"]}, "replay.capacity": {"choices": [16, 64]},
                           "lr": {"choices": [1e-3, 2e-3]}},

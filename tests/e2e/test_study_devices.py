@@ -48,7 +48,7 @@ def test_too_few_devices_for_the_workers_exits_2_before_any_store(tmp_path):
 
 
 def test_an_asynchronous_study_needs_w_plus_t_devices_per_worker(tmp_path):
-    spec = toy_spec(tmp_path)
+    spec = toy_spec(tmp_path, search_space={"replay.capacity": {"choices": [16, 64]}})  # asynchronously y is not set
     text = spec.read_text().replace("base:\n", "base:\n  pipeline: {mode: async, generators: 2}\n", 1)
     spec.write_text(text)
     proc = run_cli(["study", "run", str(spec), "--workers", "1", "--devices", "0,1"], tmp_path)
