@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 from workbench import knobs, stats  # noqa: E402
 
@@ -26,6 +27,8 @@ from analysis.report import analyze_data  # noqa: E402
 from analysis.tuned_lr import tuned_lr  # noqa: E402
 
 OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
+MIN_FIT_CONFIGURATIONS = 4
+"""Distinct (x, y) a study needs before its fitted optimum is shown: the closed form has three parameters."""
 
 
 def _device_pairs(runs, device: dict[str, float], arm: int, base: int, what: str = "device time") -> dict | None:
@@ -49,6 +52,7 @@ def _compute_per_run(runs) -> dict[str, float]:
 def _study(data: StudyData) -> dict:
     result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
     runs = data.runs
+    fitted_configurations = int(result.get("fit_configurations", 0))
     split = {r["trial_number"]: r for r in split_table(data)}
     device = device_time_to_target(data)
     tuned = result.get("tuned_lr") or {}
@@ -85,7 +89,8 @@ def _study(data: StudyData) -> dict:
             "target": data.target, "metric": data.metric,
             "on_policy_best_lr": tuned.get("on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)),
             "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"), "queue_lr_tuned_here": bool(tuned),
-            "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"]},
+            "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"],
+                          "configurations": fitted_configurations, "identified": fitted_configurations >= MIN_FIT_CONFIGURATIONS},
             "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_device_time", "refused", "lines")},
             "arms": arms}
 
@@ -180,7 +185,9 @@ def markdown(r: dict) -> str:
                   + (" (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
                      if not s.get("queue_lr_tuned_here", True) else
                      "" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
-                  + f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f}.", "",
+                  + (f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f} (no model beats the null"
+                     " predictors: not a recommendation)." if s["predicted"].get("identified", True) else
+                     f"; no fitted optimum: {s['predicted'].get('configurations')} distinct (x, y) cannot identify the model."), "",
                   "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
                   " | wall to target, s [95% CI] | / tuned queue, device time |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
@@ -230,8 +237,11 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
             marker = "s" if a["strategy"] == "queue" else "o"
             ax.errorbar([a["y"]], [c], yerr=[[c - lo], [hi - c]], fmt=marker, capsize=3,
                         label=_arm(a) + f", W {a['generators']}" + (" *" if a["censored_seeds"] else ""))
-        ax.axvline(s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}")
+        if s["predicted"].get("identified", True):
+            ax.axvline(s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}")
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(f"s {s['slowdown']:g}, mu {s['mu']:.2f}", fontsize=9)
         ax.set_xlabel("replay ratio y (emerged)")
         ax.legend(fontsize=6)
