@@ -274,6 +274,12 @@ class TrainConfig(Section):
     the default task a training step is 1.13x faster, and a process pays the compile once: ~4 s with a warm cache,
     ~23 s the first time on a machine (`benchmarks/compiled_training.py`). A 300-step trial saves ~3 s, so it pays
     in a study worker, whose trials share one process, not in a single `workbench train`."""
+    scoring_mib: float = Field(1024, gt=0)
+    """No-grad scoring (the rollouts' rescoring beside a vLLM engine, RLEP's, the proximal log-probs, the held-out
+    demonstrations' probability) runs in micro-batches of tokens whose float32 logits take at most this many MiB,
+    the LM head over half of one at a time, so the pass never holds much more than this in logits: 1,024 MiB is
+    1,766 tokens at Qwen's 151,936-token vocabulary (a whole batch of 64 x 512 tokens at once would want ~56 GiB).
+    At a small vocabulary a batch is one micro-batch."""
     autocast: Literal["auto", "off", "bfloat16"] = "auto"
     """Mixed precision in the trainer's forward and backward: `bfloat16` runs them under torch.autocast (matmuls
     in bf16, reductions and log-softmax in float32) over float32 weights; `auto`: on CUDA when the weights are

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
+from contextlib import closing
+from pathlib import Path
 
 import optuna
 import pytest
@@ -113,14 +116,15 @@ def test_a_raising_trial_and_a_nan_trial_fail_with_their_reasons_and_the_worker_
     assert_accounted_once(optuna.load_study(study_name="toy", storage=ctx.storage_url), client, "toy")
 
 
-def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float = 300):
-    """Poll until some trial is RUNNING and has started training (its seed run exists); return it."""
+def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float = 300, driver: subprocess.Popen | None = None):
+    """Poll until some trial is RUNNING and has started training (its seed run exists); return it. Given the
+    `driver` (started in its own session), fail at once if it exits, and on a timeout say what its processes were
+    doing and what it printed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            study = optuna.load_study(study_name="toy", storage=storage_url)
-        except KeyError:
-            study = None
+        if driver is not None and driver.poll() is not None:
+            raise AssertionError(f"the driver exited ({driver.returncode}) before a trial ran:\n{_printed(driver)}")
+        study = optuna.load_study(study_name="toy", storage=storage_url) if _created(storage_url) else None
         for t in study.get_trials(states=(TrialState.RUNNING,)) if study else []:
             run_id = t.user_attrs.get("mlflow_run_id")
             if run_id:
@@ -129,7 +133,46 @@ def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float =
                 if client.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{run_id}'"):
                     return t
         time.sleep(0.5)
-    raise AssertionError("timed out waiting for a running trial")
+    states = [(t.number, t.state.name, sorted(t.user_attrs)) for t in study.get_trials()] if study else "no study"
+    if driver is None:
+        raise AssertionError(f"timed out waiting for a running trial; trials: {states}")
+    processes = subprocess.run(["ps", "-eo", "pid,ppid,sid,stat,etime,time,wchan:20,args"], capture_output=True, text=True).stdout
+    driver.terminate()  # it stops its workers (they run in their own sessions)
+    try:
+        driver.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    raise AssertionError(f"timed out waiting for a running trial; trials: {states}\n{processes}\n{_printed(driver)}")
+
+
+def _created(storage_url: str) -> bool:
+    """Whether the driver has created the study: read-only, so that the poll never races the driver's creation of
+    the SQLite schema (two processes creating it at once can fail either one)."""
+    path = Path(storage_url.removeprefix("sqlite:///"))
+    if not path.exists():
+        return False
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            return bool(db.execute("SELECT 1 FROM studies WHERE study_name = 'toy'").fetchall())
+    except sqlite3.OperationalError:  # no schema yet, or locked a moment
+        return False
+
+
+def _printed(driver: subprocess.Popen) -> str:
+    """The tail of what `driver` wrote to its files (see `start_driver`)."""
+    return "\n".join(f"{name}: ...{path.read_text(errors='replace')[-3000:]}" for name, path in driver.logs.items())
+
+
+def start_driver(path: Path, tmp_path: Path, sigint) -> subprocess.Popen:
+    """`workbench study run path` in its own session with SIGINT at `sigint`, as a terminal or a script's background
+    would start it; it writes to files (a pipe nobody reads could fill and stall it), kept in `driver.logs`."""
+    logs = {"stdout": tmp_path / "driver.out", "stderr": tmp_path / "driver.err"}
+    with open(logs["stdout"], "w") as out, open(logs["stderr"], "w") as err:
+        driver = start_cli(["study", "run", str(path)], tmp_path, stdout=out, stderr=err, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    driver.logs = logs
+    return driver
 
 
 @pytest.mark.slow
@@ -165,11 +208,11 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
     # As from a terminal: SIGINT at its default (a shell without job control starts background jobs ignoring it).
-    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
+    driver = start_driver(path, tmp_path, signal.SIG_DFL)
+    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri, driver=driver)
     os.killpg(driver.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    out, err = driver.communicate(timeout=120)
+    driver.wait(timeout=120)
+    err = driver.logs["stderr"].read_text()
     assert driver.returncode == 130, err[-3000:]
     assert "Traceback" not in err
 
@@ -199,13 +242,13 @@ def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_a
     path = toy_spec(tmp_path, n_trials=2, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
-    driver = start_cli(["study", "run", str(path)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
-    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
+    driver = start_driver(path, tmp_path, sigint)
+    wait_for_running_trial(ctx.storage_url, ctx.tracking_uri, driver=driver)
     workers = subprocess.run(["pgrep", "-f", f"study worker {path}"], capture_output=True, text=True).stdout.split()
     assert workers
     driver.send_signal(signal.SIGTERM)
-    out, err = driver.communicate(timeout=120)
+    driver.wait(timeout=120)
+    err = driver.logs["stderr"].read_text()
     assert driver.returncode == 130, err[-3000:]
     assert "Traceback" not in err
     assert not [pid for pid in workers if os.path.exists(f"/proc/{pid}")]  # what a rerun resumes: the Ctrl-C test

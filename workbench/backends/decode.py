@@ -312,7 +312,7 @@ class StaticDecoder:
         distinct, which = distinct_prompts(prompt_ids)
         ids, mask = left_pad(distinct, pad_id, device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)  # left-padded
         rows = torch.tensor(which, device=device)
         mask, positions, last_logits = mask[rows], positions[rows], out.logits[rows, -1, :]
         n, width = len(prompt_ids), ids.shape[1]

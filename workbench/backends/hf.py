@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from workbench.backends.head import head_logprobs
+
 
 @dataclass
 class Samples:
@@ -121,7 +123,7 @@ def sample(
     ids, mask = left_pad(prompt_ids, pad_id, device)
     n = ids.shape[0]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)  # left-padded: the last is real
     past, logits = out.past_key_values, out.logits[:, -1, :]
     position = positions[:, -1:]
 
@@ -170,16 +172,17 @@ def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list
 
 
 def _score_rows(model, rows: list[list[int]], starts: list[int], lengths: list[int], t_max: int, temperature: float,
-                pad_id: int, with_entropy: bool):
+                pad_id: int, with_entropy: bool, max_tokens: int | None):
     """Token log-probs `[n, t_max]` (0 past each row's completion) of whole rows (prompt + completion) padded to
-    their own longest, and the per-token entropies when asked (same layout)."""
+    their own longest, and the per-token entropies when asked (same layout). The head runs on the completion
+    tokens' positions only."""
     ids, attn = _right_pad(rows, pad_id, next(model.parameters()).device)
-    logits = model(input_ids=ids, attention_mask=attn).logits.float() / temperature
-    # Completion token j of row i sits at position start_i + j and is predicted by the logits one before.
+    hidden = model.base_model(input_ids=ids, attention_mask=attn).last_hidden_state
+    # Completion token j of row i sits at position start_i + j and is predicted by the hidden state one before.
     offs = torch.arange(t_max, device=ids.device)
     target_pos = (torch.tensor(starts, device=ids.device)[:, None] + offs[None, :]).clamp(max=ids.shape[1] - 1)
-    logits = logits.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, logits.shape[-1]))
-    return _token_logp(logits, ids.gather(1, target_pos), lengths, t_max, with_entropy)
+    before = hidden.gather(1, (target_pos - 1)[:, :, None].expand(-1, -1, hidden.shape[-1]))
+    return _token_logp(model, before, ids.gather(1, target_pos), lengths, t_max, temperature, with_entropy, max_tokens)
 
 
 def _right_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,19 +196,23 @@ def _right_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor
     return ids.to(device), mask.to(device)
 
 
-def _token_logp(logits: torch.Tensor, targets: torch.Tensor, lengths: list[int], t_max: int, with_entropy: bool):
-    """`[n, t_max]` log-probs of `targets` (`[n, w]`, w <= t_max) under `logits` (`[n, w, V]`, already tempered),
-    0 past each row's length; and the entropies in the same layout when asked."""
-    device = logits.device
-    mask = torch.arange(targets.shape[1], device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
-    logp = F.log_softmax(logits, dim=-1)
-    token_logp = logp.gather(-1, targets[:, :, None]).squeeze(-1) * mask
-    entropy = (-(logp.exp() * logp).sum(-1) * mask) if with_entropy else None
-    pad = t_max - targets.shape[1]
-    if pad:
-        token_logp = F.pad(token_logp, (0, pad))
-        entropy = F.pad(entropy, (0, pad)) if with_entropy else None
-    return token_logp, entropy
+def _token_logp(model, hidden: torch.Tensor, targets: torch.Tensor, lengths: list[int], t_max: int, temperature: float,
+                with_entropy: bool, max_tokens: int | None):
+    """`[n, t_max]` log-probs of `targets` (`[n, w]`, w <= t_max) under the head at `hidden` (`[n, w, hidden]`, the
+    state before each target), 0 past each row's length; and the entropies in the same layout when asked. Only
+    the real tokens go through the head (`head.head_logprobs`)."""
+    n, w = targets.shape
+    device = targets.device
+    real = (torch.arange(w, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]).reshape(-1)
+    where = real.nonzero().squeeze(-1)
+    token, entropy = head_logprobs(model, hidden.reshape(n * w, -1).index_select(0, where), targets.reshape(-1).index_select(0, where),
+                                   temperature, with_entropy, max_tokens)
+    return _spread(token, where, n, w, t_max), (_spread(entropy, where, n, w, t_max) if with_entropy else None)
+
+
+def _spread(x: torch.Tensor, where: torch.Tensor, n: int, w: int, t_max: int) -> torch.Tensor:
+    """Values of the real tokens (at flat positions `where` of `[n, w]`) -> `[n, t_max]`, zeros elsewhere."""
+    return F.pad(x.new_zeros(n * w).index_copy(0, where, x).view(n, w), (0, t_max - w))
 
 
 class _Prefixes:
@@ -214,16 +221,17 @@ class _Prefixes:
     completion token). Rows that share a prompt (a GRPO group) attend to the same keys, so the prompt's forward
     and backward are paid once per group instead of once per row."""
 
-    def __init__(self, model, prompts: list[list[int]], pad_id: int, temperature: float):
+    def __init__(self, model, prompts: list[list[int]], pad_id: int):
         device = next(model.parameters()).device
         ids, self.mask = _right_pad(prompts, pad_id, device)
-        out = model(input_ids=ids, attention_mask=self.mask, use_cache=True)
+        out = model.base_model(input_ids=ids, attention_mask=self.mask, use_cache=True)
         self.kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         self.lengths = self.mask.sum(-1)
-        self.last = out.logits.gather(1, (self.lengths - 1)[:, None, None].expand(-1, 1, out.logits.shape[-1])).float() / temperature
+        hidden = out.last_hidden_state
+        self.last = hidden.gather(1, (self.lengths - 1)[:, None, None].expand(-1, 1, hidden.shape[-1]))  # [prompts, 1, hidden]
 
     def score(self, model, which: list[int], completions: list[list[int]], t_max: int, temperature: float, pad_id: int,
-              with_entropy: bool):
+              with_entropy: bool, max_tokens: int | None):
         """Log-probs `[len(which), t_max]` of `completions` after the prompts `which` (indices into the distinct
         prompts), and their entropies when asked."""
         from transformers import DynamicCache
@@ -236,9 +244,9 @@ class _Prefixes:
         # completion token j sits at position len(prompt) + j; the prompt's padding stays masked in between
         positions = self.lengths.index_select(0, idx)[:, None] + torch.arange(width, device=device)[None, :]
         attn = torch.cat([self.mask.index_select(0, idx), cmask], dim=1)
-        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
-        logits = torch.cat([self.last.index_select(0, idx), out.logits[:, : width - 1].float() / temperature], dim=1)
-        return _token_logp(logits, ids, [len(c) for c in completions], t_max, with_entropy)
+        out = model.base_model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
+        before = torch.cat([self.last.index_select(0, idx), out.last_hidden_state[:, : width - 1]], dim=1)
+        return _token_logp(model, before, ids, [len(c) for c in completions], t_max, temperature, with_entropy, max_tokens)
 
 
 def checkpointing(model) -> bool:
@@ -264,6 +272,7 @@ def score(
     with_entropy: bool = False,
     bucketed: bool = True,
     shared_prompts: bool = True,
+    max_tokens: int | None = None,
 ):
     """Per-token log-probs of the completions under `model` (with grad): `[n, T]` values and a `[n, T]` mask;
     with `with_entropy`, also the summed entropy (nats) of the distributions the tokens are scored under.
@@ -274,7 +283,8 @@ def score(
     each padded only to its own longest row. Either way the log-probs land in the same `[n, T]` layout, so every
     loss built on them is the one of the single padded batch (`bucketed=False, shared_prompts=False`, the
     reference; tests/backends/test_hf.py checks values and gradients). The trainer scores through
-    `workbench.backends.scoring.score`, which takes the packed path (`packed`) for the models that have one."""
+    `workbench.backends.scoring.score`, which takes the packed path (`packed`) for the models that have one.
+    `max_tokens`: without grad, the head's slice bound (`head.head_logprobs`)."""
     device = next(model.parameters()).device
     lengths = [len(c) for c in completion_ids]
     t_max = max(lengths)
@@ -285,14 +295,14 @@ def score(
     groups = length_buckets([len(r) for r in rows]) if bucketed and len(rows) > 1 else []
     if len(groups) <= 1:
         groups = [list(range(len(rows)))]  # one padded batch, in the rows' own order
-    prefixes = _Prefixes(model, distinct, pad_id, temperature) if shared else None
+    prefixes = _Prefixes(model, distinct, pad_id) if shared else None
     parts = []
     for g in groups:
         if shared:
-            parts.append(prefixes.score(model, [which[i] for i in g], [rows[i] for i in g], t_max, temperature, pad_id, with_entropy))
+            parts.append(prefixes.score(model, [which[i] for i in g], [rows[i] for i in g], t_max, temperature, pad_id, with_entropy, max_tokens))
         else:
             parts.append(_score_rows(model, [rows[i] for i in g], [len(prompt_ids[i]) for i in g], [lengths[i] for i in g],
-                                     t_max, temperature, pad_id, with_entropy))
+                                     t_max, temperature, pad_id, with_entropy, max_tokens))
     if len(groups) == 1:
         token_logp, entropy = parts[0]
     else:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from workbench.backends.decode import compile_available, small_enough_to_copy
 from workbench.backends.decode import supports as decodable
+from workbench.backends.head import head_logprobs
 from workbench.backends.hf import checkpointing, distinct_prompts
 
 
@@ -182,11 +183,12 @@ def _compiled_layer():
 
 
 def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, temperature: float,
-                 with_entropy: bool, compiled: bool = False):
+                 with_entropy: bool, compiled: bool = False, max_tokens: int | None = None):
     """`hf.score`'s result (`[n, T]` log-probs, `[n, T]` mask and, with `with_entropy`, the summed entropy) with
     every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward.
     `compiled`: each layer runs compiled (`_compiled_layer`), rotating q and k the model's way (inductor generates
-    no code for complex tensors, and fuses the real rotation anyway)."""
+    no code for complex tensors, and fuses the real rotation anyway). `max_tokens`: without grad, the head's slice
+    bound (`head.head_logprobs`)."""
     inner = model.model
     device = next(model.parameters()).device
     distinct, which_list = distinct_prompts(prompt_ids)
@@ -209,12 +211,11 @@ def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[i
     last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
     index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]
     index = torch.where(comps.col == 0, which.index_select(0, comps.row), index)
-    hidden = torch.cat([last, xc]).index_select(0, index)
-    logp = F.log_softmax(model.lm_head(_norm(inner.norm, hidden)).float() / temperature, dim=-1)
-    token_logp = logp.gather(-1, comps.tokens[:, None]).squeeze(-1)
+    hidden = _norm(inner.norm, torch.cat([last, xc]).index_select(0, index))
+    token_logp, entropy = head_logprobs(model, hidden, comps.tokens, temperature, with_entropy, max_tokens)
     t_max = comps.width
     out = token_logp.new_zeros(comps.rows * t_max).index_copy(0, comps.flat, token_logp).view(comps.rows, t_max)
     mask = torch.arange(t_max, device=device)[None, :] < comps.lengths[:, None]
     if with_entropy:
-        return out, mask, float((-(logp.exp() * logp).sum(-1)).detach().double().sum())
+        return out, mask, float(entropy.detach().double().sum())
     return out, mask

@@ -57,8 +57,10 @@ class Evaluator:
 
     def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int,
                  device="cpu", sampler: Callable | None = None, chat: bool = False, batch_size: int | None = None,
-                 temperatures: Sequence[float] = ()):
+                 temperatures: Sequence[float] = (), scoring_mib: float | None = None):
         self.task, self.tokenizer, self.k = task, tokenizer, k
+        self.scoring_mib = scoring_mib
+        """The demonstrations' scoring pass's logits bound (`train.scoring_mib`); None: unbounded."""
         self.sampler = sampler
         """The policy's decoder (`Policy.sample`); None: `hf.sample` on the model passed in."""
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
@@ -127,7 +129,7 @@ class Evaluator:
         total = 0.0
         for i in range(0, n, step):
             logp, _ = score(model, self.prompt_ids[i : i + step], self.demo_ids[i : i + step], temperature=temperature,
-                            pad_id=self.tokenizer.pad_token_id, packing=False)
+                            pad_id=self.tokenizer.pad_token_id, packing=False, scoring_mib=self.scoring_mib)
             total += float(torch.exp(logp.sum(dim=1)).sum())
         return total / n
 

@@ -79,6 +79,7 @@ class Policy:
         self.max_new_tokens = cfg.generation.max_new_tokens or task.max_new_tokens
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id
+        self.scoring_mib = cfg.train.scoring_mib  # no-grad scoring's logits bound
         self.sample = make_sampler(self.model, cfg.generation.decode, cache_root(cfg.model))
         """The trainer-side decoder (`generation.decode`): `sample(tokenizer, prompt_ids, *, max_new_tokens,
         temperature, greedy, generator) -> Samples`, used for hf-backend rollouts and for evaluation."""

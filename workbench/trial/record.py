@@ -130,7 +130,8 @@ class Evaluations:
         self.evaluate = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
                                   max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=cfg.seed,
                                   device=policy.device, sampler=policy.sample, chat=policy.chat,
-                                  batch_size=cfg.eval.batch_size, temperatures=cfg.eval.temperatures)
+                                  batch_size=cfg.eval.batch_size, temperatures=cfg.eval.temperatures,
+                                  scoring_mib=cfg.train.scoring_mib)
         self.schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
         self.rows: list[dict[str, float]] = []
         self.seconds = 0.0

@@ -54,7 +54,7 @@ def generate_groups(
                                    temperature=policy.temperature, generator=generator)
         with torch.no_grad():  # the trainer's view of the same tokens: mismatch metrics, entropy, TIS correction
             lp, _, entropy = score(policy.model, out.prompt_ids, out.completion_ids, temperature=policy.temperature,
-                                   pad_id=policy.pad_id, with_entropy=True)
+                                   pad_id=policy.pad_id, with_entropy=True, scoring_mib=policy.scoring_mib)
         trainer_logprobs = [lp[i, : len(c)].cpu() for i, c in enumerate(out.completion_ids)]
         out.entropy_sum = entropy
     else:

@@ -91,7 +91,7 @@ def _score_frozen(policy: Policy, rollouts: list[Rollout], micro_batch_size: int
     with torch.no_grad():
         for piece in chunks(rollouts, micro_batch_size):
             logprobs, _ = score(policy.model, [r.prompt_ids for r in piece], [r.completion_ids for r in piece],
-                                temperature=policy.temperature, pad_id=policy.pad_id)
+                                temperature=policy.temperature, pad_id=policy.pad_id, scoring_mib=policy.scoring_mib)
             out += [logprobs[i, : len(r.completion_ids)].detach().cpu() for i, r in enumerate(piece)]
     return out
 

@@ -1,0 +1,76 @@
+"""The LM head: per-token log-probs and entropies from final hidden states, in bounded memory without grad.
+
+A scoring pass's largest tensor is its logits, `[tokens, vocab]` in float32: at Qwen's 151,936-token vocabulary,
+1,024 tokens take 0.58 GiB, and the log-softmax and the entropy each want another tensor of that size (a whole
+GRPO batch scored at once peaked at 3x its fp32 logits). With grad, the trainer's micro-batches bound it
+(`train.micro_batch_size`). Without grad (the rollouts' rescoring, RLEP's, the proximal log-probs, the held-out
+demonstrations' probability), `head_logprobs` runs the head over slices of tokens and computes each slice's
+log-softmax in place, so a pass holds about two slices' logits at a time (`tests/backends/test_head.py` measures
+the peak at a 150k vocabulary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+def logits_fn(model) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Final hidden states `[N, hidden]` -> the model's logits `[N, vocab]`: its output embedding, then the final
+    soft-capping (Gemma 2) or logit scale (Cohere) its config names, as its own forward applies them."""
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    scale = getattr(model.config, "logit_scale", None)
+
+    def logits(h: torch.Tensor) -> torch.Tensor:
+        out = head(h)
+        if scale is not None:
+            out = out * scale
+        if cap:
+            out = torch.tanh(out / cap) * cap
+        return out
+
+    return logits
+
+
+def tokens_per_slice(scoring_mib: float, vocab: int) -> int:
+    """Tokens whose fp32 logits take `scoring_mib` MiB (at least 1): one no-grad scoring micro-batch."""
+    return max(1, int(scoring_mib * 2**20 // (4 * vocab)))
+
+
+def head_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool,
+                  max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob `[N]` of each target token under the tempered head at `hidden` `[N, hidden]`, and each position's
+    entropy `[N]` with `with_entropy`. With grad (or without `max_tokens`): one pass. Without grad: slices of at
+    most `max_tokens // 2` tokens, each tempered and normalised in place, so the pass never holds more than about
+    `max_tokens` tokens' fp32 logits."""
+    logits_of = logits_fn(model)
+    n = hidden.shape[0]
+    if torch.is_grad_enabled() or max_tokens is None or n <= max(1, max_tokens // 2):
+        if not torch.is_grad_enabled():
+            return _in_place(logits_of, hidden, targets, temperature, with_entropy)
+        logp = F.log_softmax(logits_of(hidden).float() / temperature, dim=-1)
+        token = logp.gather(-1, targets[:, None]).squeeze(-1)
+        return token, (-(logp.exp() * logp).sum(-1) if with_entropy else None)
+    size = max(1, max_tokens // 2)
+    parts = [_in_place(logits_of, hidden[i : i + size], targets[i : i + size], temperature, with_entropy) for i in range(0, n, size)]
+    token = torch.cat([t for t, _ in parts])
+    return token, (torch.cat([e for _, e in parts]) if with_entropy else None)
+
+
+def _in_place(logits_of, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool):
+    """One slice without grad: its logits made float32 once, then tempered, normalised and read in place (two
+    `[tokens, vocab]` tensors at most: the logits and one temporary)."""
+    logits = logits_of(hidden)
+    logits = logits.float() if logits.dtype != torch.float32 else logits
+    if temperature != 1.0:
+        logits.div_(temperature)
+    logits.sub_(logits.amax(dim=-1, keepdim=True))  # log-sum-exp, shifted by each row's max, as torch's
+    logits.sub_(torch.exp(logits).sum(dim=-1, keepdim=True).log_())  # log p, in place
+    token = logits.gather(-1, targets[:, None]).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        p = logits.exp()
+        entropy = -p.mul_(logits).sum(-1)
+    return token, entropy
