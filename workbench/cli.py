@@ -146,9 +146,10 @@ def cmd_study_worker(args: argparse.Namespace) -> int:
     from workbench.study.worker import run_worker
 
     devices = parse_devices(args.devices) if args.devices else None
+    baseline_devices = parse_devices(args.baseline_devices) if args.baseline_devices else None
     ctx = _study_context(args)
     stop = run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads,
-                      devices=devices)
+                      devices=devices, baseline_devices=baseline_devices)
     return stop.exit_code if stop is not None else 0  # the worker logged why its study stopped
 
 
@@ -667,7 +668,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--threads", type=int, help="torch threads for this worker's trials")
     worker.add_argument("--baseline-threads", type=int, help="torch threads for the baseline trial (default: --threads)")
     worker.add_argument("--quiet", action="store_true", help="warnings only (no per-trial progress lines)")
-    worker.add_argument("--devices", help="the GPU ids (CPU: core ids) this worker may use, e.g. 0,1; it uses no other")
+    worker.add_argument("--devices", help="the GPU ids (CPU: core ids) this worker may use, e.g. 0,1; it uses no other "
+                        "(more than one trial needs: a configuration's seeds run side by side)")
+    worker.add_argument("--baseline-devices", help="the devices of the on-policy baseline, run side by side over them "
+                        "(default: --devices; the driver gives every device to a baseline that runs alone)")
     worker.set_defaults(func=cmd_study_worker)
     status = ssub.add_parser("status", help="trials by state, the best configuration, the Pareto front")
     status.add_argument("spec", nargs="?")

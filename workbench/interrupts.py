@@ -63,3 +63,24 @@ def restore(signum: int, previous) -> None:
         signal.signal(signum, previous)
         if _state["signum"] == signum:
             _state["signum"] = signal.SIGINT
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> bool:
+    """Have the kernel send `signum` to this process when its parent dies (Linux; a SIGKILLed parent runs no
+    clean-up of its own, so its children would otherwise run on, orphaned). Returns whether it is armed; a parent
+    already gone ends this process at once."""
+    import ctypes
+    import ctypes.util
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False  # not Linux
+    if armed and os.getppid() != parent:  # the parent died before the request took hold
+        os.kill(os.getpid(), signum)
+    return armed

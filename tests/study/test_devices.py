@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from workbench.config import ConfigError
+from workbench.study import devices
 from workbench.study.devices import parse_devices, per_trial, split_devices, worker_env
 
 
@@ -60,27 +61,49 @@ def test_too_few_devices_is_one_line_with_the_numbers():
     assert "x 2 (2 per trial: W + T); give at least 4" in str(err.value)
 
 
-def test_worker_env_sets_the_visible_gpus_or_the_thread_count():
-    assert worker_env([2, 3], "cuda") == {"CUDA_VISIBLE_DEVICES": "2,3"}
+def test_worker_env_sets_the_thread_count_and_leaves_the_gpus_to_the_worker():
+    assert worker_env([2, 3], "cuda") == {}  # the worker counts its ids within the mask it inherits (`apply`)
     assert worker_env([0, 1, 2], "cpu") == {"OMP_NUM_THREADS": "3"}
 
 
-def _apply_in_child(ids: str) -> subprocess.CompletedProcess:
+@pytest.mark.parametrize("inherited, ids, names", [
+    (None, [2, 3], "2,3"),                           # no mask: CUDA's own indices
+    ("4,5,6,7", [0, 1], "4,5"),                      # a scheduler's mask: indices count within it
+    ("4,5,6,7", [3], "7"),
+    ("GPU-aa, GPU-bb", [1], "GPU-bb"),               # UUIDs, as Slurm and Kubernetes may give them
+])
+def test_gpu_ids_count_within_the_inherited_cuda_visible_devices(monkeypatch, inherited, ids, names):
+    monkeypatch.setattr(devices, "_INHERITED", {"value": inherited})
+    assert devices.gpu_names(ids) == names
+    assert devices.describe(ids, "cuda") == {"kind": "cuda", "devices": ids, "visible": names}
+
+
+def test_gpu_ids_beyond_the_inherited_mask_are_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(devices, "_INHERITED", {"value": "4,5"})
+    with pytest.raises(ConfigError) as err:
+        devices.gpu_names([1, 2])
+    assert str(err.value) == ("--devices: 2 beyond the 2 GPU(s) this process may use (CUDA_VISIBLE_DEVICES=4,5; "
+                              "--devices counts within it)")
+
+
+def _apply_in_child(ids: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     code = ("import json, os; from workbench.study.devices import apply; "
-            f"seen = apply([{ids}]); print(json.dumps(seen)); print(os.environ['CUDA_VISIBLE_DEVICES'])")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+            f"seen = apply([{ids}]); print(json.dumps(seen)); print(os.environ.get('CUDA_VISIBLE_DEVICES'))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux API")
 def test_apply_on_a_cpu_pins_the_process_to_its_cores():
-    """In a fresh process (as a worker is): pinned to core 0, and CUDA_VISIBLE_DEVICES set before torch looked."""
+    """In a fresh process (as a worker is): pinned to core 0; an inherited CUDA_VISIBLE_DEVICES naming one GPU
+    still names it (a CPU build leaves it alone; a CUDA build maps id 0 to it, and sees no GPU here)."""
     import json
 
-    proc = _apply_in_child("0")
+    proc = _apply_in_child("0", {"CUDA_VISIBLE_DEVICES": "5"})
     assert proc.returncode == 0, proc.stderr
     seen, visible = proc.stdout.strip().splitlines()
     seen = json.loads(seen)
-    assert seen["kind"] == "cpu" and seen["devices"] == [0] and seen["affinity"] == [0] and visible == "0"
+    assert seen["kind"] == "cpu" and seen["devices"] == [0] and seen["affinity"] == [0]
+    assert visible == "5"
     assert seen["pid"] != os.getpid()
 
 

@@ -5,11 +5,13 @@ docs/pipeline.md); `study run --workers K --devices ...` gives worker k the k-th
 `study worker --devices ...` gives its one process the set it names. A worker never touches a device outside its set:
 
 - on a GPU machine its environment's CUDA_VISIBLE_DEVICES lists exactly its devices (set before CUDA starts), so
-  every trial it runs sees them as `cuda:0` .. and nothing else;
+  every trial it runs sees them as `cuda:0` .. and nothing else; the ids count within the CUDA_VISIBLE_DEVICES the
+  study was started with (a scheduler's mask), as CUDA's own indices do;
 - on a CPU the ids are cores: the worker pins itself to them (its CPU affinity, inherited by the processes it
   starts: an asynchronous trial's generators and trainers) and runs torch with one thread per core.
 
-Each trial records the set its worker ran with (`attrs.DEVICES`): kind, ids, and what the process saw (its
+A worker with more devices than one trial needs runs a configuration's seeds side by side, one per slot of a
+trial's need (`workbench.study.slots`). Each trial records the set its worker ran with (`attrs.DEVICES`): kind, ids, and what the process saw (its
 CUDA_VISIBLE_DEVICES or its affinity), which is how tests check real workers.
 """
 
@@ -62,26 +64,75 @@ def detect_kind() -> Literal["cuda", "cpu"]:
 
 
 def worker_env(ids: list[int], kind: str) -> dict[str, str]:
-    """The environment a worker process starts with: its GPUs before CUDA can start, or one thread per core."""
-    text = ",".join(map(str, ids))
-    return {"CUDA_VISIBLE_DEVICES": text} if kind == "cuda" else {"OMP_NUM_THREADS": str(len(ids))}
+    """What a worker process starts with beyond its parent's environment: one thread per core on a CPU. (Its GPUs
+    it sets itself, `apply`, counting within the CUDA_VISIBLE_DEVICES it inherits.)"""
+    return {} if kind == "cuda" else {"OMP_NUM_THREADS": str(len(ids))}
+
+
+_INHERITED: dict[str, Any] = {}
+"""What this process was allowed as it started: its CUDA_VISIBLE_DEVICES ("value") and cores ("cores")."""
+
+
+def inherited_gpus() -> list[str] | None:
+    """The GPUs this process was allowed before it confined itself: its CUDA_VISIBLE_DEVICES as it started (a
+    scheduler's mask: indices, UUIDs or MIG names), None when unset (every GPU)."""
+    if "value" not in _INHERITED:
+        _INHERITED["value"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    value = _INHERITED["value"]
+    return None if value is None else [d.strip() for d in value.split(",") if d.strip()]
+
+
+def gpu_names(ids: list[int]) -> str:
+    """CUDA_VISIBLE_DEVICES for `ids`, counted within the inherited mask: `--devices 0,1` under a scheduler's
+    CUDA_VISIBLE_DEVICES=4,5,6,7 means GPUs 4 and 5."""
+    visible = inherited_gpus()
+    if visible is None:
+        return ",".join(map(str, ids))
+    beyond = [i for i in ids if i >= len(visible)]
+    if beyond:
+        raise ConfigError(f"--devices: {','.join(map(str, beyond))} beyond the {len(visible)} GPU(s) this process may use "
+                          f"(CUDA_VISIBLE_DEVICES={','.join(visible)}; --devices counts within it)")
+    return ",".join(visible[i] for i in ids)
 
 
 def apply(ids: list[int]) -> dict[str, Any]:
     """Confine this worker process to `ids`, before any CUDA work; returns what it now sees (`attrs.DEVICES`).
 
-    CUDA_VISIBLE_DEVICES is set first, whatever the machine (CUDA reads it once, when it starts; on a CPU it is
-    inert), then, where torch sees no GPU, the ids are cores and the process is pinned to them."""
-    text = ",".join(map(str, ids))
-    os.environ["CUDA_VISIBLE_DEVICES"] = text
+    Where torch is built with CUDA, CUDA_VISIBLE_DEVICES is set first to the GPUs `ids` name within the inherited
+    one (CUDA reads it once, when it starts); where torch then sees no GPU, the ids are cores and the process is
+    pinned to them."""
+    import torch
+
+    if torch.version.cuda is not None and inherited_gpus() != []:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_names(ids)
     if detect_kind() == "cuda":
         return {"kind": "cuda", "devices": list(ids), "pid": os.getpid(), "visible": os.environ["CUDA_VISIBLE_DEVICES"]}
-    if not hasattr(os, "sched_setaffinity"):  # macOS: no affinity API; the thread count still confines it
-        return {"kind": "cpu", "devices": list(ids), "pid": os.getpid(), "affinity": None}
-    cores = sorted(os.sched_getaffinity(0))
+    return _cores(ids)
+
+
+def describe(ids: list[int], kind: str) -> dict[str, Any]:
+    """What `apply` would record for `ids`, without confining this process (another set's slots: the baseline's
+    `--baseline-devices`)."""
+    if kind == "cuda":
+        return {"kind": "cuda", "devices": list(ids), "visible": gpu_names(ids)}
+    _check_cores(ids)
+    return {"kind": "cpu", "devices": list(ids)}
+
+
+def _check_cores(ids: list[int]) -> None:
+    """Each id a core this process was allowed before it pinned itself, or a one-line error."""
+    if not hasattr(os, "sched_getaffinity"):
+        return
+    cores = _INHERITED.setdefault("cores", sorted(os.sched_getaffinity(0)))
     missing = [i for i in ids if i not in cores]
     if missing:
         raise ConfigError(f"--devices: core(s) {','.join(map(str, missing))} not available here (cores {_ranges(cores)})")
+
+
+def _cores(ids: list[int]) -> dict[str, Any]:
+    if not hasattr(os, "sched_setaffinity"):  # macOS: no affinity API; the thread count still confines it
+        return {"kind": "cpu", "devices": list(ids), "pid": os.getpid(), "affinity": None}
+    _check_cores(ids)
     os.sched_setaffinity(0, ids)
     return {"kind": "cpu", "devices": list(ids), "pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0))}
 

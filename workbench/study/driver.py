@@ -66,6 +66,8 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         env = None
         if groups:
             cmd += ["--devices", ",".join(map(str, groups[k]))]
+            if alone and k == 0:  # the baseline's seeds side by side over every device while it runs alone
+                cmd += ["--baseline-devices", ",".join(map(str, devices))]
             env = {**os.environ, **worker_env(groups[k], kind)}
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
         return subprocess.Popen(cmd, start_new_session=True, env=env)

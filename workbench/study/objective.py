@@ -25,6 +25,7 @@ from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary, 
 from workbench.study import attrs
 from workbench.study.context import StudyContext, calibrated
 from workbench.study.pruning import ComputePruner
+from workbench.study.slots import SlotPool
 from workbench.study.spec import StudySpec, fmt_params
 from workbench.trial.loop import TrialResult, TrialStopped, run_trial
 
@@ -130,11 +131,14 @@ class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 
     def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, baseline_threads: int | None = None,
-                 devices: dict[str, Any] | None = None):
+                 devices: dict[str, Any] | None = None, pools: dict[str, SlotPool] | None = None):
         self.ctx, self.study, self.threads = ctx, study, threads
         self.baseline_threads = baseline_threads or threads
         self.devices = devices
         """What this worker process runs on (`workbench.study.devices.apply`), recorded on every trial it runs."""
+        self.pools = pools if pools is not None else {}
+        """Device slots that run a configuration's seeds side by side (`workbench.study.slots`): "trials" for
+        this worker's own, "baseline" for the baseline's (every device, while it runs alone)."""
 
     def __call__(self, trial: optuna.Trial):
         spec = self.ctx.spec
@@ -183,6 +187,10 @@ class StudyObjective:
         spec, ctx = self.ctx.spec, self.ctx
         seeds = seeds or spec.seed_list
         target = self.study.user_attrs.get(attrs.TARGET)
+        which = "baseline" if is_baseline and "baseline" in self.pools else "trials"
+        pool = self.pools.get(which) if len(seeds) > 1 else None
+        if pool is not None and pool.slots[0].kind == "cpu":
+            threads = len(pool.slots[0].devices)  # a slot's cores
         configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target) for seed in seeds]
         log.info(f"trial {trial.number} starts: {fmt_params(params) or 'the base configuration'}"
                  f"{' (the on-policy baseline)' if is_baseline else ''}{f' ({arm})' if arm else ''}, seeds {', '.join(map(str, seeds))}")
@@ -202,18 +210,20 @@ class StudyObjective:
             run.log_metrics(extra_metrics, step=0)
         try:
             with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
-                results = [
-                    run_trial(
-                        cfg,
-                        parent_run_id=run.run_id,
-                        run_name=f"trial {trial.number} seed {cfg.seed}",
-                        tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
-                        on_eval=_reporting(trial, i, len(configs), cfg.budget.compute_units,
-                                           self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
-                                           if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None),
-                    )
-                    for i, cfg in enumerate(configs)
-                ]
+                seed_runs = [dict(parent_run_id=run.run_id, run_name=f"trial {trial.number} seed {cfg.seed}",
+                                  tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)}) for cfg in configs]
+                hooks = [_reporting(trial, i, len(configs), cfg.budget.compute_units,
+                                    self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
+                                    if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None)
+                         for i, cfg in enumerate(configs)]
+                if pool is not None:
+                    try:
+                        results = pool.run(list(zip(configs, seed_runs)), hooks)
+                    finally:
+                        if which == "baseline":  # its devices go to the other workers now
+                            self.pools.pop("baseline").close()
+                else:
+                    results = [run_trial(cfg, on_eval=hook, **kw) for cfg, kw, hook in zip(configs, seed_runs, hooks)]
                 mu = self._reference_mu(mu, results, run)
                 target = self._target(configs[0].eval.target_accuracy, results, run, configs[0].eval.metric)
                 per_seed = [{**seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric),

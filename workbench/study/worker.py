@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 from workbench import interrupts
 from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, load_existing
-from workbench.study.devices import apply, per_trial, split_devices
+from workbench.study.devices import apply, describe, per_trial, split_devices
+from workbench.study.slots import SlotPool, slots_of
 from workbench.study.objective import StudyObjective
 from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, feasible_space_size
@@ -82,14 +83,16 @@ class StudyBudget:
 
 
 def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None,
-               devices: list[int] | None = None) -> failfast.Stop | None:
+               devices: list[int] | None = None, baseline_devices: list[int] | None = None) -> failfast.Stop | None:
     """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant. Returns the
     failures that stopped the study, if they did (`workbench.study.failfast`).
 
     The study's configurations are checked on this machine first (`ConfigError`, nothing run). A trial that raises
     (NaN, exception, out of memory) fails with its reason and the worker goes on, unless the failure stops the
     study; trials of dead workers are failed by heartbeat and retried. With `devices`, the process confines itself
-    to them first (`workbench.study.devices.apply`) and every trial records them.
+    to them first (`workbench.study.devices.apply`) and every trial records them; where they hold more than one
+    trial's need, a configuration's seeds run side by side, one per slot (`workbench.study.slots`), and so do the
+    baseline's over `baseline_devices`.
     """
     check_study(ctx.spec)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -97,16 +100,37 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
         # and so would its workers: the driver's forwarded SIGINT (its Ctrl-C, its SIGTERM) must stop them.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupts.install()  # a SIGINT that lands in a garbage-collector callback is delivered again, not lost
-    seen = None
+    seen, pools = None, {}
     if devices is not None:
-        split_devices(devices, 1, per_trial(ctx.spec.base))  # enough for one trial, or a one-line error
+        need = per_trial(ctx.spec.base)
+        split_devices(devices, 1, need)  # enough for one trial, or a one-line error
         seen = apply(devices)
         if seen["kind"] == "cpu":
             threads = baseline_threads = len(devices)
         sees = seen.get("visible") or ",".join(map(str, seen.get("affinity") or []))
         log.info(f"worker {os.getpid()}: {seen['kind']} devices {','.join(map(str, devices))} (it sees {sees})")
+        pools = slot_pools(seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None)
     study = load_existing(ctx)
-    objective = StudyObjective(ctx, study, threads, baseline_threads, devices=seen)
+    objective = StudyObjective(ctx, study, threads, baseline_threads, devices=seen, pools=pools)
+    try:
+        return _run(ctx, study, objective, n_trials)
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+def slot_pools(seen: dict, need: int, baseline: dict | None) -> dict[str, SlotPool]:
+    """The worker's slot pools: its own devices' ("trials") where they hold several slots, and the baseline's
+    ("baseline") where `baseline` (its devices' record) holds several."""
+    pools = {}
+    if len(own := slots_of(seen, need)) > 1:
+        pools["trials"] = SlotPool(own)
+    if baseline is not None and len(theirs := slots_of(baseline, need)) > 1:
+        pools["baseline"] = SlotPool(theirs)
+    return pools
+
+
+def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
     budget = StudyBudget(ctx.spec, n_trials)
     waited = 0.0
     while True:

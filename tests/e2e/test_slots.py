@@ -1,0 +1,74 @@
+"""A configuration's seeds side by side over device slots (`workbench.study.slots`), CPU cores standing in for GPUs:
+each seed on its own slot, at the same time, the baseline's too while it runs alone; a seed's failure is its
+trial's, and the worker goes on."""
+
+from __future__ import annotations
+
+import os
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from workbench import tracking
+from workbench.study.context import context, create_or_load
+from workbench.study.spec import load_spec
+from support.cli import run_cli
+from support.toy import TOY, toy_spec
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                reason="two cores to stand in for two GPUs")
+
+BASE = {**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}, "eval": {**TOY["eval"], "every": 4}}
+
+
+def _seed_runs(client: MlflowClient, trial_run_id: str):
+    exp = client.get_run(trial_run_id).info.experiment_id
+    return client.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{trial_run_id}'")
+
+
+def _side_by_side(runs) -> bool:
+    """Every pair of the runs overlapped in time."""
+    spans = [(r.info.start_time, r.info.end_time) for r in runs]
+    return all(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :])
+
+
+@pytest.mark.slow
+def test_a_worker_with_two_slots_runs_each_configuration_s_seeds_side_by_side(tmp_path):
+    path = toy_spec(tmp_path, n_trials=2, baseline=False, compute_mu=1.0, seeds=2, base={**BASE, "objective": {"name": "asymre"}},
+                    search_space={"lr": {"choices": [1.0e-4, 1.0e30]}})
+    ctx = context(load_spec(path), spec_path=str(path))
+    study = create_or_load(ctx)
+    study.enqueue_trial({"lr": 1.0e30})  # Adam at 1e30: NaN gradients; a seed's failure fails its trial
+    study.enqueue_trial({"lr": 1.0e-4})
+    proc = run_cli(["study", "worker", str(path), "--devices", "0,1", "--n-trials", "1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "device slots: cpu 0 | cpu 1" in proc.stderr
+
+    trials = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[0].user_attrs["fail_reason"].startswith("TrialDiverged: ")
+    client = MlflowClient(ctx.tracking_uri)
+    runs = _seed_runs(client, trials[1].user_attrs["mlflow_run_id"])
+    assert sorted(r.data.tags[tracking.SLOT] for r in runs) == ["cpu 0", "cpu 1"]
+    assert sorted(r.data.tags[tracking.SEED] for r in runs) == ["0", "1"] and all(r.info.status == "FINISHED" for r in runs)
+    assert _side_by_side(runs)
+    assert [s["seed"] for s in trials[1].user_attrs["per_seed"]] == [0, 1]  # results in the seeds' order
+
+
+@pytest.mark.slow
+def test_the_baseline_that_runs_alone_spreads_its_seeds_over_every_device(tmp_path):
+    """`study run --workers 2 --devices 0,1`: one device per worker, but while the baseline runs alone (it sets the
+    study's mu and target), its seeds run side by side over both."""
+    path = toy_spec(tmp_path, n_trials=2, seeds=2, base=BASE, search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [4]}})
+    proc = run_cli(["study", "run", str(path), "--workers", "2", "--devices", "0,1"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ctx = context(load_spec(path), spec_path=str(path))
+    trials = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials(states=(TrialState.COMPLETE,))
+    baseline = next(t for t in trials if t.user_attrs.get("baseline"))
+    client = MlflowClient(ctx.tracking_uri)
+    runs = _seed_runs(client, baseline.user_attrs["mlflow_run_id"])
+    assert sorted(r.data.tags[tracking.SLOT] for r in runs) == ["cpu 0", "cpu 1"] and _side_by_side(runs)
+    other = next(t for t in trials if not t.user_attrs.get("baseline"))
+    assert all(tracking.SLOT not in r.data.tags for r in _seed_runs(client, other.user_attrs["mlflow_run_id"]))  # one device: in turn
