@@ -818,6 +818,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # multiprocessing's tracker frees the semaphores of a process that was killed, and warns about each batch on
+    # stderr: two lines of noise after a SIGKILLed trial, whose run's helper has said what happened
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    os.environ["PYTHONWARNINGS"] = ",".join(w for w in (os.environ.get("PYTHONWARNINGS"), quiet) if w and quiet not in w) or quiet
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     parser = build_parser()

@@ -146,7 +146,12 @@ class VllmConfig(Section):
     tensor_parallel_size: int = Field(1, ge=1)
     """GPUs the engine shards the model over (1 on CPU)."""
     enforce_eager: bool = True
-    """No CUDA graphs / compilation: slower decoding, much faster engine start (right for small models and tests)."""
+    """No CUDA graphs / compilation: slower decoding, much faster engine start (right for small models and tests).
+    The engine is kept for the process (every seed and trial a worker runs), so graphs are captured once."""
+    sleep: bool = False
+    """Release the engine's GPU memory while the trainer trains (vLLM's sleep mode, CUDA only): after sampling it
+    sleeps (weights to host memory, the KV cache dropped), and wakes before the next sampling. The trainer gets
+    the KV reservation back, at the price of a host round trip of the weights per step. Ignored on CPU."""
     cpu_kvcache_gib: float = Field(1.0, gt=0)
     """KV-cache size on CPU (VLLM_CPU_KVCACHE_SPACE); the default would take a large share of RAM."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import sys
 import signal
 import time
 from typing import Any
@@ -44,6 +45,7 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
             method, args, wants_reply = conn.recv()
         except (EOFError, OSError):
             run.end(tracking.STATUS_FAILED, gone)
+            sys.stderr.write(f"workbench: the trial process is gone (killed?); its run {run.run_id} ended FAILED\n")
             return
         try:
             result = getattr(run, method)(*args)

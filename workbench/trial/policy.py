@@ -54,6 +54,9 @@ class Policy:
     def __init__(self, cfg: TrialConfig, task: Task):
         keep_freed_memory()  # this process trains or samples from here on (the warm start included)
         device = resolve_device(cfg.model.device)
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (sampling, scoring,
+            torch.backends.cudnn.allow_tf32 = True  # evaluation) on the tensor cores, as every GPU trainer runs them
         path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
         self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype))
         self.device, self.path = device, str(path)
@@ -91,7 +94,7 @@ class Policy:
             prompts = [e.prompt for e in task.train[:2000] + task.eval]
             longest = max(len(p) for p in self.encode(prompts))
             dtype = next(self.model.parameters()).dtype
-            self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device)
+            self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device, self.model)
 
     def encode(self, prompts: list[str]) -> list[list[int]]:
         """Token ids of prompts as this policy reads them (its tokenizer's framing, or its chat template)."""

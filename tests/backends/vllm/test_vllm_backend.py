@@ -131,3 +131,34 @@ def test_the_default_tiny_model_learns_with_the_vllm_backend(tracking_uri):
     result = run_trial(tracked(cfg, tracking_uri))
     first, best = result.evals[0]["accuracy"], max(e["accuracy"] for e in result.evals)
     assert best >= first + 0.1, [e["accuracy"] for e in result.evals]
+
+
+def _rss_mib() -> float:
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) / 1024
+
+
+def test_one_engine_serves_every_seed_of_a_process_and_memory_stays_flat(tracking_uri):
+    """Three seeds in one process (as a study worker runs them): one engine, taken over by each seed with that seed's
+    initial weights, and the process's memory flat from seed to seed (a new in-process engine per seed held on
+    to the last one's memory: vllm-project/vllm#21073)."""
+    from workbench.backends import vllm as backend
+
+    engines, rss = [], []
+    for seed in range(3):
+        cfg = tracked(vllm_cfg(), tracking_uri)
+        cfg.seed, cfg.budget.steps, cfg.budget.compute_units, cfg.eval.every = seed, 4, None, 4
+        run_trial(cfg)
+        engines.append(next(iter(backend._ENGINES.values())))
+        rss.append(_rss_mib())
+    assert len(backend._ENGINES) == 1 and engines[0] is engines[1] is engines[2]
+    kv_mib = cfg.generation.vllm.cpu_kvcache_gib * 1024
+    assert rss[2] - rss[1] < 0.25 * kv_mib, rss  # a second engine would add its KV cache (1 GiB) at least
+
+    # taken over by a new policy: the engine serves that policy's weights, not the last trial's
+    task = load_task(cfg.task)
+    policy = Policy(vllm_cfg(), task)
+    assert policy.engine.llm is engines[0] and policy.engine.reused and policy.engine.syncs == 0
+    prompt, completion = fixed_sequence(policy, task)
+    assert (policy.engine.score(prompt, completion) - trainer_logprobs(policy, prompt, completion)).abs().max() < 1e-4
+    backend.shutdown_engines()
+    assert not backend._ENGINES

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from workbench import seeds
+from workbench import interrupts, seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
@@ -112,6 +112,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
     groups to the trainers' inboxes. `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower
     generator): an evaluation sets `pause` and waits for every generator to be idle, so no generation overlaps it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
+    interrupts.die_with_parent(signal.SIGKILL)  # a SIGKILLed trial leaves no orphan (its run's helper says so)
     try:
         torch.set_num_threads(process_threads(cfg))
         cfg = place(cfg, "generator", worker)

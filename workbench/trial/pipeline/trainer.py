@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _set_pg_timeout  # noqa: PLC2701 - no public setter after init
 
-from workbench import seeds
+from workbench import interrupts, seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
@@ -256,6 +256,7 @@ def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE
 def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: int) -> None:
     """Trainer `rank` >= 1 (spawned): its own replica and shard, stepping with rank 0 until it says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 ends us
+    interrupts.die_with_parent(signal.SIGKILL)  # a SIGKILLed trial leaves no orphan (its run's helper says so)
     world = cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
     join_group(rank, world, port, collective_timeout(cfg))
