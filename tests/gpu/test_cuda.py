@@ -40,9 +40,12 @@ def test_the_compiled_decoder_is_refused_off_the_cpu_in_one_line():
         Policy(cuda_cfg(generation={"decode": "compiled"}), load_task(cuda_cfg().task))
 
 
-def test_tf32_is_on_for_fp32_matmuls_on_cuda():
-    Policy(cuda_cfg(), load_task(cuda_cfg().task))
+def test_tf32_is_on_and_sampling_runs_in_the_training_precision_on_cuda():
+    policy = Policy(cuda_cfg(), load_task(cuda_cfg().task))
     assert torch.backends.cuda.matmul.allow_tf32
+    assert policy.generation_autocast  # bf16 autocast over fp32 weights, as the training step
+    off = Policy(cuda_cfg(train={"autocast": "off"}), load_task(cuda_cfg().task))
+    assert not off.generation_autocast
 
 
 def test_two_seeds_in_one_process_leave_the_gpu_memory_flat(tracking_uri):

@@ -73,6 +73,9 @@ class VllmSampler:
         else:
             kwargs["block_size"] = 32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
         self.sleeps = vcfg.sleep and device.type == "cuda"
+        self.eos_ids = stop_ids(model)
+        """Tokens that end a completion: the tokenizer's EOS and every one the model's generation config lists
+        (Qwen2.5-Instruct ends turns with <|im_end|> and documents with <|endoftext|>; the engine stops at both)."""
         self.llm, self.reused = engine(LLM, kwargs)
         self.version = 0
         """Optimizer step whose weights the engine holds (0: the checkpoint it was started from)."""
@@ -105,14 +108,14 @@ class VllmSampler:
         if self.sleeps:  # the trainer trains next: its memory back (weights to host, the KV cache dropped)
             self.llm.sleep(level=1)
             self.asleep = True
-        eos = tokenizer.eos_token_id
+        eos = self.eos_ids | {tokenizer.eos_token_id}
         completions, logprobs, finished = [], [], []
         for o in outs:
             c = o.outputs[0]
             ids = list(c.token_ids)
             completions.append(ids)
             logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, ids)], dtype=torch.float32))
-            finished.append(bool(ids) and ids[-1] == eos)
+            finished.append(bool(ids) and ids[-1] in eos)
         texts = tokenizer.batch_decode([c[:-1] if d else c for c, d in zip(completions, finished)], skip_special_tokens=True)
         return Samples(
             prompt_ids=[list(p) for p in prompt_ids],
@@ -143,6 +146,12 @@ class VllmSampler:
         out = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))], params, use_tqdm=False)[0]
         start = len(prompt_ids)
         return torch.tensor([out.prompt_logprobs[start + i][t].logprob for i, t in enumerate(completion_ids)], dtype=torch.float32)
+
+
+def stop_ids(model: torch.nn.Module | None) -> set[int]:
+    """The EOS ids of `model`'s generation config (an int or a list), empty without one."""
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return set() if ids is None else {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
 
 
 _ENGINES: dict[tuple, object] = {}

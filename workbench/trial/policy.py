@@ -48,6 +48,14 @@ def load_policy(path: str | Path, device: torch.device, dtype: torch.dtype):
     return model, tokenizer
 
 
+def autocast_on(device: torch.device, model, setting: str) -> bool:
+    """Whether the trainer runs under bf16 autocast (`train.autocast`): `bfloat16`, or `auto` on a CUDA device that
+    supports it over float32 weights."""
+    weights = next(model.parameters()).dtype
+    return setting == "bfloat16" or (setting == "auto" and device.type == "cuda" and weights == torch.float32
+                                     and torch.cuda.is_bf16_supported())
+
+
 class Policy:
     """The model, its tokenizer and the sampling settings of a trial."""
 
@@ -83,6 +91,10 @@ class Policy:
         self.temperature = cfg.generation.temperature
         self.pad_id = self.tokenizer.pad_token_id
         self.scoring_mib = cfg.train.scoring_mib  # no-grad scoring's logits bound
+        self.generation_autocast = device.type == "cuda" and autocast_on(device, self.model, cfg.train.autocast)
+        """Sampling, no-grad scoring and evaluation run in the trainer's precision on a GPU (bf16 autocast): mu is
+        measured in the precision the user trains with. On a CPU they stay float32 (bf16 was measured no faster
+        there, and the compiled decode step is built for float32)."""
         self.sample = make_sampler(self.model, cfg.generation.decode, cache_root(cfg.model))
         """The trainer-side decoder (`generation.decode`): `sample(tokenizer, prompt_ids, *, max_new_tokens,
         temperature, greedy, generator) -> Samples`, used for hf-backend rollouts and for evaluation."""
@@ -95,6 +107,10 @@ class Policy:
             longest = max(len(p) for p in self.encode(prompts))
             dtype = next(self.model.parameters()).dtype
             self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device, self.model)
+
+    def precision(self):
+        """The context of this policy's sampling, no-grad scoring and evaluation (`generation_autocast`)."""
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.generation_autocast)
 
     def encode(self, prompts: list[str]) -> list[list[int]]:
         """Token ids of prompts as this policy reads them (its tokenizer's framing, or its chat template)."""

@@ -143,7 +143,8 @@ class Evaluations:
     def __call__(self, step: int, last: bool = False) -> None:
         t_eval = time.perf_counter()
         with_k, with_demo = self.cfg.eval.samples_at(len(self.rows), last)
-        res = self.evaluate(self.policy.model, pass_k=with_k, demo_prob=with_demo)
+        with self.policy.precision():
+            res = self.evaluate(self.policy.model, pass_k=with_k, demo_prob=with_demo)
         self.seconds += time.perf_counter() - t_eval
         self.wall.excluded += time.perf_counter() - t_eval
         meter = self.meter

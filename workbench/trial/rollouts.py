@@ -46,25 +46,8 @@ def generate_groups(
     examples = [task.train[i] for i in prompt_indices]
     prompt_ids = [p for p in policy.encode([e.prompt for e in examples]) for _ in range(group_size)]
     policy.model.eval()
-    trainer_logprobs = None
-    if policy.engine is not None:
-        # Rollouts of a lagging engine are as old as its weights: age them from the engine's weight version.
-        step = policy.engine.version
-        out = policy.engine.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens,
-                                   temperature=policy.temperature, generator=generator)
-        with torch.no_grad():  # the trainer's view of the same tokens: mismatch metrics, entropy, TIS correction
-            lp, _, entropy = score(policy.model, out.prompt_ids, out.completion_ids, temperature=policy.temperature,
-                                   pad_id=policy.pad_id, with_entropy=True, scoring_mib=policy.scoring_mib)
-        trainer_logprobs = [lp[i, : len(c)].cpu() for i, c in enumerate(out.completion_ids)]
-        out.entropy_sum = entropy
-    else:
-        out = policy.sample(
-            policy.tokenizer,
-            prompt_ids,
-            max_new_tokens=policy.max_new_tokens,
-            temperature=policy.temperature,
-            generator=generator,
-        )
+    with policy.precision():
+        out, step, trainer_logprobs = _sample(policy, prompt_ids, step, generator)
     rollouts = []
     for g, (idx, ex) in enumerate(zip(prompt_indices, examples)):
         rows = range(g * group_size, (g + 1) * group_size)
@@ -88,3 +71,19 @@ def generate_groups(
                 )
             )
     return rollouts, out
+
+
+def _sample(policy: Policy, prompt_ids: list[list[int]], step: int, generator: torch.Generator):
+    """The batch's samples, their birth step and, beside an engine, the trainer's log-probs of them."""
+    if policy.engine is None:
+        out = policy.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens, temperature=policy.temperature,
+                            generator=generator)
+        return out, step, None
+    # Rollouts of a lagging engine are as old as its weights: age them from the engine's weight version.
+    out = policy.engine.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens,
+                               temperature=policy.temperature, generator=generator)
+    with torch.no_grad():  # the trainer's view of the same tokens: mismatch metrics, entropy, TIS correction
+        lp, _, entropy = score(policy.model, out.prompt_ids, out.completion_ids, temperature=policy.temperature,
+                               pad_id=policy.pad_id, with_entropy=True, scoring_mib=policy.scoring_mib)
+    out.entropy_sum = entropy
+    return out, policy.engine.version, [lp[i, : len(c)].float().cpu() for i, c in enumerate(out.completion_ids)]

@@ -16,7 +16,7 @@ from workbench.backends.scoring import score
 from workbench.config import TrialConfig
 from workbench.registry import OBJECTIVES
 from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, ratio_stats
-from workbench.trial.policy import Policy
+from workbench.trial.policy import Policy, autocast_on
 from workbench.trial.replay import Rollout
 
 
@@ -88,7 +88,7 @@ def _score_frozen(policy: Policy, rollouts: list[Rollout], micro_batch_size: int
     """Per-rollout completion log-probs under the current parameters (no grad), `micro_batch_size` at a time."""
     policy.model.eval()
     out = []
-    with torch.no_grad():
+    with torch.no_grad(), policy.precision():
         for piece in chunks(rollouts, micro_batch_size):
             logprobs, _ = score(policy.model, [r.prompt_ids for r in piece], [r.completion_ids for r in piece],
                                 temperature=policy.temperature, pad_id=policy.pad_id, scoring_mib=policy.scoring_mib)
@@ -126,10 +126,7 @@ def chunks(rollouts: list[Rollout], size: int | None) -> list[list[Rollout]]:
 
 def autocast(policy: Policy, setting: str):
     """The trainer's precision context (`train.autocast`)."""
-    device = policy.device.type
-    weights = next(policy.model.parameters()).dtype
-    on = setting == "bfloat16" or (setting == "auto" and device == "cuda" and weights == torch.float32 and torch.cuda.is_bf16_supported())
-    return torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=on)
+    return torch.autocast(device_type=policy.device.type, dtype=torch.bfloat16, enabled=autocast_on(policy.device, policy.model, setting))
 
 
 def _accumulate(outs: list[ObjectiveOutput], shares: list[float]) -> ObjectiveOutput:

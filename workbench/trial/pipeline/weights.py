@@ -41,6 +41,7 @@ class SharedWeights:
         with self._held(check), torch.no_grad():
             for n, p in model.named_parameters():
                 self.tensors[n].copy_(p)
+            _finished(self.tensors.values())
             self.version.value = version
 
     def pull(self, model: torch.nn.Module, check: Callable[[], None] | None = None) -> int:
@@ -48,7 +49,17 @@ class SharedWeights:
         with self._held(check), torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(self.tensors[n])
+            _finished(model.parameters())
             return int(self.version.value)
 
     def latest(self) -> int:
         return int(self.version.value)
+
+
+def _finished(tensors) -> None:
+    """Wait for the copies into or out of CUDA tensors to land before the lock is released: a CUDA `copy_` only
+    queues the copy, and another process reading the shared tensors after the lock would see half of it."""
+    devices = {t.device for t in tensors if t.is_cuda}
+    for device in devices:
+        torch.cuda.current_stream(device).synchronize()
+
