@@ -43,9 +43,12 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
     while True:
         try:
             method, args, wants_reply = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # gone without a word: killed (a SIGKILL, the kernel's OOM killer)
             run.end(tracking.STATUS_FAILED, gone)
             sys.stderr.write(f"workbench: the trial process is gone (killed?); its run {run.run_id} ended FAILED\n")
+            return
+        if method == "exit":  # the trial process exits without `end` (an error it reported itself)
+            run.end(tracking.STATUS_FAILED, gone)
             return
         try:
             result = getattr(run, method)(*args)
@@ -89,6 +92,7 @@ class RunProcess:
 
     def _close(self) -> None:
         if not self._conn.closed:
+            _send(self._conn, ("exit", (), False))  # an exit, not a kill: the helper ends the run without a word
             self._conn.close()
         self._proc.join(timeout=30)
 

@@ -72,3 +72,37 @@ def test_the_baseline_that_runs_alone_spreads_its_seeds_over_every_device(tmp_pa
     assert sorted(r.data.tags[tracking.SLOT] for r in runs) == ["cpu 0", "cpu 1"] and _side_by_side(runs)
     other = next(t for t in trials if not t.user_attrs.get("baseline"))
     assert all(tracking.SLOT not in r.data.tags for r in _seed_runs(client, other.user_attrs["mlflow_run_id"]))  # one device: in turn
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_a_worker_ends_its_side_by_side_seeds_killed_and_takes_its_slots_with_it(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from support.cli import start_cli
+
+    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0, seeds=2,
+                    base={**BASE, "budget": {"compute_units": None, "steps": 400}, "eval": {**TOY["eval"], "every": 20}})
+    ctx = context(load_spec(path), spec_path=str(path))
+    create_or_load(ctx)
+    with open(tmp_path / "worker.err", "w") as err:
+        worker = start_cli(["study", "worker", str(path), "--devices", "0,1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err,
+                           start_new_session=True)
+    client = MlflowClient(ctx.tracking_uri)
+    exp = client.get_experiment_by_name("toy").experiment_id
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and worker.poll() is None:
+        running = client.search_runs([exp], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'RUNNING'")
+        if len(running) == 2:
+            break
+        time.sleep(0.5)
+    assert len(running) == 2, (tmp_path / "worker.err").read_text()[-3000:]
+    slots = [int(p) for p in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
+    worker.send_signal(signal.SIGINT)  # what the driver forwards on Ctrl-C
+    assert worker.wait(timeout=120) == 130, (tmp_path / "worker.err").read_text()[-3000:]
+    seeds = client.search_runs([exp], filter_string="tags.`workbench.kind` = 'seed'")
+    assert sorted(r.info.status for r in seeds) == ["KILLED", "KILLED"]
+    trial = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()[0]
+    assert trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted")
+    assert slots and not [p for p in slots if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
