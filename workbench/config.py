@@ -489,8 +489,6 @@ class TrialConfig(Section):
                 raise ValueError(f"replay.ratio: emerges from the split in an asynchronous trial (y ≈ mu·T/W), so it is not"
                                  f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
                                  " replay.capacity instead")
-            if self.generation.backend != "hf":
-                raise ValueError("pipeline.mode: async generates with generation.backend hf so far")
         if self.task.chat_template and self.model.path is None:
             raise ValueError("task.chat_template: needs model.path (the embedded model's character tokenizer has no chat template)")
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:

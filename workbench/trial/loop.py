@@ -26,7 +26,8 @@ from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
-                                    devices_in_use, final_metrics, fresh_metrics, train_metrics, working_seconds)
+                                    devices_in_use, final_metrics, fresh_metrics, mismatch_metrics, train_metrics,
+                                    working_seconds)
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
@@ -141,13 +142,8 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
             metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
                             "replay/fresh": len(fresh), **strategy.metrics()})
             if fresh and policy.engine is not None:
-                diff = torch.cat([(r.behaviour_logprobs - r.trainer_logprobs).abs() for r in fresh])
-                metrics.update({
-                    "mismatch/logprob_abs_mean": float(diff.mean()),
-                    "mismatch/logprob_abs_max": float(diff.max()),
-                    "mismatch/engine_lag": step - policy.engine.version,
-                    "mismatch/syncs": policy.engine.syncs,
-                })
+                metrics.update({**mismatch_metrics(fresh), "mismatch/engine_lag": step - policy.engine.version,
+                                "mismatch/syncs": policy.engine.syncs})
             if fresh:
                 metrics.update(fresh_metrics(fresh, out.entropy_mean, out.generated_tokens))
             run.log_metrics(metrics, step)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import torch
 
 from workbench import progress, tracking
 from workbench.compute import ComputeMeter, to_target
@@ -228,6 +229,16 @@ def compute_metrics(meter: ComputeMeter, updates: int) -> dict[str, float]:
         "compute/flops": meter.flops["total"],
         "compute/mu": meter.mu,
     }
+
+
+def mismatch_metrics(fresh: list[Rollout]) -> dict[str, float]:
+    """How far a generation engine's log-probs of its sampled tokens are from the trainer's (rollouts sampled by an
+    engine carry both); empty when no rollout was."""
+    scored = [r for r in fresh if r.trainer_logprobs is not None]
+    if not scored:
+        return {}
+    diff = torch.cat([(r.behaviour_logprobs - r.trainer_logprobs).abs() for r in scored])
+    return {"mismatch/logprob_abs_mean": float(diff.mean()), "mismatch/logprob_abs_max": float(diff.max())}
 
 
 def fresh_metrics(fresh: list[Rollout], entropy_mean: float, generated_tokens: int) -> dict[str, float]:

@@ -162,3 +162,19 @@ def test_one_engine_serves_every_seed_of_a_process_and_memory_stays_flat(trackin
     assert (policy.engine.score(prompt, completion) - trainer_logprobs(policy, prompt, completion)).abs().max() < 1e-4
     backend.shutdown_engines()
     assert not backend._ENGINES
+
+
+def test_asynchronous_generators_sample_through_their_own_engines_updated_in_place(tracking_uri):
+    """`pipeline.mode: async` with `generation.backend: vllm`: each generator process runs an engine and loads the
+    published weights into it in place after every pull; the trainers sample only to evaluate, with their own
+    decoder. The engine's and the generator's trainer-side log-probs of the same tokens are logged as in a
+    synchronous trial."""
+    cfg = tracked(build_config(toy_dict(generation={"backend": "vllm"}, pipeline={"mode": "async"},
+                                        budget={"compute_units": None, "steps": 4})), tracking_uri)
+    records = []
+    result = run_trial(cfg, observer=records.append)
+    assert result.metrics["final/steps"] == 4
+    fresh = [r for rec in records for r in rec.fresh]
+    assert fresh and all(r.trainer_logprobs is not None for r in fresh)  # sampled by an engine
+    history = MlflowClient(tracking_uri).get_metric_history(result.run_id, "mismatch/logprob_abs_mean")
+    assert history and max(m.value for m in history) < 0.05  # the engine serves the weights the generator pulled

@@ -24,7 +24,12 @@ def role_index(cfg: TrialConfig, role: str, index: int) -> int:
 
 
 def place(cfg: TrialConfig, role: str, index: int) -> TrialConfig:
-    """`cfg` with this process's device: its own GPU where the worker was given enough, else unchanged."""
+    """`cfg` with this process's device: its own GPU where the worker was given enough, else unchanged. A trainer
+    never starts a generation engine: with `generation.backend: vllm` the generators sample through one each, and
+    a trainer samples only to evaluate, with its own decoder as every trainer does."""
+    if role == "trainer" and cfg.generation.backend != "hf":
+        cfg = cfg.model_copy(deep=True)
+        cfg.generation.backend = "hf"
     if cfg.model.device != "auto" or not torch.cuda.is_available():
         return cfg
     slot, total = role_index(cfg, role, index), cfg.pipeline.generators + cfg.pipeline.trainers

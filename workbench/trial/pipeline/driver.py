@@ -22,7 +22,7 @@ from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
-                                    devices_in_use, final_metrics, train_metrics, working_seconds)
+                                    devices_in_use, final_metrics, mismatch_metrics, train_metrics, working_seconds)
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task
@@ -240,6 +240,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                         "train/completion_length": v["gen_tokens"] / v["fresh"],
                         "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
                     })
+                metrics.update(mismatch_metrics(fresh))  # vLLM generators: this shard's fresh rollouts
                 run.log_metrics(metrics, step)
                 if observer:
                     observer(StepRecord(step, fresh, batch, metrics["train/loss"], metrics))

@@ -67,11 +67,15 @@ def process_threads(cfg: TrialConfig) -> int:
 def to_wire(r: Rollout) -> dict:
     d = {f.name: getattr(r, f.name) for f in fields(Rollout)}
     d["behaviour_logprobs"] = r.behaviour_logprobs.numpy()
+    if r.trainer_logprobs is not None:  # sampled by a vLLM engine: the generator's trainer-side view of its tokens
+        d["trainer_logprobs"] = r.trainer_logprobs.numpy()
     return d
 
 
 def from_wire(d: dict, published: int) -> Rollout:
-    return Rollout(**{**d, "behaviour_logprobs": torch.from_numpy(d["behaviour_logprobs"]), "pushed_version": published})
+    theirs = d.get("trainer_logprobs")
+    return Rollout(**{**d, "behaviour_logprobs": torch.from_numpy(d["behaviour_logprobs"]), "pushed_version": published,
+                      "trainer_logprobs": None if theirs is None else torch.from_numpy(theirs)})
 
 
 def split_groups(rollouts: list[Rollout], parts: int, offset: int) -> list[list[Rollout]]:
@@ -107,6 +111,15 @@ def _hold(seconds: float, stop, pause, working, worker: int) -> float:
     return paused
 
 
+def pull(weights: SharedWeights, policy: Policy, check) -> int:
+    """The published weights into the generator's model and, with a vLLM engine, into the engine in place
+    (`VllmSampler.sync`); their version."""
+    version = weights.pull(policy.model, check)
+    if policy.engine is not None:
+        policy.engine.sync(policy.model, version)
+    return version
+
+
 def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, working, parent: int) -> None:
     """One generator process (spawned): sample chunks of whole groups with the latest weights it pulled, deal their
     groups to the trainers' inboxes. `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower
@@ -123,7 +136,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
             if os.getppid() != parent:
                 raise PipelineError("the trainer is gone")
 
-        version = weights.pull(policy.model, orphaned)
+        version = pull(weights, policy, orphaned)
         prompts = PromptStream(len(task.train), cfg.seed, stream=worker)
         sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed, worker))
         groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
@@ -142,7 +155,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                 continue
             if weights.latest() - version >= cfg.generation.sync_every:
                 t0 = time.perf_counter()
-                version = weights.pull(policy.model, orphaned)
+                version = pull(weights, policy, orphaned)
                 sync_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             fresh, samples = generate_groups(policy, task, prompts.take(groups), cfg.group_size, version, sampler, uid)
