@@ -106,3 +106,31 @@ def test_ctrl_c_to_a_worker_ends_its_side_by_side_seeds_killed_and_takes_its_slo
     trial = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()[0]
     assert trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted")
     assert slots and not [p for p in slots if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+
+
+@pytest.mark.slow
+def test_a_slot_whose_process_died_is_started_again_for_the_next_trial(tmp_path):
+    import signal
+
+    from workbench.config import build_config
+    from workbench.study.slots import Slot, SlotPool
+    from support.toy import toy_dict
+
+    pool = SlotPool([Slot("cpu", (0,)), Slot("cpu", (1,))])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).search_experiments()  # the store created once here, as a study's context does before its workers
+
+    def jobs():
+        cfgs = [build_config(toy_dict(seed=seed, tracking={"uri": uri}, budget={"compute_units": None, "steps": 2})) for seed in (0, 1)]
+        return [(cfg, {"run_name": f"seed {cfg.seed}"}) for cfg in cfgs]
+
+    try:
+        first = pool.run(jobs(), [lambda row: None] * 2)
+        victim = pool._procs[0][0]
+        os.kill(victim.pid, signal.SIGKILL)  # what the kernel's OOM killer does
+        victim.join(timeout=10)
+        second = pool.run(jobs(), [lambda row: None] * 2)
+    finally:
+        pool.close()
+    assert [r.metrics["final/steps"] for r in first + second] == [2, 2, 2, 2]
+    assert pool._procs == []  # closed

@@ -126,14 +126,25 @@ class SlotPool:
         self._procs: list[tuple[Any, Any, Any]] = []  # (process, connection, stop event)
 
     def _start(self) -> None:
-        for slot in self.slots:
-            parent, child = CONTEXT.Pipe()
-            stop = _Stop()
-            proc = CONTEXT.Process(target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True)
-            proc.start()
-            child.close()
-            self._procs.append((proc, parent, stop))
+        self._procs = [self._spawn(slot) for slot in self.slots]
         log.info(f"device slots: {' | '.join(s.describe() for s in self.slots)} (a configuration's seeds run side by side)")
+
+    @staticmethod
+    def _spawn(slot: Slot) -> tuple[Any, Any, Any]:
+        parent, child = CONTEXT.Pipe()
+        stop = _Stop()
+        proc = CONTEXT.Process(target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent, stop
+
+    def _revive(self) -> None:
+        """A slot whose process died (killed for its memory, say) gets a new one: the next trial has every slot."""
+        for k, (proc, conn, _) in enumerate(self._procs):
+            if not proc.is_alive():
+                conn.close()
+                log.warning(f"device slot {self.slots[k].describe()}: its process ended ({proc.exitcode}); starting it again")
+                self._procs[k] = self._spawn(self.slots[k])
 
     def run(self, jobs: list[tuple[Any, dict[str, Any]]], hooks: list[Callable[[dict[str, float]], None]]) -> list[Any]:
         """Run `jobs` (a trial config and `run_trial`'s keyword arguments each) over the slots, at most one per slot
@@ -142,6 +153,7 @@ class SlotPool:
         raised once every slot is idle."""
         if not self._procs:
             self._start()
+        self._revive()
         results: list[Any] = [None] * len(jobs)
         pending = list(range(len(jobs)))
         busy: dict[Any, int] = {}  # connection -> job index
