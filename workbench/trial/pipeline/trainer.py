@@ -253,6 +253,22 @@ def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE
         _set_pg_timeout(timeout)
 
 
+ORPHAN_GRACE_S = 1.0
+"""How long a failing trainer waits to see whether its failure is rank 0's death (its sockets close a moment before
+the kernel reparents this process and sends the parent-death signal)."""
+
+
+def _unless_orphaned(parent: int) -> None:
+    """Return if rank 0 (`parent`) is alive after `ORPHAN_GRACE_S`, so the failure is raised as this trainer's;
+    else exit without a word: the trial's death is said once, by its run's helper, not by every child's traceback
+    of a closed connection."""
+    deadline = time.monotonic() + ORPHAN_GRACE_S
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: int) -> None:
     """Trainer `rank` >= 1 (spawned): its own replica and shard, stepping with rank 0 until it says stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 ends us
@@ -285,6 +301,9 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
             report.add_batch(batch, step)
             report.summed(world)
             step += 1
+    except Exception:  # not SystemExit: a trainer told to stop exits at once
+        _unless_orphaned(parent)
+        raise
     finally:
         if shard is not None:
             shard.close()
