@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+
 def logits_fn(model) -> Callable[[torch.Tensor], torch.Tensor]:
     """Final hidden states `[N, hidden]` -> the model's logits `[N, vocab]`: its output embedding, then the final
     soft-capping (Gemma 2) or logit scale (Cohere) its config names, as its own forward applies them."""
@@ -46,15 +47,16 @@ def head_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperatur
     most `max_tokens // 2` tokens, each tempered and normalised in place, so the pass never holds more than about
     `max_tokens` tokens' fp32 logits."""
     logits_of = logits_fn(model)
-    n = hidden.shape[0]
-    if torch.is_grad_enabled() or max_tokens is None or n <= max(1, max_tokens // 2):
-        if not torch.is_grad_enabled():
-            return _in_place(logits_of, hidden, targets, temperature, with_entropy)
+    if torch.is_grad_enabled():
         logp = F.log_softmax(logits_of(hidden).float() / temperature, dim=-1)
         token = logp.gather(-1, targets[:, None]).squeeze(-1)
         return token, (-(logp.exp() * logp).sum(-1) if with_entropy else None)
-    size = max(1, max_tokens // 2)
-    parts = [_in_place(logits_of, hidden[i : i + size], targets[i : i + size], temperature, with_entropy) for i in range(0, n, size)]
+    n = hidden.shape[0]
+    size = max(1, n if max_tokens is None else max_tokens // 2)
+    parts = [_in_place(logits_of, hidden[i : i + size], targets[i : i + size], temperature, with_entropy)
+             for i in (range(0, n, size) if n else [0])]
+    if len(parts) == 1:
+        return parts[0]
     token = torch.cat([t for t, _ in parts])
     return token, (torch.cat([e for _, e in parts]) if with_entropy else None)
 

@@ -73,6 +73,7 @@ class VllmSampler:
         else:
             kwargs["block_size"] = 32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
         self.sleeps = vcfg.sleep and device.type == "cuda"
+        self.asleep = False
         self.eos_ids = stop_ids(model)
         """Tokens that end a completion: the tokenizer's EOS and every one the model's generation config lists
         (Qwen2.5-Instruct ends turns with <|im_end|> and documents with <|endoftext|>; the engine stops at both)."""
@@ -126,8 +127,6 @@ class VllmSampler:
             entropy_sum=float("nan"),  # the engine returns sampled-token log-probs only: the trainer measures entropy
             prefill_tokens=int(sum(len(p) for p in prompt_ids)),
         )
-
-    asleep = False
 
     def _wake(self) -> None:
         if self.asleep:
