@@ -26,6 +26,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set or [])
     if args.tracking_uri:
         cfg.tracking.uri = args.tracking_uri
+    from workbench.trial.pipeline.distributed import launched, run_peer
+
+    launch = launched()  # started by torchrun: rank 0 runs the trial, every other rank is one of its processes
+    if launch is not None and launch.rank > 0:
+        return run_peer(cfg, launch)
     from workbench.run_process import RunProcess
 
     # MLflow loads and creates the run in a helper process while this one imports the model stack

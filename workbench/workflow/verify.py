@@ -163,6 +163,8 @@ def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int
     predicted at the study's reference mu; `sweep` (default: when the study searches lr) prices it with an on-policy
     learning-rate sweep to the study's target, the first run at the study's budget."""
     base = copy.deepcopy(ctx.spec.base)
+    base.pop("pipeline", None)  # the probe and its sweep are synchronous measurements, priced at the study's mu; an
+    # asynchronous study runs their optimum as a split (`Prediction.split_knobs`), as it runs a fitted model's
     base["tracking"] = {**base.get("tracking", {}), "uri": ctx.tracking_uri, "experiment": f"{ctx.spec.name}-probe"}
     if threads:
         base["threads"] = threads

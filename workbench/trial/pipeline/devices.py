@@ -23,8 +23,10 @@ def role_index(cfg: TrialConfig, role: str, index: int) -> int:
     return index if role == "trainer" else cfg.pipeline.trainers + index
 
 
-def place(cfg: TrialConfig, role: str, index: int) -> TrialConfig:
-    """`cfg` with this process's device: its own GPU where the worker was given enough, else unchanged. A trainer
+def place(cfg: TrialConfig, role: str, index: int, local: tuple[int, int] | None = None) -> TrialConfig:
+    """`cfg` with this process's device: its own GPU where the worker was given enough, else unchanged. `local`:
+    (this process's slot, the processes) on its machine when a launcher started them (torchrun's LOCAL_RANK and
+    LOCAL_WORLD_SIZE: `distributed`), instead of the trial's W + T on one machine. A trainer
     never starts a generation engine: with `generation.backend: vllm` the generators sample through one each, and
     a trainer samples only to evaluate, with its own decoder as every trainer does."""
     if role == "trainer" and cfg.generation.backend != "hf":
@@ -32,11 +34,11 @@ def place(cfg: TrialConfig, role: str, index: int) -> TrialConfig:
         cfg.generation.backend = "hf"
     if cfg.model.device != "auto" or not torch.cuda.is_available():
         return cfg
-    slot, total = role_index(cfg, role, index), cfg.pipeline.generators + cfg.pipeline.trainers
+    slot, total = local or (role_index(cfg, role, index), cfg.pipeline.generators + cfg.pipeline.trainers)
     count = torch.cuda.device_count()
     if count < total:
         if slot == 0:
-            log.warning(f"pipeline: {total} processes share cuda:0 ({count} GPU(s) visible; give the worker W + T)")
+            log.warning(f"pipeline: {total} processes share cuda:0 ({count} GPU(s) visible; give each process one)")
         return cfg
     placed = cfg.model_copy(deep=True)
     placed.model.device = f"cuda:{slot}"

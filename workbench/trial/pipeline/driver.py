@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
-from workbench.trial.pipeline.generator import PipelineError, Processes, generator_main, process_threads
-from workbench.trial.pipeline.trainer import (LAG_BINS, Shard, StepReport, average_gradients, collective_timeout, free_port, go,
-                                              join_group, shard_config, trainer_main)
 from workbench.trial.pipeline.devices import place
-from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+from workbench.trial.pipeline.distributed import Fabric, LaunchedWiring, launched
+from workbench.trial.pipeline.generator import PipelineError, process_threads
+from workbench.trial.pipeline.local import LocalWiring
+from workbench.trial.pipeline.trainer import LAG_BINS, Shard, StepReport, average_gradients, go, shard_config
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
                                     devices_in_use, final_metrics, mismatch_metrics, train_metrics, working_seconds)
@@ -79,7 +77,7 @@ class _Arrivals:
     generator is alive, so `Processes.check` never sees it, a queue arm would wait for it forever, and a buffer arm
     would go on replaying a frozen buffer."""
 
-    def __init__(self, generators: Processes, timeout: float | None):
+    def __init__(self, generators, timeout: float | None):
         self.generators, self.timeout = generators, timeout
         self.since: list[float] = []
         """Per generator: its last chunk's arrival, or when the wait for its first began."""
@@ -141,11 +139,14 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 show_progress: bool = False) -> TrialResult:
     """One asynchronous trial (the package's docstring) to its budget; the run records what a synchronous trial's
     does, plus `pipeline/*`. Batch diagnostics (loss, ratios) are the first trainer's shard's; counts, ages and
-    compute are summed over all trainers."""
+    compute are summed over all trainers. Started by torchrun (`distributed`), this process is rank 0 and the
+    others are already running; else it spawns them (`local`)."""
     t_start = time.perf_counter()
     W, T = cfg.pipeline.generators, cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
-    policy = Policy(place(cfg, "trainer", 0), task)  # builds (and caches) the embedded checkpoint before any other process looks for it
+    launch = launched()
+    fabric = Fabric(launch, cfg) if launch is not None else None
+    policy = Policy(fabric.cfg if fabric else place(cfg, "trainer", 0), task)  # builds (and caches) the embedded checkpoint before any other process looks for it
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
     shard_cfg = shard_config(cfg)
     optimizer = make_optimizer(policy.model, cfg.lr)
@@ -156,25 +157,17 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     bar = budget_bar(cfg, show_progress)
     clock = WallClock(devices_in_use(policy.device, process_threads(cfg), W + T))  # starts with the first rollouts in
     evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, clock)
-    weights = SharedWeights(policy.model)
-    inboxes = [CONTEXT.Queue(maxsize=cfg.pipeline.queue_chunks * W) for _ in range(T)]
-    stop, pause = CONTEXT.Event(), CONTEXT.Event()
-    working = CONTEXT.Array("b", W)  # per generator: 1 while it samples (generator_main)
-    generators, trainers = Processes("generator"), Processes("trainer")
-    grouped = False
+    wiring = LaunchedWiring(fabric, cfg, policy.model) if fabric else LocalWiring(cfg, policy.model)
+    weights, stop, pause, working = wiring.weights, wiring.stop, wiring.pause, wiring.working
+    generators, trainers, group = wiring.generators, wiring.trainers, wiring.group
     shard: Shard | None = None
     try:
-        for w in range(W):
-            generators.start(generator_main, (cfg, w, weights, inboxes, stop, pause, working, os.getpid()), f"workbench-generator-{w}")
-        if T > 1:
-            port = free_port()
-            for rank in range(1, T):
-                trainers.start(trainer_main, (cfg, rank, port, inboxes[rank], stop, os.getpid()), f"workbench-trainer-{rank}")
-            join_group(0, T, port, collective_timeout(cfg))
-            grouped = True
+        wiring.start()
         run.set_tags({"pipeline.generator_pids": ",".join(map(str, generators.pids)),
-                      **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {})})
-        log.info(f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)")
+                      **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {}),
+                      **({"pipeline.launch": f"torchrun, {launch.world} processes, backend {fabric.backend}"} if fabric else {})})
+        log.info(f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)"
+                 + (f", launched by torchrun ({fabric.backend})" if fabric else ""))
 
         arrivals = _Arrivals(generators, cfg.pipeline.stall_timeout_s)
 
@@ -186,8 +179,8 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             died()
             arrivals.check()
 
-        shard = Shard(inboxes[0], strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived)
-        gate = average_gradients(T) if T > 1 else strategy.gate
+        shard = Shard(wiring.inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived)
+        gate = average_gradients(T, group) if T > 1 else strategy.gate
 
         def evaluate(step: int, last: bool = False) -> None:
             pause.set()  # evaluation time is nobody's generation: wait (on the clock) until no generator samples
@@ -206,13 +199,13 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             shard.first_chunk()  # the generators' start-up, off the clock
             clock.begin()
             step = 0
-            while _collective(died, go, budget_left(cfg, step, meter), T):
+            while _collective(died, go, budget_left(cfg, step, meter), T, group):
                 mine = StepReport()
                 batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
                 with meter.timed("train"):
                     obj, grad_norm, applied = _collective(died, train_step, policy, optimizer, batch, shard_cfg, step, gate)
                 mine.add_batch(batch, step)
-                report = _collective(died, mine.summed, T)
+                report = _collective(died, mine.summed, T, group)
                 t0 = time.perf_counter()
                 weights.publish(policy.model, step + 1, check)
                 account.publish_s += time.perf_counter() - t0
@@ -251,17 +244,9 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                     evaluate(step, last)
             pipeline_wall = clock.stop()
     finally:
-        stop.set()
-        pause.clear()
+        wiring.close()  # stop the generators first: then the inbox's thread
         if shard is not None:
             shard.close()
-        generators.end(drain=inboxes)
-        trainers.end(drain=inboxes)
-        for q in inboxes:
-            q.cancel_join_thread()
-            q.close()
-        if grouped:
-            dist.destroy_process_group()
 
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)

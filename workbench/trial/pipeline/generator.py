@@ -8,6 +8,7 @@ import queue as queue_errors
 import signal
 import time
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 
@@ -121,19 +122,26 @@ def pull(weights: SharedWeights, policy: Policy, check) -> int:
 
 
 def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, working, parent: int) -> None:
-    """One generator process (spawned): sample chunks of whole groups with the latest weights it pulled, deal their
-    groups to the trainers' inboxes. `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower
-    generator): an evaluation sets `pause` and waits for every generator to be idle, so no generation overlaps it."""
+    """One generator process spawned by the trial (`run_generator`): it ignores Ctrl-C (the trainer ends it) and
+    dies with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
     interrupts.die_with_parent(signal.SIGKILL)  # a SIGKILLed trial leaves no orphan (its run's helper says so)
+    run_generator(place(cfg, "generator", worker), worker, weights, inboxes, stop, pause, working, lambda: os.getppid() == parent)
+
+
+def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, working, alive: Callable[[], bool]) -> None:
+    """Generator `worker` (`cfg` already placed on its device): sample chunks of whole groups with the latest weights
+    it pulled, deal their groups to the trainers' inboxes, until `stop` is set or the trainer is gone (`alive()`
+    false). `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower generator): an evaluation
+    sets `pause` and waits for every generator to be idle, so no generation overlaps it. The weights, inboxes and
+    flags are the local pipeline's shared memory and queues, or a launched pipeline's (`distributed`)."""
     try:
         torch.set_num_threads(process_threads(cfg))
-        cfg = place(cfg, "generator", worker)
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
 
         def orphaned() -> None:  # a trainer killed while publishing never releases the weights' lock
-            if os.getppid() != parent:
+            if not alive():
                 raise PipelineError("the trainer is gone")
 
         version = pull(weights, policy, orphaned)
@@ -144,7 +152,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
         sync_s = blocked_s = paused_s = 0.0
         extra = cfg.pipeline.generator_slowdown - 1.0  # an emulated slower generator's cost, per second of sampling
         chunks = 0
-        while not stop.is_set() and os.getppid() == parent:
+        while not stop.is_set() and alive():
             working[worker] = 1  # before looking at `pause`: an evaluation that set it waits for this to clear
             if pause.is_set():
                 working[worker] = 0
@@ -182,7 +190,7 @@ def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxe
                         inbox.put(("chunk", chunk), timeout=POLL_S)
                         break
                     except queue_errors.Full:
-                        if os.getppid() != parent:
+                        if not alive():
                             return
                     finally:
                         if pause.is_set():

@@ -85,12 +85,14 @@ class StepReport:
         for a in batch_stats(batch, step).ages:
             self.age[min(a, LAG_BINS - 1)] += 1
 
-    def summed(self, world: int) -> "StepReport":
-        """This report summed over the `world` trainers (every trainer calls it at the same step)."""
+    def summed(self, world: int, group=None) -> "StepReport":
+        """This report summed over the `world` trainers (every trainer calls it at the same step; `group`: their
+        process group, None for the default one). On the CPU: the counts are host numbers whatever the backend."""
         if world == 1:
             return self
-        flat = torch.tensor([*self.values.values(), *self.lag_push, *self.age], dtype=torch.float64)
-        dist.all_reduce(flat)
+        flat = torch.tensor([*self.values.values(), *self.lag_push, *self.age], dtype=torch.float64, device=_device(group))
+        dist.all_reduce(flat, group=group)
+        flat = flat.cpu()
         out = StepReport()
         out.values = dict(zip(SCALARS, flat[: len(SCALARS)].tolist()))
         out.lag_push = flat[len(SCALARS) : len(SCALARS) + LAG_BINS].numpy()
@@ -135,6 +137,9 @@ class Shard:
                 continue
             except (OSError, EOFError, ValueError):  # the queue closed: the trial is over
                 return
+            except PipelineError as e:  # a launched pipeline's store is gone: the trial's loop says so
+                msg = ("broken", str(e))
+                self.closing.set()
             with self.arrived:
                 self.drained.append(msg)
                 self.arrived.notify()
@@ -168,6 +173,8 @@ class Shard:
                 return None
         if msg[0] == "error":
             raise PipelineError(f"pipeline: {msg[1]} failed: {msg[2]}")
+        if msg[0] == "broken":
+            raise PipelineError(msg[1])
         return msg[1]
 
     def next_batch(self, step: int, report: StepReport, timed) -> tuple[list[Rollout], list[Rollout]]:
@@ -206,8 +213,16 @@ class Shard:
                 receive(chunk)
 
 
-def average_gradients(world: int):
-    """A `train_step` gate that averages the gradients over the `world` trainers (and never drops the step)."""
+def _device(group) -> torch.device:
+    """Where a collective's small host tensors go for `group`'s backend: NCCL takes only CUDA tensors."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def average_gradients(world: int, group=None):
+    """A `train_step` gate that averages the gradients over the `world` trainers in `group` (and never drops the
+    step)."""
 
     def gate(model, step: int) -> bool:
         params = list(model.parameters())
@@ -216,7 +231,7 @@ def average_gradients(world: int):
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params]
         flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=group)
         flat /= world
         for g, avg in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
             g.copy_(avg)
@@ -225,12 +240,12 @@ def average_gradients(world: int):
     return gate
 
 
-def go(flag: bool | None, world: int) -> bool:
+def go(flag: bool | None, world: int, group=None) -> bool:
     """Rank 0's decision to take another step (`flag`), as every trainer learns it."""
     if world == 1:
         return bool(flag)
-    t = torch.tensor([1 if flag else 0], dtype=torch.int64)
-    dist.broadcast(t, 0)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=_device(group))
+    dist.broadcast(t, 0, group=group)
     return bool(t.item())
 
 
@@ -244,10 +259,20 @@ RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
 """How long the trainers get to find each other (a spawned trainer imports torch and builds its model first)."""
 
 
-def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE_TIMEOUT) -> None:
-    """Join the trainers' gloo group on 127.0.0.1; its collectives then time out after `timeout` (the rendezvous
-    itself gets `RENDEZVOUS_TIMEOUT`: torch takes one timeout for both at init)."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+def group_backend(device: str) -> str:
+    """The trainers' backend: NCCL where each trainer has a GPU of its own (placed on `cuda:r`, `devices.place`),
+    else gloo (a CPU, or trainers sharing one GPU, which NCCL refuses)."""
+    return "nccl" if device.startswith("cuda") and dist.is_nccl_available() else "gloo"
+
+
+def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE_TIMEOUT, device: str = "auto") -> None:
+    """Join the trainers' group on 127.0.0.1 (NCCL or gloo by `device`, this trainer's: `group_backend`); its
+    collectives then time out after `timeout` (the rendezvous itself gets `RENDEZVOUS_TIMEOUT`: torch takes one
+    timeout for both at init). Under NCCL a collective that times out aborts the process (NCCL's watchdog)."""
+    backend = group_backend(device)
+    if backend == "nccl":
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=max(timeout, RENDEZVOUS_TIMEOUT))
     if timeout < RENDEZVOUS_TIMEOUT:
         _set_pg_timeout(timeout)
@@ -258,27 +283,38 @@ ORPHAN_GRACE_S = 1.0
 the kernel reparents this process and sends the parent-death signal)."""
 
 
-def _unless_orphaned(parent: int) -> None:
-    """Return if rank 0 (`parent`) is alive after `ORPHAN_GRACE_S`, so the failure is raised as this trainer's;
+def _unless_orphaned(alive) -> None:
+    """Return if rank 0 is alive (`alive()`) after `ORPHAN_GRACE_S`, so the failure is raised as this trainer's;
     else exit without a word: the trial's death is said once, by its run's helper, not by every child's traceback
     of a closed connection."""
     deadline = time.monotonic() + ORPHAN_GRACE_S
-    while os.getppid() == parent and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.02)
-    if os.getppid() != parent:
+    if not alive():
         os._exit(1)
 
 
 def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: int) -> None:
-    """Trainer `rank` >= 1 (spawned): its own replica and shard, stepping with rank 0 until it says stop."""
+    """Trainer `rank` >= 1 spawned by the trial (`run_trainer`): it ignores Ctrl-C (rank 0 ends it), dies with its
+    parent, and joins the trainers' group on 127.0.0.1."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: rank 0 ends us
     interrupts.die_with_parent(signal.SIGKILL)  # a SIGKILLed trial leaves no orphan (its run's helper says so)
+    torch.set_num_threads(process_threads(cfg))
+    cfg = place(cfg, "trainer", rank)
+    join_group(rank, cfg.pipeline.trainers, port, collective_timeout(cfg), cfg.model.device)
+    try:
+        run_trainer(cfg, rank, inbox, stop, lambda: os.getppid() == parent)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_trainer(cfg: TrialConfig, rank: int, inbox, stop, alive, group=None) -> None:
+    """Trainer `rank` >= 1 (`cfg` already placed): its own replica and shard, stepping with rank 0 in `group` until
+    rank 0 says stop, `stop` is set or rank 0 is gone (`alive()` false)."""
     world = cfg.pipeline.trainers
     torch.set_num_threads(process_threads(cfg))
-    join_group(rank, world, port, collective_timeout(cfg))
     shard: Shard | None = None
     try:
-        cfg = place(cfg, "trainer", rank)
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
         shard_cfg = shard_config(cfg)
@@ -287,26 +323,24 @@ def trainer_main(cfg: TrialConfig, rank: int, port: int, inbox, stop, parent: in
         strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size), policy.max_new_tokens))
 
         def check() -> None:
-            if stop.is_set() or os.getppid() != parent:
+            if stop.is_set() or not alive():
                 raise SystemExit(0)
 
         shard = Shard(inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed, rank)), check)
-        gate = average_gradients(world)
+        gate = average_gradients(world, group)
         step = 0
-        while go(None, world):
+        while go(None, world, group):
             report = StepReport()
             batch, _ = shard.next_batch(step, report, nullcontext)
             train_step(policy, optimizer, batch, shard_cfg, step, gate)
             lr_schedule.step()
             report.add_batch(batch, step)
-            report.summed(world)
+            report.summed(world, group)
             step += 1
     except Exception:  # not SystemExit: a trainer told to stop exits at once
-        _unless_orphaned(parent)
+        _unless_orphaned(alive)
         raise
     finally:
         if shard is not None:
             shard.close()
         inbox.cancel_join_thread()
-        dist.destroy_process_group()
-
