@@ -66,3 +66,6 @@ def test_an_asynchronous_study_runs_a_prediction_as_the_split_that_gives_its_rep
     assert p.split_knobs(6.0, trainers=2)["pipeline.generators"] == 6
     assert Prediction("predicted", 1.0, 1.0, 128, 50.0).split_knobs(0.5) == {
         "replay.strategy": "queue", "replay.capacity": 128, "pipeline.generators": 1}
+    # a predicted lr runs with the split, on-policy's too (the probe's answer at mu 6.16 was on-policy at its sweep's lr)
+    assert Prediction("probe", 1.0, 1.0, 128, 36.3, lr=4.74e-5).split_knobs(6.16) == {
+        "replay.strategy": "queue", "replay.capacity": 128, "pipeline.generators": 6, "lr": 4.74e-5}

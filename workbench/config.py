@@ -387,8 +387,8 @@ class PipelineConfig(Section):
     generators: int = Field(1, ge=1)
     """W: generator processes (async), one CPU thread each (`threads`), or one device each on a GPU machine."""
     trainers: int = Field(1, ge=1)
-    """T: trainer processes (async): data-parallel replicas (gradients averaged over torch.distributed, gloo on
-    CPU), each drawing B/T rollouts per step from its own shard of the buffer (N/T), as in the paper (App. D.4)."""
+    """T: trainer processes (async): data-parallel replicas (gradients averaged over torch.distributed: gloo on
+    CPU, NCCL where each has a GPU of its own), each drawing B/T rollouts per step from its own shard of the buffer (N/T), as in the paper (App. D.4)."""
     chunk_groups: int | None = Field(None, ge=1)
     """GRPO groups a generator samples per call and pushes at once (async). `null`: a batch's worth, B / G."""
     queue_chunks: int = Field(2, ge=1)

@@ -77,9 +77,10 @@ class Prediction:
         First order only (the paper's Fig. 2 exceeds the mapping by up to 2.6x at aggressive replay)."""
         generators = max(1, round(knobs.workers_per_trainer(self.y, mu) * trainers))
         if self.ratio <= 1:
-            return {"replay.strategy": "queue", "replay.capacity": self.batch_size, "pipeline.generators": generators}
-        out: dict[str, Any] = {"replay.strategy": "uniform", "replay.capacity": self.capacity, "pipeline.generators": generators}
-        if self.lr is not None:
+            out: dict[str, Any] = {"replay.strategy": "queue", "replay.capacity": self.batch_size, "pipeline.generators": generators}
+        else:
+            out = {"replay.strategy": "uniform", "replay.capacity": self.capacity, "pipeline.generators": generators}
+        if self.lr is not None:  # the predicted lr runs with the split, on-policy's included
             out["lr"] = float(f"{self.lr:.3g}")
         return out
 

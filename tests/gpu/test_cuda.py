@@ -118,3 +118,32 @@ def test_a_short_study_on_the_gpu_with_devices(tmp_path):
 
     trials = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
     assert all(t.user_attrs["devices"]["kind"] == "cuda" for t in trials if "devices" in t.user_attrs)
+
+
+def test_an_asynchronous_trial_launched_by_torchrun_on_cuda(tmp_path):
+    """W = T = 1 launched as two ranks on this machine: NCCL where each has a GPU of its own, gloo (the weights staged
+    through host memory) where they share one."""
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = tmp_path / "trial.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 6},
+                                              eval={**TOY["eval"], "every": 3})))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "workbench.cli", "train",
+                           "--config", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
+    backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+    print(json.dumps({"launch": run.data.tags["pipeline.launch"], "device": run.data.tags.get("workbench.device"),
+                      "steps": run.data.metrics["final/steps"], "mu": run.data.metrics.get("final/mu_measured")}))
+    assert run.data.tags["pipeline.launch"] == f"torchrun, 2 processes, backend {backend}"
+    assert run.info.status == "FINISHED" and run.data.metrics["final/steps"] == 6

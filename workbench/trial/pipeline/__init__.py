@@ -26,9 +26,14 @@ the same for a trainer process; the trial's run ends FAILED (KILLED on Ctrl-C: c
 by rank 0); a trainer exception stops every other process; no child outlives the trial (each also exits when its
 parent is gone).
 
+Across machines the same trial is launched by torchrun, every rank running the same command (`distributed`):
+gradients and weights over torch.distributed groups (NCCL where each process has a GPU of its own, else gloo),
+rollouts and flags through the launcher's store.
+
 Modules: `weights` (the shared weights), `generator` (the generator processes, the chunk format, process
 handling), `trainer` (a trainer's shard, its step report, gradient averaging, the other trainers' processes),
-`driver` (rank 0's loop).
+`local` (the wiring on one machine: spawned children, shared memory, queues), `distributed` (the wiring of a
+torchrun launch), `driver` (rank 0's loop).
 """
 
 from workbench.trial.pipeline.driver import train_async

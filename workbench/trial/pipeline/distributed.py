@@ -135,7 +135,8 @@ class Fabric:
     def _agree_backend(self) -> str:
         """NCCL if every process has a GPU of its own (NCCL refuses two ranks on one device), else gloo."""
         device = self.cfg.model.device
-        own = device.startswith("cuda") and dist.is_nccl_available() and torch.cuda.device_count() >= self.launch.local_world
+        own = (device.startswith("cuda") and torch.device(device).index is not None and dist.is_nccl_available()
+               and torch.cuda.device_count() >= self.launch.local_world)  # placed on cuda:LOCAL_RANK (`place`)
         flag = torch.tensor([1 if own else 0])
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return "nccl" if flag.item() else "gloo"
