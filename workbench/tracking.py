@@ -265,6 +265,15 @@ def kill_run_tree(tracking_uri: str, run_id: str, reason: str) -> None:
             c.set_terminated(r.info.run_id, status=MLFLOW_STATUS[STATUS_KILLED])
 
 
+def fail_run(tracking_uri: str, run_id: str, reason: str) -> None:
+    """End a run that its process could not end (killed by the worker's limits) FAILED with `reason`."""
+    c = client(tracking_uri)
+    if c.get_run(run_id).info.status == "RUNNING":
+        c.set_tag(run_id, FAILURE, reason)
+        c.set_tag(run_id, STATUS, STATUS_FAILED)
+        c.set_terminated(run_id, status=MLFLOW_STATUS[STATUS_FAILED])
+
+
 def set_run_status(tracking_uri: str, run_id: str, status: str) -> None:
     """Set an existing run's MLflow status (`RUNNING` when a study resumes, `FINISHED`/`FAILED` at its end)."""
     if status == "RUNNING":

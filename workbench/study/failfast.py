@@ -5,7 +5,7 @@ rules between trials (and stops taking trials when one holds; a trial already ru
 
 - a trial failed with a `ConfigError`, a configuration that cannot run: the study stops at once (exit code 2);
 - the on-policy baseline failed: the trials accounted and compared against it (its mu, its target) do not start;
-- `max_same_failures` trials in a row failed with the same reason (exception and message);
+- `max_same_failures` trials in a row failed with the same reason (exception and message, numbers aside);
 - `max_failures` trials failed.
 
 Failures already dealt with do not count: interrupted trials (Ctrl-C), trials whose dead worker's configuration
@@ -15,6 +15,8 @@ behind the stop again (`Stop.trials`), so a fixed cause lets the study complete 
 """
 
 from __future__ import annotations
+
+import re
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +46,12 @@ class Stop:
 def failure(trial: FrozenTrial) -> str:
     """Why a trial failed: `Type: message`."""
     return trial.user_attrs.get(attrs.FAIL_REASON) or LOST
+
+
+def _kind(reason: str) -> str:
+    """A reason with its numbers blanked: two trials over one limit (`LimitExceeded: out of memory: ... held 212 MiB`
+    and `... 224 MiB`), or running out of CUDA memory by different amounts, fail for the same reason."""
+    return re.sub(r"\d+(\.\d+)?", "#", reason)
 
 
 def ended(study: optuna.Study) -> list[FrozenTrial]:
@@ -79,7 +87,7 @@ def check(study: optuna.Study, spec: StudySpec) -> Stop | None:
                     f" without it ({RESUME})", 1, (t.number,))
     streak: list[FrozenTrial] = []
     for t in reversed(trials):
-        if t.state != TrialState.FAIL or (streak and failure(t) != failure(streak[0])):
+        if t.state != TrialState.FAIL or (streak and _kind(failure(t)) != _kind(failure(streak[0]))):
             break
         streak.append(t)
     if len(streak) >= spec.max_same_failures > 0:

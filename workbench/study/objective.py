@@ -188,8 +188,10 @@ class StudyObjective:
         seeds = seeds or spec.seed_list
         target = self.study.user_attrs.get(attrs.TARGET)
         which = "baseline" if is_baseline and "baseline" in self.pools else "trials"
-        pool = self.pools.get(which) if len(seeds) > 1 else None
-        if pool is not None and pool.slots[0].kind == "cpu":
+        pool = self.pools.get(which)
+        limited = pool is not None and pool.limits is not None and pool.limits.any
+        pool = pool if len(seeds) > 1 or limited else None  # a lone seed runs in the worker unless it is watched
+        if pool is not None and len(pool.slots) > 1 and pool.slots[0].kind == "cpu":
             threads = len(pool.slots[0].devices)  # a slot's cores
         configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target) for seed in seeds]
         log.info(f"trial {trial.number} starts: {fmt_params(params) or 'the base configuration'}"

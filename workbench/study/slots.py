@@ -20,6 +20,7 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,11 +28,18 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from workbench import interrupts, tracking
+from workbench.study.limits import Watch, kill_tree, out_of_memory
 from workbench.trial.loop import TrialStopped
 
 log = logging.getLogger(__name__)
 
 CONTEXT = mp.get_context("spawn")  # nothing forked from a worker that runs threads (Optuna's heartbeat)
+BEAT_S = 1.0
+"""How often a slot tells its worker that its seed made progress (a training step), at most."""
+
+
+class LimitExceeded(RuntimeError):
+    """A seed went over one of the study's limits (`StudySpec.limits`) and its worker killed its processes."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class Slot:
     kind: str
     devices: tuple[int, ...]
     visible: str | None = None
+    """cuda: the slot's CUDA_VISIBLE_DEVICES; None leaves the worker's as it is (one slot of all its GPUs)."""
 
     def describe(self) -> str:
         return f"{self.kind} {','.join(map(str, self.devices))}"
@@ -80,8 +89,10 @@ class _Stop:
 def _serve(conn, slot: Slot, stop: _Stop) -> None:
     """A slot process: confine to the slot, then run the seeds it is sent until told to end (or its worker dies)."""
     interrupts.die_with_parent()
+    _name("wb-slot")  # what `ps` and `top` show for it (and what the fault tests look for)
     if slot.kind == "cuda":
-        os.environ["CUDA_VISIBLE_DEVICES"] = slot.visible or ""
+        if slot.visible is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = slot.visible
     elif hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, slot.devices)
     # A terminal's Ctrl-C reaches the worker, which ends a running seed with SIGTERM (its run ends KILLED, as a
@@ -98,12 +109,32 @@ def _serve(conn, slot: Slot, stop: _Stop) -> None:
                 conn.send(("eval", row))
                 stop.check()
 
+            beat = [0.0]
+
+            def stepped(_record) -> None:  # progress for the worker's watchdog, at most every BEAT_S
+                if time.monotonic() - beat[0] >= BEAT_S:
+                    beat[0] = time.monotonic()
+                    conn.send(("step", None))
+
             try:
-                conn.send(("done", run_trial(cfg, on_eval=forward, **kwargs)))
+                result = run_trial(cfg, on_eval=forward, observer=stepped,
+                                   on_run_created=lambda run_id: conn.send(("run", run_id)), **kwargs)
+                conn.send(("done", result))
             except BaseException as err:  # noqa: BLE001  (reported to the worker, which raises it for the trial)
                 conn.send(("error", _portable(err)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return  # the worker is gone, or stopping
+
+
+def _name(title: str) -> None:
+    """This process's name as the kernel shows it (Linux prctl PR_SET_NAME; nothing elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(15, title.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _portable(err: BaseException) -> BaseException:
@@ -121,8 +152,10 @@ def _portable(err: BaseException) -> BaseException:
 class SlotPool:
     """One process per slot, started on first use and kept until `close`."""
 
-    def __init__(self, slots: list[Slot]):
+    def __init__(self, slots: list[Slot], limits=None):
         self.slots = slots
+        self.limits = limits
+        """The study's `TrialLimits` (None: none), watched on every seed."""
         self._procs: list[tuple[Any, Any, Any]] = []  # (process, connection, stop event)
 
     def _start(self) -> None:
@@ -157,6 +190,8 @@ class SlotPool:
         results: list[Any] = [None] * len(jobs)
         pending = list(range(len(jobs)))
         busy: dict[Any, int] = {}  # connection -> job index
+        watches: dict[Any, Watch] = {}
+        limited = self.limits is not None and self.limits.any
         failure: BaseException | None = None
         for _, _, stop in self._procs:
             stop.clear()
@@ -169,9 +204,12 @@ class SlotPool:
                         slot = self.slots[[c for _, c, _ in self._procs].index(conn)]
                         conn.send((cfg, {**kwargs, "tags": {**kwargs.get("tags", {}), tracking.SLOT: slot.describe()}}))
                         busy[conn] = i
+                        watches[conn] = Watch()
                 if not busy:
                     break
-                for conn in wait(list(busy), timeout=5.0):
+                if limited:
+                    failure = self._police(busy, watches, jobs, failure)
+                for conn in wait(list(busy), timeout=1.0 if limited else 5.0):
                     i = busy[conn]
                     try:
                         kind, payload = conn.recv()
@@ -180,7 +218,11 @@ class SlotPool:
                         failure = failure or RuntimeError(f"the slot process of seed {i + 1} died (exit code {self._exit_code(conn)})")
                         self._stop_all(str(failure))
                         continue
-                    if kind == "eval":
+                    if kind in ("step", "eval", "run"):
+                        watches[conn].progress()
+                    if kind == "run":
+                        watches[conn].run_id = payload
+                    elif kind == "eval":
                         try:
                             hooks[i](payload)
                         except TrialStopped as err:
@@ -189,8 +231,10 @@ class SlotPool:
                     elif kind == "done":
                         results[i] = payload
                         del busy[conn]
-                    else:
+                    elif kind == "error":
                         del busy[conn]
+                        if out_of_memory(payload):  # what it held may not be given back: a fresh process
+                            self._restart(conn)
                         if failure is None:
                             failure = payload
                             self._stop_all(f"seed {i + 1} failed")
@@ -204,6 +248,38 @@ class SlotPool:
         if failure is not None:
             raise failure
         return results
+
+    def _police(self, busy: dict[Any, int], watches: dict[Any, Watch], jobs, failure):
+        """Kill the process tree of every busy seed over a limit, end its run FAILED with the reason, stop the
+        others; the first failure (this one, if there was none)."""
+        for conn in list(busy):
+            proc = self._proc(conn)
+            reason = watches[conn].over(self.limits, proc.pid)
+            if reason is None:
+                continue
+            i = busy.pop(conn)
+            kill_tree(proc.pid)
+            proc.join(timeout=5.0)
+            log.warning(f"seed {i + 1}: {reason}")
+            run_id = watches[conn].run_id
+            if run_id is not None:
+                try:
+                    tracking.fail_run(jobs[i][0].tracking.uri, run_id, f"{LimitExceeded.__name__}: {reason}")
+                except Exception as err:  # noqa: BLE001 - the tracking store away: the trial's failure still says it
+                    log.warning(f"seed {i + 1}: its run {run_id} could not be ended ({tracking.failure_reason(err)})")
+            if failure is None:
+                failure = LimitExceeded(reason)
+                self._stop_all(f"seed {i + 1}: {reason}")
+        return failure
+
+    def _proc(self, conn):
+        return next(proc for proc, c, _ in self._procs if c is conn)
+
+    def _restart(self, conn) -> None:
+        """End a slot's process now (it is started again before the next seed: `_revive`)."""
+        proc = self._proc(conn)
+        kill_tree(proc.pid)
+        proc.join(timeout=5.0)
 
     def _stop_all(self, reason: str) -> None:
         for _, _, stop in self._procs:
@@ -220,7 +296,7 @@ class SlotPool:
                     kind, _ = conn.recv()
                 except EOFError:
                     kind = "gone"
-                if kind != "eval":
+                if kind in ("done", "error", "gone"):
                     del busy[conn]
 
     def _exit_code(self, conn) -> int | None:

@@ -116,6 +116,29 @@ class Dimension(BaseModel):
         return [cast(self.low + i * self.step) for i in range(n)]
 
 
+class TrialLimits(BaseModel):
+    """What a seed may take before the worker ends it (docs/faults.md). Any limit set runs every seed in a process
+    of its own (a device slot, `workbench.study.slots`), which the worker can end with everything under it; none set
+    (the default): seeds run in the worker, as before."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stall_s: float | None = Field(None, gt=0)
+    """A seed that makes no training step (and no evaluation) for this many seconds is hung: its process tree is
+    killed, the trial fails with that reason, and the study goes on. Allow for the first step's start-up (a model,
+    a compile: minutes on a CPU)."""
+    wall_s: float | None = Field(None, gt=0)
+    """A seed running longer than this many seconds is ended the same way."""
+    memory_mib: float | None = Field(None, gt=0)
+    """A seed whose processes hold more resident host memory than this (MiB, the seed's process and its children)
+    is ended as out of memory, as a cgroup's OOM killer would; the worker goes on with a fresh process. A seed that
+    raises out of memory itself (host or CUDA) fails with its one line, and its process is restarted too."""
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.stall_s, self.wall_s, self.memory_mib))
+
+
 class StudySpec(BaseModel):
     """A study: a base trial config, the knobs searched, the objective and how it is sampled (docs/studies.md)."""
 
@@ -179,6 +202,8 @@ class StudySpec(BaseModel):
     a `ConfigError` (a configuration that cannot run) stops it at once, and so does a failed on-policy baseline (the
     other trials are accounted and compared against it). A stopped study exits non-zero; once the cause is fixed,
     `study run` resumes it and runs the stopped configurations again (`workbench.study.failfast`)."""
+    limits: TrialLimits = TrialLimits()
+    """Per seed: a progress watchdog (`stall_s`), a wall-time limit (`wall_s`) and a memory limit (`memory_mib`)."""
     points: list[dict[str, Any]] = []
     """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
     strategy with its paper's settings); the sampler proposes the trials after them."""

@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from workbench import interrupts
 from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, load_existing
-from workbench.study.devices import apply, describe, per_trial, split_devices
-from workbench.study.slots import SlotPool, slots_of
+from workbench.study.devices import apply, describe, detect_kind, per_trial, split_devices
+from workbench.study.slots import Slot, SlotPool, slots_of
 from workbench.study.objective import StudyObjective
 from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, feasible_space_size
@@ -109,7 +109,10 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
             threads = baseline_threads = len(devices)
         sees = seen.get("visible") or ",".join(map(str, seen.get("affinity") or []))
         log.info(f"worker {os.getpid()}: {seen['kind']} devices {','.join(map(str, devices))} (it sees {sees})")
-        pools = slot_pools(seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None)
+        pools = slot_pools(seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None,
+                           ctx.spec.limits)
+    if ctx.spec.limits.any and "trials" not in pools:  # watched seeds run in a process of their own
+        pools["trials"] = SlotPool([whole_slot(seen)], ctx.spec.limits)
     study = load_existing(ctx)
     objective = StudyObjective(ctx, study, threads, baseline_threads, devices=seen, pools=pools)
     try:
@@ -119,15 +122,25 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
             pool.close()
 
 
-def slot_pools(seen: dict, need: int, baseline: dict | None) -> dict[str, SlotPool]:
+def slot_pools(seen: dict, need: int, baseline: dict | None, limits=None) -> dict[str, SlotPool]:
     """The worker's slot pools: its own devices' ("trials") where they hold several slots, and the baseline's
-    ("baseline") where `baseline` (its devices' record) holds several."""
+    ("baseline") where `baseline` (its devices' record) holds several; each watches `limits`."""
     pools = {}
     if len(own := slots_of(seen, need)) > 1:
-        pools["trials"] = SlotPool(own)
+        pools["trials"] = SlotPool(own, limits)
     if baseline is not None and len(theirs := slots_of(baseline, need)) > 1:
-        pools["baseline"] = SlotPool(theirs)
+        pools["baseline"] = SlotPool(theirs, limits)
     return pools
+
+
+def whole_slot(seen: dict | None) -> Slot:
+    """One slot of everything this worker has (its `--devices`, else every GPU or core it sees): where its seeds run
+    when they are watched (`StudySpec.limits`) and there are no slots to spread them over."""
+    if seen is not None:
+        return Slot(seen["kind"], tuple(seen["devices"]), seen.get("visible"))
+    if detect_kind() == "cuda":
+        return Slot("cuda", (0,), None)
+    return Slot("cpu", tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else (0,))
 
 
 def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
