@@ -82,9 +82,10 @@ def postgres_server(databases=("optuna", "mlflow")):
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, artifacts: Path, timeout: float = 120):
-    """An MLflow tracking server on 127.0.0.1 (one worker, no job runner); yields its http URI."""
-    port = free_port()
+def mlflow_server(backend_uri: str, artifacts: Path, timeout: float = 120, port: int | None = None):
+    """An MLflow tracking server on 127.0.0.1 (one worker, no job runner), on `port` (default: a free one: a server
+    stopped and started again on its port is the same server to its clients); yields its http URI."""
+    port = port or free_port()
     mlflow = Path(sys.executable).parent / "mlflow"
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(

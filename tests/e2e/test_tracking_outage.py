@@ -1,0 +1,62 @@
+"""The MLflow tracking server away in the middle of a trial (docs/faults.md): stopped for ~30 s and started again on
+its store and port, while `workbench train` logs to it. The trial goes on and completes, and every metric point is
+in the store exactly once (a retried batch that had arrived is not written twice).
+
+Reading a curve: `compute/units` is logged at every step and again with each evaluation row (at the same step), so
+it has steps + evaluations points; `train/loss` has one per step."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import time
+
+import mlflow
+import pytest
+import yaml
+
+from support.cli import start_cli
+from support.servers import free_port, mlflow_server
+from support.toy import toy_dict
+
+
+@pytest.mark.slow
+def test_a_trial_outlives_a_tracking_server_outage_with_every_point_exactly_once(tmp_path):
+    steps, every = 240, 40
+    config = tmp_path / "trial.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": steps}, eval={"every": every})))
+    backend, artifacts, port = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts", free_port()
+    err_path = tmp_path / "stderr.txt"
+    with mlflow_server(backend, artifacts, port=port) as uri:
+        with open(err_path, "w") as err:
+            trial = start_cli(["train", "--config", str(config), "--tracking-uri", uri, "--json"], tmp_path,
+                              stdout=subprocess.PIPE, stderr=err, text=True)
+        client = mlflow.tracking.MlflowClient(uri)
+        deadline = time.monotonic() + 300
+        while True:  # until the trial is training and has logged some steps
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if runs and len(client.get_metric_history(runs[0].info.run_id, "train/loss")) >= 5:
+                break
+            assert trial.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.5)
+        run_id = runs[0].info.run_id
+    outage = time.monotonic()  # the server is stopped (its context ended): ~30 s away
+    time.sleep(30)
+    assert trial.poll() is None, err_path.read_text()[-3000:]  # still training, or waiting for the server
+    with mlflow_server(backend, artifacts, port=port) as uri:
+        out, _ = trial.communicate(timeout=600)
+        away = time.monotonic() - outage
+        assert trial.returncode == 0, err_path.read_text()[-3000:]
+        client = mlflow.tracking.MlflowClient(uri)
+        run = client.get_run(run_id)
+        loss = client.get_metric_history(run_id, "train/loss")
+        units = client.get_metric_history(run_id, "compute/units")
+        accuracy = client.get_metric_history(run_id, "eval/accuracy")
+    assert away >= 30 and run.info.status == "FINISHED"
+    per_step = collections.Counter(m.step for m in loss)
+    assert sorted(per_step) == list(range(steps)) and set(per_step.values()) == {1}, per_step.most_common(3)
+    evaluations = steps // every + 1
+    assert len(accuracy) == evaluations and len({m.step for m in accuracy}) == evaluations
+    assert len(units) == steps + evaluations  # one per step, one per evaluation row: none twice
+    assert len({(m.step, m.value, m.timestamp) for m in units}) == len(units)
+    assert '"run_id"' in out
