@@ -34,7 +34,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from workbench.run_process import RunProcess
 
     # MLflow loads and creates the run in a helper process while this one imports the model stack
-    run = RunProcess(cfg.tracking.uri, cfg.tracking.experiment, args.run_name)
+    run = RunProcess(cfg.tracking.uri, cfg.tracking.experiment, args.run_name, outage_s=cfg.tracking.outage_s)
     from workbench.trial.loop import run_trial  # deferred: the model stack loads after the config is validated
 
     result = run_trial(cfg, show_progress=progress.bars_wanted(args.json, args.quiet), run=run)
@@ -841,6 +841,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+    except tracking.TrackingUnavailable as err:  # the tracking server away past tracking.outage_s
+        _err(str(err))
+        return 1
 
 
 if __name__ == "__main__":

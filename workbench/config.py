@@ -411,6 +411,9 @@ class TrackingConfig(Section):
     directory. Resolved once, when the config is validated."""
     experiment: str = "workbench"
     """MLflow experiment of a stand-alone trial (a study's trials go to the study's experiment)."""
+    outage_s: float = Field(300.0, gt=0)
+    """How long a run waits out a tracking server that does not answer: its points are held and sent again every few
+    seconds, and the trial goes on; past this the trial fails with one line saying so (docs/faults.md)."""
 
     @model_validator(mode="after")
     def _resolve(self) -> "TrackingConfig":

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing
+import queue
 import sys
 import signal
+import threading
 import time
 from typing import Any
 
@@ -25,14 +27,14 @@ REPLY_TIMEOUT = 600.0
 
 
 def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, parent_run_id: str | None,
-           tags: dict[str, str] | None) -> None:
+           tags: dict[str, str] | None, outage_s: float) -> None:
     """The helper process: create the run, then apply the trial's calls in order until `end` or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from workbench import tracking
 
     gone = "the trial process exited without ending its run"
     try:
-        run = tracking.RunLogger(tracking_uri, experiment, run_name, parent_run_id, tags)
+        run = tracking.RunLogger(tracking_uri, experiment, run_name, parent_run_id, tags, outage_s=outage_s)
     except Exception as err:  # noqa: BLE001  (reported to the trial, which raises it)
         _send(conn, ("error", tracking.failure_reason(err)))
         return
@@ -40,10 +42,12 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
         run.end(tracking.STATUS_FAILED, gone)
         return
     deferred: str | None = None  # the first error of a call the trial did not wait for
+    calls = _reader(conn)
     while True:
-        try:
-            method, args, wants_reply = conn.recv()
-        except (EOFError, OSError):  # gone without a word: killed (a SIGKILL, the kernel's OOM killer)
+        call = calls.get()
+        if call is not None:
+            method, args, wants_reply = call
+        else:  # gone without a word: killed (a SIGKILL, the kernel's OOM killer)
             run.end(tracking.STATUS_FAILED, gone)
             sys.stderr.write(f"workbench: the trial process is gone (killed?); its run {run.run_id} ended FAILED\n")
             return
@@ -54,6 +58,9 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
             result = getattr(run, method)(*args)
         except Exception as err:  # noqa: BLE001
             result, deferred = None, deferred or tracking.failure_reason(err)
+            if isinstance(err, tracking.TrackingUnavailable) and not wants_reply:  # the trial cannot be recorded: say
+                _send(conn, ("error", deferred))  # so now, not at its next call that waits (its end, hours later)
+                deferred = None
         if wants_reply:
             if not _send(conn, ("error", deferred) if deferred else ("ok", result)):
                 if method != "end":
@@ -62,6 +69,26 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
             deferred = None
         if method == "end":
             return
+
+
+def _reader(conn) -> "queue.Queue":
+    """The trial's calls as they arrive, read by a thread (None once the pipe closed): the trial never waits on a
+    full pipe while this process waits out a tracking server's outage (`tracking.RunLogger`)."""
+    calls: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                call = conn.recv()
+            except (EOFError, OSError):
+                calls.put(None)
+                return
+            calls.put(call)
+            if call[0] in ("end", "exit"):
+                return
+
+    threading.Thread(target=read, name="workbench-mlflow-reader", daemon=True).start()
+    return calls
 
 
 def _send(conn, message) -> bool:
@@ -77,10 +104,10 @@ class RunProcess:
     """A new MLflow run owned by a helper process, with `tracking.RunLogger`'s interface."""
 
     def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None,
-                 parent_run_id: str | None = None, tags: dict[str, str] | None = None):
+                 parent_run_id: str | None = None, tags: dict[str, str] | None = None, outage_s: float = 300.0):
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, tracking_uri, experiment, run_name, parent_run_id, tags),
+        self._proc = ctx.Process(target=_serve, args=(child, tracking_uri, experiment, run_name, parent_run_id, tags, outage_s),
                                  name="workbench-mlflow", daemon=True)
         self._proc.start()
         child.close()
@@ -96,8 +123,8 @@ class RunProcess:
             self._conn.close()
         self._proc.join(timeout=30)
 
-    def _answer(self) -> Any:
-        if not self._conn.poll(REPLY_TIMEOUT):
+    def _answer(self, timeout: float = REPLY_TIMEOUT) -> Any:
+        if not self._conn.poll(timeout):
             raise RuntimeError(f"MLflow logging process: no answer in {REPLY_TIMEOUT:.0f} s")
         try:
             kind, value = self._conn.recv()
@@ -105,6 +132,11 @@ class RunProcess:
             self._proc.join(timeout=5)
             raise RuntimeError(f"MLflow logging process exited (code {self._proc.exitcode})") from None
         if kind == "error":
+            from workbench import tracking
+
+            unavailable = f"{tracking.TrackingUnavailable.__name__}: "
+            if value.startswith(unavailable):
+                raise tracking.TrackingUnavailable(value.removeprefix(unavailable))
             raise RuntimeError(f"MLflow: {value}")
         return value
 
@@ -117,6 +149,8 @@ class RunProcess:
 
     def _call(self, method: str, *args, reply: bool = False) -> Any:
         self.run_id  # noqa: B018  (the run exists, or its creation's error is raised here)
+        if not reply and self._conn.poll():  # the helper said, unasked, that the run cannot be recorded
+            self._answer(timeout=0)
         try:
             self._conn.send((method, args, reply))
         except (BrokenPipeError, OSError):

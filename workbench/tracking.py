@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+log = logging.getLogger(__name__)
+
 # ---------------------------------------------------------------- names
 
 PARENT_RUN = "mlflow.parentRunId"
@@ -157,8 +159,26 @@ def _param_value(v: Any) -> str:
 # ---------------------------------------------------------------- one run
 
 
+OUTAGE_S = 300.0
+"""How long a run's logging waits out a tracking server that does not answer (`tracking.outage_s`)."""
+RETRY_S = 5.0
+"""While the server does not answer, how often a run tries to send what it holds again."""
+HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+"""MLflow's own retries of one request, kept short (where the environment does not set them): the run's outage
+window (`OUTAGE_S`) decides how long to keep trying, not a request's minutes of back-off."""
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking server did not answer for a run's whole outage window: the run cannot be recorded."""
+
+
 class RunLogger:
-    """A new MLflow run. Metrics are buffered and flushed in batches (every `flush_every` seconds and at the end)."""
+    """A new MLflow run. Params, tags and metrics are held and sent in batches (every `flush_every` seconds and at
+    the end). When the tracking server does not answer, they are kept and sent again every `RETRY_S`, so a trial
+    goes on through an outage; a batch is dropped only once it was stored, and a batch sent again after it arrived
+    (its answer lost) is the same points, which MLflow's SQL store keeps once. An outage longer than `outage_s`
+    raises `TrackingUnavailable`."""
 
     def __init__(
         self,
@@ -168,7 +188,12 @@ class RunLogger:
         parent_run_id: str | None = None,
         tags: dict[str, str] | None = None,
         flush_every: float = 5.0,
+        outage_s: float = OUTAGE_S,
     ):
+        import os
+
+        for k, v in HTTP_RETRIES.items():
+            os.environ.setdefault(k, v)
         self.client = client(tracking_uri)
         self.tracking_uri = tracking_uri
         exp = self.client.get_experiment_by_name(experiment)
@@ -177,45 +202,142 @@ class RunLogger:
         if parent_run_id:
             all_tags[PARENT_RUN] = parent_run_id
         self.run_id: str = self.client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
-        self.flush_every = flush_every
-        self._pending: list = []
+        self.flush_every, self.outage_s = flush_every, outage_s
+        self._metrics: list = []
+        self._params: dict[str, str] = {}
+        self._tags: dict[str, str] = {}
         self._last_flush = time.monotonic()
+        self._down_since: float | None = None
+        """When the server stopped answering (None: it answers)."""
 
     def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, _param_value(v)) for k, v in params.items()]
-        for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i : i + 100])
+        self._params.update({k: _param_value(v) for k, v in params.items()})
+        self._send(wait=True)
 
     def set_tags(self, tags: dict[str, Any]) -> None:
-        for k, v in tags.items():
-            self.client.set_tag(self.run_id, k, str(v))
+        self._tags.update({k: str(v) for k, v in tags.items()})
+        self._send(wait=False)
 
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         from mlflow.entities import Metric
 
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        self._pending.extend(Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None)
+        self._metrics.extend(Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None)
         if time.monotonic() - self._last_flush >= self.flush_every:
-            self.flush()
+            self._send(wait=False)
 
     def flush(self) -> None:
-        while self._pending:
-            chunk, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
+        """Send everything held, waiting out an outage of up to `outage_s`."""
+        self._send(wait=True)
+
+    def _send(self, wait: bool) -> None:
+        """Send what is held in batches (MLflow's limits: 1,000 metrics, 100 params, 100 tags a call). Not `wait`ing:
+        one try (while the server is down, at most every `RETRY_S`). `wait`ing: try until all is sent or the outage
+        passes `outage_s`."""
+        while self._params or self._tags or self._metrics:
+            now = time.monotonic()
+            if self._down_since is not None and not wait and now - self._last_flush < RETRY_S:
+                return
+            self._last_flush = now
+            if wait:
+                self._tolerant(self._batch)
+            elif not self._try(self._batch):
+                return
         self._last_flush = time.monotonic()
 
+    def _try(self, fn) -> bool:
+        """`fn()` once: whether it returned (a failure is counted into the outage, which raises once too long)."""
+        now = time.monotonic()
+        try:
+            fn()
+        except Exception as err:
+            if not unreachable(err):  # the server answered: a refusal is not an outage
+                raise
+            self._down_since = self._down_since or now
+            if now - self._down_since >= self.outage_s:
+                raise TrackingUnavailable(f"the tracking server at {redact_url(self.tracking_uri)} did not answer for"
+                                          f" {now - self._down_since:.0f} s (tracking.outage_s {self.outage_s:g});"
+                                          f" the last error: {_first_line(err)}") from None
+            if self._down_since == now:
+                log.warning(f"tracking: the server at {redact_url(self.tracking_uri)} did not answer ({_first_line(err)});"
+                            f" holding this run's points and trying again every {RETRY_S:g} s, for up to {self.outage_s:g} s")
+            return False
+        if self._down_since is not None:
+            log.warning(f"tracking: the server answers again after {now - self._down_since:.0f} s; the held points are sent")
+            self._down_since = None
+        return True
+
+    def _tolerant(self, fn) -> None:
+        """`fn()` until it returns, through an outage of up to `outage_s`."""
+        while not self._try(fn):
+            time.sleep(RETRY_S)
+
+    def _batch(self) -> None:
+        """One `log_batch` of the oldest held points; they are dropped from what is held only once it returned."""
+        from mlflow.entities import Param, RunTag
+
+        params = list(self._params.items())[:100]
+        tags = list(self._tags.items())[:100]
+        metrics = self._metrics[:MAX_BATCH]
+        try:
+            self.client.log_batch(self.run_id, metrics=metrics, params=[Param(k, v) for k, v in params],
+                                  tags=[RunTag(k, v) for k, v in tags])
+        except Exception as err:
+            if unreachable(err):
+                raise  # kept, sent again
+            self._drop(params, tags, metrics)  # refused (a changed param, a key too long): as before, not retried
+            raise
+        self._drop(params, tags, metrics)
+
+    def _drop(self, params, tags, metrics) -> None:
+        """Forget what one batch held (it was stored, or refused)."""
+        for k, _ in params:
+            self._params.pop(k, None)
+        for k, v in tags:
+            if self._tags.get(k) == v:
+                del self._tags[k]
+        del self._metrics[: len(metrics)]
+
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        self.flush()
+        self._tolerant(lambda: self.client.log_text(self.run_id, text, artifact_file))
 
     def end(self, status: str, reason: str | None = None) -> None:
-        """Flush, tag the outcome (`STATUS_*`, and the reason when it did not finish) and close the run."""
+        """Flush, tag the outcome (`STATUS_*`, and the reason when it did not finish) and close the run. A server
+        away for longer than the outage window leaves the run open there (`TrackingUnavailable`)."""
+        self.set_tags({STATUS: status, **({FAILURE: reason} if reason else {})})
         try:
             self.flush()
-            self.set_tags({STATUS: status, **({FAILURE: reason} if reason else {})})
-        finally:
-            self.client.set_terminated(self.run_id, status=MLFLOW_STATUS[status])
+        except TrackingUnavailable:
+            raise
+        except BaseException:
+            self._tolerant(lambda: self.client.set_terminated(self.run_id, status=MLFLOW_STATUS[status]))
+            raise
+        self._tolerant(lambda: self.client.set_terminated(self.run_id, status=MLFLOW_STATUS[status]))
+
+
+TRANSIENT_CODES = {"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"}
+"""MLflow error codes that say "not now" rather than "no"."""
+
+
+def unreachable(err: BaseException) -> bool:
+    """Whether `err` says the tracking store did not answer (a connection refused or reset, a timeout, a 5xx after
+    MLflow's own retries, a database that is restarting or locked), not that it refused what was sent."""
+    if isinstance(err, (ConnectionError, TimeoutError, OSError)):
+        return True
+    name, text = type(err).__name__, str(err)
+    if name == "OperationalError":  # SQLAlchemy: the database went away, or is locked
+        return True
+    if name == "MlflowException":
+        code = getattr(err, "error_code", "")
+        return code in TRANSIENT_CODES or "API request to" in text or "Max retries exceeded" in text or \
+            "Connection refused" in text or "database is locked" in text
+    return False
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 class RunStopped(Exception):

@@ -8,6 +8,7 @@ it has steps + evaluations points; `train/loss` has one per step."""
 from __future__ import annotations
 
 import collections
+import re
 import subprocess
 import time
 
@@ -60,3 +61,39 @@ def test_a_trial_outlives_a_tracking_server_outage_with_every_point_exactly_once
     assert len(units) == steps + evaluations  # one per step, one per evaluation row: none twice
     assert len({(m.step, m.value, m.timestamp) for m in units}) == len(units)
     assert '"run_id"' in out
+
+
+@pytest.mark.slow
+def test_a_tracking_server_gone_for_good_fails_the_trial_in_one_line(tmp_path):
+    outage = 15
+    config = tmp_path / "trial.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 100000}, eval={"every": 50},
+                                              tracking={"outage_s": outage})))
+    err_path = tmp_path / "stderr.txt"
+    with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts") as uri:
+        with open(err_path, "w") as err:
+            trial = start_cli(["train", "--config", str(config), "--tracking-uri", uri], tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=err)
+        client = mlflow.tracking.MlflowClient(uri)
+        deadline = time.monotonic() + 300
+        while True:
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if runs and client.get_metric_history(runs[0].info.run_id, "train/loss"):
+                break
+            assert trial.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.5)
+    gone = time.monotonic()
+    try:
+        trial.wait(timeout=outage + 120)
+    finally:
+        if trial.poll() is None:
+            trial.kill()
+    took = time.monotonic() - gone
+    err = err_path.read_text()
+    errors = [line for line in err.splitlines() if line.startswith("workbench: ")]
+    assert trial.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert errors and errors[-1].startswith("workbench: error: the tracking server at http://127.0.0.1:") and \
+        f"did not answer for" in errors[-1] and f"(tracking.outage_s {outage})" in errors[-1], errors
+    assert outage <= took <= outage + 90, took
+    # the trial went on training while it waited: evaluations after the server left
+    assert len(re.findall(r"^step +\d+ ", err, re.M)) >= 3

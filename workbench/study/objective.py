@@ -202,7 +202,8 @@ class StudyObjective:
         if trial.user_attrs.get(attrs.EXTENDS) is not None:
             tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
         run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
-                                 parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL})
+                                 parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
+                                 outage_s=configs[0].tracking.outage_s)
         trial.set_user_attr(attrs.RUN, run.run_id)
         if self.devices:
             trial.set_user_attr(attrs.DEVICES, self.devices)

@@ -73,7 +73,8 @@ def run_trial(
         f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
     )
     if run is None:
-        run = tracking.RunLogger(cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags)
+        run = tracking.RunLogger(cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags,
+                                 outage_s=cfg.tracking.outage_s)
     run_id = run.run_id  # a run that could not be created raises here, before the trial starts
     if on_run_created:
         on_run_created(run_id)
