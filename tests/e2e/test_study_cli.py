@@ -87,6 +87,40 @@ def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
         assert status.returncode == 0 and "4 complete" in status.stdout and "Bottom line: " in status.stdout
 
 
+@pytest.mark.slow
+def test_a_postgres_restart_mid_study_loses_no_trial_and_counts_none_twice(tmp_path):
+    """docs/faults.md: PostgreSQL stopped (fast: connections cut) for 5 s while two workers train, then started
+    again; every worker waits it out (`storage.PatientRDBStorage`) and the study completes as if nothing happened."""
+    with postgres_server() as pg:
+        path = toy_spec(tmp_path, n_trials=5, storage=pg["url"]["optuna"],
+                        base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
+                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        err_path = tmp_path / "stderr.txt"
+        with open(err_path, "w") as err:
+            proc = start_cli(["study", "run", str(path), "--workers", "2"], tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 300
+            while "trial 1 starts" not in err_path.read_text():  # the baseline done, both workers training
+                assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+                time.sleep(0.3)
+            time.sleep(2)
+            pg["restart"](5.0)
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        err = err_path.read_text()
+        assert proc.returncode == 0, err[-3000:]
+        assert "storage: the database did not answer" in err  # it was noticed, and waited out
+        study = optuna.load_study(study_name="toy", storage=pg["url"]["optuna"])
+        trials = study.get_trials()
+        done = complete_trials(study)
+        assert len(done) == 5 and not [t for t in trials if t.state in (TrialState.FAIL, TrialState.RUNNING)], \
+            [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials]
+        assert len({tuple(sorted(t.params.items())) for t in done}) == 5  # no configuration trained twice
+        assert_accounted_once(study, MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"), "toy")
+
+
 # ---------------------------------------------------------------- faults
 
 

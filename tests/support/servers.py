@@ -75,7 +75,15 @@ def postgres_server(databases=("optuna", "mlflow")):
             for db in databases:
                 cur.execute(f"CREATE DATABASE {db}")
         conn.close()
-        yield {"port": port, "url": {db: f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{db}" for db in databases}}
+        def restart(down_s: float = 0.0) -> None:
+            """Stop the server (fast: open connections are cut), wait `down_s`, start it again on its port."""
+            subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]), check=True, capture_output=True)
+            time.sleep(down_s)
+            subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"]),
+                           check=True, capture_output=True)
+
+        yield {"port": port, "url": {db: f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{db}" for db in databases},
+               "restart": restart}
     finally:
         subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,10 @@ URLs are printed and logged only through `redact_url` (no passwords).
 
 from __future__ import annotations
 
+import functools
+import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
@@ -26,6 +29,78 @@ from workbench.tracking import redact_url
 
 DEFAULT_HEARTBEAT = 10
 DEFAULT_GRACE = 30
+OUTAGE_S = 120.0
+"""How long a storage call waits out a database that does not answer (a PostgreSQL restart, a failover) before
+the error is raised."""
+log = logging.getLogger(__name__)
+
+
+def _lost_connection(err: BaseException) -> bool:
+    """SQLAlchemy's word that the database did not answer (refused, reset, restarting, locked), not that it refused
+    the statement."""
+    from sqlalchemy import exc
+
+    while err is not None:  # Optuna wraps a failed commit's error in its StorageInternalError
+        if isinstance(err, (exc.OperationalError, exc.InterfaceError)) or \
+                (isinstance(err, exc.DBAPIError) and bool(getattr(err, "connection_invalidated", False))):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _patient(method, outage_s: float):
+    """`method`, retried with back-off (0.5 s doubling to 8 s) while the database does not answer, up to
+    `outage_s`; a statement the database refuses is raised at once."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        start, pause = time.monotonic(), 0.5
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except Exception as err:
+                waited = time.monotonic() - start
+                if not _lost_connection(err) or waited >= outage_s:
+                    raise
+                if pause == 0.5:
+                    log.warning(f"storage: the database did not answer ({str(err).splitlines()[0][:200]}); trying again"
+                                f" for up to {outage_s:g} s")
+                time.sleep(pause)
+                pause = min(pause * 2, 8.0)
+
+    return call
+
+
+class PatientRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage whose every storage call waits out a database restart (`OUTAGE_S`): each worker survives
+    a PostgreSQL restart mid-study (its pooled connections are checked before use, `pool_pre_ping`, and a call cut
+    off by the restart is made again). A write the database committed just as the connection dropped is made again
+    too; Optuna's writes are states and values set to the same thing, so that is the same write."""
+
+    def __init__(self, *args, outage_s: float = OUTAGE_S, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._outage_s = outage_s
+        self._patch()
+
+    def _patch(self) -> None:
+        for name in PATIENT:
+            if hasattr(type(self), name):
+                setattr(self, name, _patient(getattr(type(self), name).__get__(self), self._outage_s))
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        for name in PATIENT:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state) -> None:
+        super().__setstate__(state)
+        self._patch()
+
+
+PATIENT = [n for n in dir(optuna.storages.BaseStorage) if not n.startswith("_") and n != "remove_session"] + [
+    "record_heartbeat", "_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"]
+"""The storage calls Optuna makes (its BaseStorage interface, the heartbeat, and what its cache calls)."""
 
 
 def default_storage_url() -> str:
@@ -86,7 +161,7 @@ def open_storage(
     elif "://" not in url:
         raise ConfigError(f"storage: not a storage URL: {redact_url(url)}")
     try:
-        storage = optuna.storages.RDBStorage(
+        storage = _patient(PatientRDBStorage, OUTAGE_S)(  # a worker that starts while the database restarts waits
             url,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=heartbeat_interval,
