@@ -844,6 +844,10 @@ def main(argv: list[str] | None = None) -> int:
     except tracking.TrackingUnavailable as err:  # the tracking server away past tracking.outage_s
         _err(str(err))
         return 1
+    except tracking.StoresFull as err:  # said once, by the worker that found it (the driver's is empty)
+        if str(err):
+            _err(str(err))
+        return tracking.EXIT_STORES_FULL
 
 
 if __name__ == "__main__":

@@ -121,7 +121,9 @@ def client(uri: str):
     """The `MlflowClient` of a tracking URI (one per process and URI)."""
     from mlflow import MlflowClient
 
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial tables" noise
+    # its "Creating initial tables" noise, and the traceback it logs with every database error it then raises: the
+    # workbench says what an error means in one line (a refused write, a full disk, a store away: docs/faults.md)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return MlflowClient(tracking_uri=uri)
 
 
@@ -316,13 +318,35 @@ class RunLogger:
         self._tolerant(lambda: self.client.set_terminated(self.run_id, status=MLFLOW_STATUS[status]))
 
 
+class StoresFull(RuntimeError):
+    """The disk of a store (the Optuna database, the MLflow store) is full: nothing more can be recorded, so the
+    study stops (`EXIT_STORES_FULL`); what was recorded stays, and `study run` resumes once there is space."""
+
+
+EXIT_STORES_FULL = 3
+"""A study worker's (and `study run`'s) exit code when a store's disk is full."""
+FULL = ("database or disk is full", "no space left on device", "disk full", "disk quota exceeded")
+
+
+def disk_full(err: BaseException | None) -> bool:
+    """Whether `err` (or what caused it) says a disk is full (SQLite's SQLITE_FULL, ENOSPC, EDQUOT)."""
+    while err is not None:
+        if getattr(err, "errno", None) in (28, 122) or any(f in str(err).lower() for f in FULL):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 TRANSIENT_CODES = {"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"}
 """MLflow error codes that say "not now" rather than "no"."""
 
 
 def unreachable(err: BaseException) -> bool:
     """Whether `err` says the tracking store did not answer (a connection refused or reset, a timeout, a 5xx after
-    MLflow's own retries, a database that is restarting or locked), not that it refused what was sent."""
+    MLflow's own retries, a database that is restarting or locked), not that it refused what was sent, nor that
+    its disk is full (that stops a study: `StoresFull`)."""
+    if disk_full(err):
+        return False
     if isinstance(err, (ConnectionError, TimeoutError, OSError)):
         return True
     name, text = type(err).__name__, str(err)

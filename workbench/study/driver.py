@@ -134,6 +134,15 @@ def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], boo
             bar.set_postfix_str("; ".join([line, *_running(study)]), refresh=False)
             bar.refresh()
         last = line
+        if any(p.returncode == tracking.EXIT_STORES_FULL for p in procs):  # it said why, in one line
+            for p in alive:  # the others would only hit the same wall
+                p.send_signal(signal.SIGINT)
+            for p in alive:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            raise tracking.StoresFull("")
         if not alive:
             bad = [p.returncode for p in procs if p.returncode not in (0, None)]
             if bad and stopped() is None:

@@ -136,6 +136,8 @@ class StudyObjective:
         self.baseline_threads = baseline_threads or threads
         self.devices = devices
         """What this worker process runs on (`workbench.study.devices.apply`), recorded on every trial it runs."""
+        self.stores_full = False
+        """A trial failed because a store's disk is full: the worker stops (`worker._run`)."""
         self.pools = pools if pools is not None else {}
         """Device slots that run a configuration's seeds side by side (`workbench.study.slots`): "trials" for
         this worker's own, "baseline" for the baseline's (every device, while it runs alone)."""
@@ -247,6 +249,9 @@ class StudyObjective:
             raise
         except BaseException as err:
             reason = tracking.failure_reason(err)
+            if tracking.disk_full(err):  # nothing more can be written: the worker stops after this trial
+                self.stores_full = True
+                raise
             trial.set_user_attr(attrs.FAIL_REASON, reason)
             if isinstance(err, ConfigError):  # a configuration that cannot run: it stops the study (failfast)
                 trial.set_user_attr(attrs.CONFIG_ERROR, str(err))

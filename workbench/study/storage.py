@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import optuna
 
 from workbench.config import ConfigError
-from workbench.tracking import redact_url
+from workbench.tracking import disk_full, redact_url
 
 DEFAULT_HEARTBEAT = 10
 DEFAULT_GRACE = 30
@@ -40,6 +40,8 @@ def _lost_connection(err: BaseException) -> bool:
     the statement."""
     from sqlalchemy import exc
 
+    if disk_full(err):  # not an outage: the study stops (`tracking.StoresFull`)
+        return False
     while err is not None:  # Optuna wraps a failed commit's error in its StorageInternalError
         if isinstance(err, (exc.OperationalError, exc.InterfaceError)) or \
                 (isinstance(err, exc.DBAPIError) and bool(getattr(err, "connection_invalidated", False))):

@@ -11,16 +11,19 @@ fails with its reason; the worker goes on unless that failure stops the study.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
-from workbench import interrupts
+from workbench import interrupts, tracking
 from workbench.study import attrs, failfast
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.devices import apply, describe, detect_kind, per_trial, split_devices
@@ -144,9 +147,35 @@ def whole_slot(seen: dict | None) -> Slot:
 
 
 def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
+    """The worker's loop; a store's disk found full anywhere in it (a trial's run, a storage write) stops it with
+    one line (`tracking.StoresFull`)."""
+    try:
+        return _trials(ctx, study, objective, n_trials)
+    except Exception as err:
+        if tracking.disk_full(err) or objective.stores_full:
+            raise tracking.StoresFull(stores_full(ctx)) from None
+        raise
+
+
+def stores_full(ctx: StudyContext) -> str:
+    """The one line of a study stopped by a full disk: which stores, the space left, how to resume."""
+    where = []
+    for what, url in (("Optuna", ctx.storage_url), ("MLflow", ctx.tracking_uri)):
+        if url.startswith("sqlite:///"):
+            folder = Path(url[len("sqlite:///"):]).parent
+            with contextlib.suppress(OSError):
+                where.append(f"{what} in {folder}: {shutil.disk_usage(folder).free / 2**20:.1f} MiB free")
+    return (f"the stores' disk is full ({'; '.join(where) or 'a store refused a write: disk full'}): the study stops, and"
+            f" what it recorded stays readable; free some space, then `workbench study run {ctx.spec_path or ctx.spec.name}`"
+            " resumes it")
+
+
+def _trials(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
     budget = StudyBudget(ctx.spec, n_trials)
     waited = 0.0
     while True:
+        if objective.stores_full:
+            raise tracking.StoresFull(stores_full(ctx))
         optuna.storages.fail_stale_trials(study)
         why = budget.finished(study)
         if why:
@@ -161,6 +190,8 @@ def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_tr
             waited += POLL_SECONDS
             continue
         optimize(study, objective, budget)
+        if objective.stores_full:
+            raise tracking.StoresFull(stores_full(ctx))
 
 
 class _Watched:
