@@ -13,12 +13,13 @@ import subprocess
 import time
 
 import mlflow
+import optuna
 import pytest
 import yaml
 
 from support.cli import start_cli
 from support.servers import free_port, mlflow_server
-from support.toy import toy_dict
+from support.toy import TOY, toy_dict, toy_spec
 
 
 @pytest.mark.slow
@@ -97,3 +98,33 @@ def test_a_tracking_server_gone_for_good_fails_the_trial_in_one_line(tmp_path):
     assert outage <= took <= outage + 90, took
     # the trial went on training while it waited: evaluations after the server left
     assert len(re.findall(r"^step +\d+ ", err, re.M)) >= 3
+
+
+@pytest.mark.slow
+def test_a_tracking_server_gone_for_good_mid_study_fails_its_trials_and_stops_the_study_in_one_line(tmp_path):
+    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 400},
+            "eval": {**TOY["eval"], "every": 50}, "tracking": {"outage_s": 5}}
+    err_path = tmp_path / "stderr.txt"
+    with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts") as uri:
+        spec = toy_spec(tmp_path, n_trials=6, tracking_uri=uri, max_same_failures=2, base=base,
+                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        with open(err_path, "w") as err:
+            study = start_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 300
+        while "trial 1 starts" not in err_path.read_text():  # the baseline recorded; the next trial training
+            assert study.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
+            time.sleep(0.3)
+    try:
+        study.wait(timeout=600)
+    finally:
+        if study.poll() is None:
+            study.kill()
+    err = err_path.read_text()
+    errors = [line for line in err.splitlines() if line.startswith("workbench: error")]
+    assert study.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert len(errors) == 1 and "trials in a row failed with" in errors[0], errors
+    trials = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(failed) >= 2 and trials[0].state == optuna.trial.TrialState.COMPLETE
+    assert all("tracking server" in t.user_attrs["fail_reason"] or "API request to" in t.user_attrs["fail_reason"]
+               for t in failed), [t.user_attrs["fail_reason"] for t in failed]

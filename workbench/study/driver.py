@@ -108,10 +108,17 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     finally:
         interrupts.restore(signal.SIGTERM, previous)
     log.info(f"study {ctx.spec.name}: workers done; summarising its trials into the MLflow parent run")
-    log_to_parent_run(ctx.tracking_uri, study)
-    parent = study.user_attrs.get(attrs.PARENT_RUN)
-    if parent:
-        tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials else "FAILED")
+    try:
+        log_to_parent_run(ctx.tracking_uri, study)
+        parent = study.user_attrs.get(attrs.PARENT_RUN)
+        if parent:
+            tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials else "FAILED")
+    except Exception as err:
+        if not tracking.unreachable(err):
+            raise
+        # the trials are in the Optuna storage; the summary is written again by the next `study run`
+        log.warning(f"the study's MLflow parent run was not updated: the tracking server at"
+                    f" {tracking.redact_url(ctx.tracking_uri)} did not answer ({str(err).splitlines()[0][:200]})")
     return study
 
 

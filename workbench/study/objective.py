@@ -203,9 +203,14 @@ class StudyObjective:
             tags[tracking.ARM] = arm
         if trial.user_attrs.get(attrs.EXTENDS) is not None:
             tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
-        run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
-                                 parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
-                                 outage_s=configs[0].tracking.outage_s)
+        try:
+            run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
+                                     parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
+                                     outage_s=configs[0].tracking.outage_s)
+        except Exception as err:  # the tracking server away: the trial fails with that reason (failfast reads it)
+            trial.set_user_attr(attrs.FAIL_REASON, tracking.failure_reason(err))
+            log.warning(f"trial {trial.number} failed: {tracking.failure_reason(err)}")
+            raise
         trial.set_user_attr(attrs.RUN, run.run_id)
         if self.devices:
             trial.set_user_attr(attrs.DEVICES, self.devices)

@@ -121,7 +121,7 @@ class TrialLimits(BaseModel):
     of its own (a device slot, `workbench.study.slots`), which the worker can end with everything under it; none set
     (the default): seeds run in the worker, as before."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     stall_s: float | None = Field(None, gt=0)
     """A seed that makes no training step (and no evaluation) for this many seconds is hung: its process tree is
