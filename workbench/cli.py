@@ -26,11 +26,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.set or [])
     if args.tracking_uri:
         cfg.tracking.uri = args.tracking_uri
-    from workbench.trial.pipeline.distributed import launched, run_peer
+    from workbench.trial.pipeline.distributed import check_launch, launched, run_peer
 
     launch = launched()  # started by torchrun: rank 0 runs the trial, every other rank is one of its processes
-    if launch is not None and launch.rank > 0:
-        return run_peer(cfg, launch)
+    if launch is not None:
+        check_launch(cfg, launch)
+        if launch.rank > 0:
+            return run_peer(cfg, launch)
     from workbench.run_process import RunProcess
 
     # MLflow loads and creates the run in a helper process while this one imports the model stack

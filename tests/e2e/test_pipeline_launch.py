@@ -88,13 +88,16 @@ def test_two_trainers_and_a_generator_launched_on_one_machine_share_every_count(
     assert m["final/steps"] == 4 and m["final/train_rollouts"] == 4 * 128  # both trainers' shards, summed
 
 
-def test_a_launch_of_the_wrong_size_is_one_line_naming_the_keys(tmp_path):
-    procs = {"node0": _launch(tmp_path, "node0", _port(), 1, 0, 2, [*TRIAL, "--set", "pipeline.generators=2"])}
+@pytest.mark.parametrize("override, said", [
+    ("pipeline.generators=2", "torchrun launched 2 processes, but pipeline.generators + pipeline.trainers = 3"),
+    ("pipeline.mode=sync", "torchrun launched 2 processes for one trial: set pipeline.mode: async"),
+])
+def test_a_launch_that_does_not_fit_the_trial_is_one_line_on_every_rank(tmp_path, override, said):
+    procs = {"node0": _launch(tmp_path, "node0", _port(), 1, 0, 2, [*TRIAL, "--set", override])}
     codes = _wait(procs, tmp_path, timeout=300)
     assert codes["node0"] != 0
     errors = [line for line in (tmp_path / "node0.err").read_text().splitlines() if line.startswith("workbench: error")]
-    assert errors and all("torchrun launched 2 processes, but pipeline.generators + pipeline.trainers = 3" in e for e in errors), \
-        _said(tmp_path, procs)
+    assert len(errors) == 2 and all(said in e for e in errors), _said(tmp_path, procs)  # rank 0 and rank 1
 
 
 def _descendants(pid: int) -> list[int]:

@@ -85,6 +85,17 @@ def launched() -> Launch | None:
                   env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true")
 
 
+def check_launch(cfg: TrialConfig, launch: Launch) -> None:
+    """A launch that fits the trial: an asynchronous one with W + T processes, else one line (`ConfigError`)."""
+    W, T = cfg.pipeline.generators, cfg.pipeline.trainers
+    if cfg.pipeline.mode != "async":
+        raise ConfigError(f"torchrun launched {launch.world} processes for one trial: set pipeline.mode: async (a"
+                          " synchronous trial is one process)")
+    if launch.world != W + T:
+        raise ConfigError(f"pipeline: torchrun launched {launch.world} processes, but pipeline.generators +"
+                          f" pipeline.trainers = {W + T} (one process each)")
+
+
 def role(cfg: TrialConfig, rank: int) -> tuple[str, int]:
     """("trainer", r) for ranks below T, ("generator", w) for rank T + w."""
     T = cfg.pipeline.trainers
@@ -97,12 +108,7 @@ class Fabric:
 
     def __init__(self, launch: Launch, cfg: TrialConfig):
         W, T = cfg.pipeline.generators, cfg.pipeline.trainers
-        if cfg.pipeline.mode != "async":
-            raise ConfigError(f"torchrun launched {launch.world} processes for one trial: set pipeline.mode: async (a"
-                              " synchronous trial is one process)")
-        if launch.world != W + T:
-            raise ConfigError(f"pipeline: torchrun launched {launch.world} processes, but pipeline.generators +"
-                              f" pipeline.trainers = {W + T} (one process each)")
+        check_launch(cfg, launch)
         self.launch, self.W, self.T = launch, W, T
         interrupts.die_with_parent(signal.SIGKILL)  # a launcher killed (its machine lost) takes its processes along
         self.rank = launch.rank
