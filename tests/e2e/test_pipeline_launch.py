@@ -16,6 +16,8 @@ import time
 import mlflow
 import pytest
 
+from workbench.study.limits import descendants
+
 TRIAL = ["--set", "pipeline.mode=async", "--set", "budget.steps=8", "--set", "budget.compute_units=null",
          "--set", "eval.every_units=100"]
 
@@ -100,22 +102,6 @@ def test_a_launch_that_does_not_fit_the_trial_is_one_line_on_every_rank(tmp_path
     assert len(errors) == 2 and all(said in e for e in errors), _said(tmp_path, procs)  # rank 0 and rank 1
 
 
-def _descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(stat[1]) == parent and stat[0] != "Z":
-                    found.append(int(entry))
-                    frontier.append(int(entry))
-    return found
-
-
 @pytest.mark.slow
 def test_a_generator_machine_lost_mid_trial_ends_the_trial_with_one_line(tmp_path):
     from workbench.trial.pipeline.distributed import PEER_TIMEOUT_S
@@ -129,7 +115,7 @@ def test_a_generator_machine_lost_mid_trial_ends_the_trial_with_one_line(tmp_pat
             assert all(p.poll() is None for p in procs.values()), _said(tmp_path, procs)
             time.sleep(0.5)
         time.sleep(2)  # training, the generator sampling
-        for pid in [procs["node1"].pid, *_descendants(procs["node1"].pid)]:  # the launcher and its generator: the machine gone
+        for pid in [procs["node1"].pid, *descendants(procs["node1"].pid)]:  # the launcher and its generator: the machine gone
             os.kill(pid, signal.SIGKILL)
         lost = time.monotonic()
         procs["node0"].wait(PEER_TIMEOUT_S + 30)
@@ -140,6 +126,6 @@ def test_a_generator_machine_lost_mid_trial_ends_the_trial_with_one_line(tmp_pat
     said = [line for line in err.splitlines() if "pipeline: " in line]  # torchrun prefixes a rank's lines with [rankN]
     assert procs["node0"].returncode != 0 and took <= PEER_TIMEOUT_S + 15, (took, _said(tmp_path, procs))
     assert any("pipeline: generator 0 (rank 1, pid" in line and "has not answered for" in line for line in said), said
-    assert not _descendants(procs["node0"].pid)
+    assert not descendants(procs["node0"].pid)
     _, run = _run(tmp_path)
     assert run.info.status == "FAILED"

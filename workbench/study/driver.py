@@ -95,14 +95,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
             _watch(study, procs, bar, poll, stopped=stopped)
     except KeyboardInterrupt:
         log.warning("interrupted: stopping workers (run `workbench study run` again to resume)")
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
         log_to_parent_run(ctx.tracking_uri, study)
         raise
     finally:
@@ -142,13 +135,7 @@ def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], boo
             bar.refresh()
         last = line
         if any(p.returncode == tracking.EXIT_STORES_FULL for p in procs):  # it said why, in one line
-            for p in alive:  # the others would only hit the same wall
-                p.send_signal(signal.SIGINT)
-            for p in alive:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            _stop(alive)  # the others would only hit the same wall
             raise tracking.StoresFull("")
         if not alive:
             bad = [p.returncode for p in procs if p.returncode not in (0, None)]
@@ -156,6 +143,19 @@ def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], boo
                 raise RuntimeError(f"a worker exited with code {bad[0]}")
             return
         time.sleep(poll)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Stop the workers still running as Ctrl-C does (one SIGINT each; their trials end KILLED), waiting up to a
+    minute for each before killing it."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def _running(study: optuna.Study) -> list[str]:
