@@ -66,21 +66,32 @@ def restore(signum: int, previous) -> None:
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_NAME = 15
+
+
+def _prctl(option: int, arg) -> bool:
+    """Linux's prctl(option, arg); whether it took (False elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False  # not Linux
+
+
+def name_process(title: str) -> None:
+    """This process's name as the kernel shows it (`ps`, `top`, /proc/PID/comm; 15 bytes at most)."""
+    _prctl(PR_SET_NAME, title.encode()[:15])
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> bool:
     """Have the kernel send `signum` to this process when its parent dies (Linux; a SIGKILLed parent runs no
     clean-up of its own, so its children would otherwise run on, orphaned). Returns whether it is armed; a parent
     already gone ends this process at once."""
-    import ctypes
-    import ctypes.util
-
     parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        armed = libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False  # not Linux
+    armed = _prctl(PR_SET_PDEATHSIG, int(signum))
     if armed and os.getppid() != parent:  # the parent died before the request took hold
         os.kill(os.getpid(), signum)
     return armed

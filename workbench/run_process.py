@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any
 
+from workbench import tracking
+
 REPLY_TIMEOUT = 600.0
 """Seconds to wait for the helper's answer before calling it hung."""
 
@@ -30,8 +32,6 @@ def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, paren
            tags: dict[str, str] | None, outage_s: float) -> None:
     """The helper process: create the run, then apply the trial's calls in order until `end` or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from workbench import tracking
-
     gone = "the trial process exited without ending its run"
     try:
         run = tracking.RunLogger(tracking_uri, experiment, run_name, parent_run_id, tags, outage_s=outage_s)
@@ -132,8 +132,6 @@ class RunProcess:
             self._proc.join(timeout=5)
             raise RuntimeError(f"MLflow logging process exited (code {self._proc.exitcode})") from None
         if kind == "error":
-            from workbench import tracking
-
             unavailable = f"{tracking.TrackingUnavailable.__name__}: "
             if value.startswith(unavailable):
                 raise tracking.TrackingUnavailable(value.removeprefix(unavailable))

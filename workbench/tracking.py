@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -192,8 +193,6 @@ class RunLogger:
         flush_every: float = 5.0,
         outage_s: float = OUTAGE_S,
     ):
-        import os
-
         for k, v in HTTP_RETRIES.items():
             os.environ.setdefault(k, v)
         self.client = client(tracking_uri)

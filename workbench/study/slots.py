@@ -89,7 +89,7 @@ class _Stop:
 def _serve(conn, slot: Slot, stop: _Stop) -> None:
     """A slot process: confine to the slot, then run the seeds it is sent until told to end (or its worker dies)."""
     interrupts.die_with_parent()
-    _name("wb-slot")  # what `ps` and `top` show for it (and what the fault tests look for)
+    interrupts.name_process("wb-slot")  # what `ps` and `top` show for it (and what the fault tests look for)
     if slot.kind == "cuda":
         if slot.visible is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = slot.visible
@@ -124,17 +124,6 @@ def _serve(conn, slot: Slot, stop: _Stop) -> None:
                 conn.send(("error", _portable(err)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return  # the worker is gone, or stopping
-
-
-def _name(title: str) -> None:
-    """This process's name as the kernel shows it (Linux prctl PR_SET_NAME; nothing elsewhere)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(15, title.encode()[:15], 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _portable(err: BaseException) -> BaseException:
