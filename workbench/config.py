@@ -298,6 +298,11 @@ class BudgetConfig(Section):
     """Stop when this many compute units are spent (1 unit = one on-policy update at this batch size)."""
     steps: int | None = Field(None, ge=1)
     """Stop after this many optimizer steps (whichever budget ends first)."""
+    until_target_units: float | None = Field(None, gt=0)
+    """A run that has not reached `eval.target_accuracy` on its curve `eval.metric` when `compute_units` are spent
+    goes on, evaluating on its schedule, until an evaluation reaches the target or this many units are spent (a hard
+    cap): below the cap no run is censored, and a run is never cut off just short of its crossing. Unset: stop at
+    `compute_units`."""
 
 
 class ComputeConfig(Section):
@@ -479,6 +484,9 @@ class TrialConfig(Section):
         OBJECTIVES.lookup(self.objective.name)
         if self.budget.compute_units is None and self.budget.steps is None:
             raise ValueError("budget: set budget.compute_units or budget.steps")
+        cap = self.budget.until_target_units
+        if cap is not None and (self.budget.compute_units is None or cap <= self.budget.compute_units):
+            raise ValueError("budget.until_target_units: must be above budget.compute_units (the cap of a run extended to its target)")
         if self.eval.pass_k_prompts is None:
             self.eval.pass_k_prompts = min(PASS_K_PROMPTS, self.task.n_eval)
         if self.eval.pass_k_prompts > self.task.n_eval:

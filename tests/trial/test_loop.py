@@ -290,3 +290,23 @@ def test_eval_metric_is_checked_at_the_edge():
         load_config(None, ["eval.metric=greedy"])
     with pytest.raises(ValueError, match="mean_at_k is missing"):
         readings([{"accuracy": 0.5, "mean_at_k": None}], "mean_at_k")
+
+
+def test_a_run_short_of_its_target_goes_on_to_it_or_to_the_cap(tracking_uri):
+    """`budget.until_target_units`: past `compute_units` a run goes on only while its evaluations have not reached
+    the target; one that reached it stops at the budget, one that never does stops at the cap."""
+    base = {"compute_units": 2, "steps": None}
+    reached = run_trial(tracked(build_config(toy_dict(budget={**base, "until_target_units": 6},
+                                                      eval={"every_units": 1, "target_accuracy": 0.01})), tracking_uri))
+    never = run_trial(tracked(build_config(toy_dict(budget={**base, "until_target_units": 5},
+                                                    eval={"every_units": 1, "target_accuracy": 1.0})), tracking_uri))
+    plain = run_trial(tracked(build_config(toy_dict(budget=base, eval={"every_units": 1, "target_accuracy": 1.0})), tracking_uri))
+    units = lambda r: r.evals[-1]["compute_units"]  # noqa: E731
+    assert 2 <= units(reached) < 3 and 2 <= units(plain) < 3  # the target met before the budget: no extension
+    assert 5 <= units(never) < 6  # never met: on to the cap, evaluated on its schedule all the way
+    assert [round(e["compute_units"]) for e in never.evals][:6] == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_target_cap_must_lie_above_the_budget():
+    with pytest.raises(ConfigError, match="budget.until_target_units"):
+        build_config(toy_dict(budget={"compute_units": 4, "steps": None, "until_target_units": 4}))

@@ -110,7 +110,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
         evaluations(0)
         wall.begin()
         step = 0
-        while budget_left(cfg, step, meter):
+        while budget_left(cfg, step, meter, evaluations.rows):
             groups = strategy.groups(step)
             fresh: list[Rollout] = []
             out = None
@@ -152,7 +152,7 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
             step += 1
             bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-            last = not budget_left(cfg, step, meter)
+            last = not budget_left(cfg, step, meter, evaluations.rows)
             if evaluations.due(step, last):
                 evaluations(step, last)
 

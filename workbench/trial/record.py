@@ -4,9 +4,10 @@ its held-out evaluations and their schedule, each optimizer step's metrics, and 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -86,10 +87,18 @@ class TrialResult:
     cumulative generation + training seconds (so compute can be re-accounted at another mu)."""
 
 
-def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter) -> bool:
+def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequence[dict[str, float]] = ()) -> bool:
+    """Whether the trial trains another step: neither budget spent, or, with `budget.until_target_units`, the
+    compute budget spent but the target not yet reached at an evaluation (`evals`, the rows so far) and the cap not
+    hit."""
     if cfg.budget.steps is not None and step >= cfg.budget.steps:
         return False
-    return cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units
+    if cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units:
+        return True
+    cap = cfg.budget.until_target_units
+    if cap is None or meter.units >= cap:
+        return False
+    return not any(row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy for row in evals)
 
 
 def budget_bar(cfg: TrialConfig, enabled: bool):

@@ -199,7 +199,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             shard.first_chunk()  # the generators' start-up, off the clock
             clock.begin()
             step = 0
-            while _collective(died, go, budget_left(cfg, step, meter), T, group):
+            while _collective(died, go, budget_left(cfg, step, meter, evaluations.rows), T, group):
                 mine = StepReport()
                 batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
                 with meter.timed("train"):
@@ -239,7 +239,7 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                     observer(StepRecord(step, fresh, batch, metrics["train/loss"], metrics))
                 step += 1
                 bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-                last = not budget_left(cfg, step, meter)
+                last = not budget_left(cfg, step, meter, evaluations.rows)
                 if evaluations.due(step, last):
                     evaluate(step, last)
             pipeline_wall = clock.stop()
