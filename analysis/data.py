@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from workbench import knobs, stats, tracking
+from workbench import censoring, knobs, stats, tracking
 from workbench.compute import units
 from workbench.config import ConfigError
 from workbench.estimators import ESTIMATORS
@@ -46,16 +46,17 @@ class StudyData:
     """The study's `target_gain_fraction` (its auto-target rule; studies that did not record it: the default)."""
 
     def configs(self) -> pd.DataFrame:
-        """One row per configuration: geometric mean compute-to-target over seeds with its 95% interval (censored
-        seeds at their total: a bound), the paired ratio against the baseline on the same seeds with its interval,
+        """One row per configuration: compute-to-target over seeds with its 95% interval (censored seeds as censored,
+        `workbench.censoring`), the paired ratio against the baseline on the same seeds with its interval and pair
+        counts (informative, censored on one side, both censored and left out),
         means of the rest (`best_accuracy`: greedy accuracy's best; `best_reading`: the best of the study's own
         curve, `metric`), seeds and censored seeds counted."""
         keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + (["lr"] if "lr" in self.runs else [])
         best_reading = self.curves.groupby("run_id")["reading"].max() if "reading" in self.curves else pd.Series(dtype=float)
         rows = []
         for key, g in self.runs.groupby(keys, dropna=False, sort=False):
-            values = dict(zip(g["seed"], np.where(g["censored"] > 0, g["total_units"], g["compute_to_target"])))
-            est = stats.geometric_interval(list(values.values()))
+            values = censoring.from_frame(g)
+            est = censoring.level_interval(list(values.values()))
             row = dict(zip(keys, key))
             row.update(seeds=len(g), censored_seeds=int(g["censored"].sum()), compute_to_target=est.estimate,
                        ci_low=est.low, ci_high=est.high, best_accuracy=g["best_accuracy"].mean(),
@@ -66,18 +67,21 @@ class StudyData:
             rows.append(row)
         out = pd.DataFrame(rows)
         bases = out[out["baseline"]]
-        ratio, low, high, verdicts = [], [], [], []
+        ratio, low, high, verdicts, counts = [], [], [], [], []
         for _, r in out.iterrows():
             # The baseline run on the most of this configuration's seeds (a confirm run has its own).
             shared = [(len(set(b["_values"]) & set(r["_values"])), b) for _, b in bases.iterrows() if b["trial_number"] != r["trial_number"]]
             shared = [sb for sb in shared if sb[0] > 0]
             if r["baseline"] or not shared:
                 ratio.append(np.nan), low.append(np.nan), high.append(np.nan), verdicts.append("baseline" if r["baseline"] else "no paired baseline")
+                counts.append(censoring.counts_of(None))
                 continue
             base = max(shared, key=lambda sb: sb[0])[1]
-            iv = stats.paired_ratio(r["_values"], base["_values"])
-            ratio.append(iv.estimate), low.append(iv.low), high.append(iv.high), verdicts.append(stats.verdict(iv))
-        out = out.assign(ratio_to_baseline=ratio, ratio_ci_low=low, ratio_ci_high=high, verdict=verdicts).drop(columns="_values")
+            iv = censoring.paired_ratio(r["_values"], base["_values"])
+            ratio.append(iv.estimate), low.append(iv.low), high.append(iv.high), verdicts.append(censoring.verdict(iv))
+            counts.append(censoring.counts_of(iv))
+        out = out.assign(ratio_to_baseline=ratio, ratio_ci_low=low, ratio_ci_high=high, verdict=verdicts,
+                         **{k: [c[k] for c in counts] for k in censoring.counts_of(None)}).drop(columns="_values")
         return out.sort_values("compute_to_target").reset_index(drop=True)
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from analysis.models import MODELS, fit_model, leave_one_configuration_out
-from workbench import stats
+from workbench import censoring, stats
 
 NULLS = {
     "constant": "the mean log compute of the other configurations",
@@ -274,7 +274,7 @@ def probe_arm_against_on_policy(runs: pd.DataFrame, probe_trial: int) -> dict:
         return {"claims": False, "reason": "no measured on-policy configuration to compare the probe's point with"}
     best = on.groupby("trial_number")["compute_to_target"].apply(lambda c: float(np.exp(np.log(c).mean()))).idxmin()
     base = on[on["trial_number"] == best]
-    iv = stats.paired_ratio(dict(zip(probe["seed"], probe["compute_to_target"])), dict(zip(base["seed"], base["compute_to_target"])))
+    iv = censoring.paired_ratio(censoring.from_frame(probe), censoring.from_frame(base))
     base_lr = float(base["lr"].iloc[0]) if "lr" in base else math.nan
     return {"claims": stats.direction(iv) < 0, "ratio": iv.estimate, "low": iv.low, "high": iv.high, "on_policy_trial": int(best),
             "on_policy_lr": base_lr,

@@ -18,7 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from workbench import knobs, stats  # noqa: E402
+from workbench import censoring, knobs, stats  # noqa: E402
+from workbench.censoring import Outcome  # noqa: E402
 
 from analysis import recommend  # noqa: E402
 from analysis.data import StudyData, load_study, reaccount, retarget  # noqa: E402
@@ -31,22 +32,25 @@ MIN_FIT_CONFIGURATIONS = 4
 """Distinct (x, y) a study needs before its fitted optimum is shown: the closed form has three parameters."""
 
 
-def _device_pairs(runs, device: dict[str, float], arm: int, base: int, what: str = "device time") -> dict | None:
+def _device_pairs(runs, device: dict[str, float | Outcome], arm: int, base: int, what: str = "device time") -> dict | None:
     """An arm's per-run values (device-seconds to the target, or compute) against the tuned queue's, paired by seed."""
     def per_seed(n):
         g = runs[runs["trial_number"] == n]
-        return {int(sd): device[r] for sd, r in zip(g["seed"], g["run_id"]) if r in device and math.isfinite(device[r])}
+        return {int(sd): device[r] for sd, r in zip(g["seed"], g["run_id"])
+                if r in device and (isinstance(device[r], Outcome) or math.isfinite(device[r]))}
     mine, theirs = per_seed(arm), per_seed(base)
     if not mine or not theirs:
         return None
-    iv = stats.paired_ratio(mine, theirs)
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv, what)}
+    wrap = lambda d: {sd: v if isinstance(v, Outcome) else Outcome(float(v)) for sd, v in d.items()}  # noqa: E731
+    iv = censoring.paired_ratio(wrap(mine), wrap(theirs))
+    words = censoring.verdict(iv) if not math.isfinite(iv.estimate) else stats.verdict(iv, what)
+    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": words, **censoring.counts_of(iv)}
 
 
-def _compute_per_run(runs) -> dict[str, float]:
-    """Each run's compute to the target (censored runs at their total: a bound), by run id."""
-    values = runs["compute_to_target"].where(runs["censored"] == 0, runs["total_units"])
-    return dict(zip(runs["run_id"], values))
+def _compute_per_run(runs) -> dict[str, Outcome]:
+    """Each run's compute to the target, a censored run as censored at its total (`workbench.censoring`), by run id."""
+    return {r.run_id: Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
+            for r in runs.itertuples()}
 
 
 def _study(data: StudyData) -> dict:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from workbench import stats
+from workbench import censoring, stats
 from workbench.compute import ToTarget
 from workbench.estimators import ESTIMATORS, METRICS, auto_target
 
@@ -72,13 +72,17 @@ def resolution(runs: pd.DataFrame) -> dict:
     return out
 
 
+def _outcomes(per_seed: dict[int, ToTarget]) -> dict[int, censoring.Outcome]:
+    """Per seed: a run's compute-to-target as `workbench.censoring` reads it (a censored run at its total)."""
+    return {s: censoring.Outcome(v.total, True) if v.censored else censoring.Outcome(v.value) for s, v in per_seed.items()}
+
+
 def _per_configuration(res: dict[str, ToTarget], runs: pd.DataFrame) -> list[dict]:
     """Per configuration, from each run's compute-to-target (`res`, by run id): the per-run noise of log
     compute-to-target over seeds (censored seeds left out and counted), and for each non-baseline configuration the
     paired ratio against the baseline on the same seeds with its 95% interval (censored seeds at their total)."""
     configs = list(runs.groupby("trial_number", sort=True))
     baselines = [g for _, g in configs if g["baseline"].iloc[0]]
-    bound = lambda v: v.total if v.censored else v.value  # noqa: E731
     out = []
     for number, g in configs:
         # Paired against the baseline run on the most of these seeds (a confirmation arm has its own).
@@ -90,10 +94,11 @@ def _per_configuration(res: dict[str, ToTarget], runs: pd.DataFrame) -> list[dic
                "geo_mean": stats.geometric_interval(reached).estimate if reached else math.nan}
         if base is not None and not row["baseline"]:
             theirs = {int(s): res[r] for s, r in zip(base["seed"], base["run_id"])}
-            ratio = stats.paired_ratio({s: bound(v) for s, v in mine.items()}, {s: bound(v) for s, v in theirs.items()})
-            logs = [math.log(bound(mine[s]) / bound(theirs[s])) for s in sorted(set(mine) & set(theirs))]
-            row.update(ratio=ratio.estimate, ratio_ci_low=ratio.low, ratio_ci_high=ratio.high, verdict=stats.verdict(ratio),
-                       paired_log_sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan)
+            ratio = censoring.paired_ratio(_outcomes(mine), _outcomes(theirs))
+            logs = [math.log(mine[s].value / theirs[s].value) for s in sorted(set(mine) & set(theirs))
+                    if not (mine[s].censored or theirs[s].censored)]
+            row.update(ratio=ratio.estimate, ratio_ci_low=ratio.low, ratio_ci_high=ratio.high, verdict=censoring.verdict(ratio),
+                       paired_log_sd=float(np.std(logs, ddof=1)) if len(logs) > 1 else math.nan, **censoring.counts_of(ratio))
         out.append(row)
     return out
 
@@ -167,11 +172,11 @@ def _against_tuned(rows: list[dict], res: dict[str, ToTarget], runs: pd.DataFram
     on_policy = first[(first["x"] == 1) & (first["y"] == 1) & (first["strategy"] == "uniform")].index
     if first.loc[on_policy, "lr"].nunique() < 2:
         return
-    bound = lambda v: v.total if v.censored else v.value  # noqa: E731
-    per_seed = {n: {int(s): bound(res[r]) for s, r in zip(g["seed"], g["run_id"])} for n, g in runs.groupby("trial_number")}
-    tuned = min(on_policy, key=lambda n: stats.geometric_interval(list(per_seed[n].values())).estimate)
+    per_seed = {n: _outcomes({int(s): res[r] for s, r in zip(g["seed"], g["run_id"])}) for n, g in runs.groupby("trial_number")}
+    tuned = min(on_policy, key=lambda n: stats.finite_or_inf(censoring.level_interval(list(per_seed[n].values())).estimate))
     for row in rows:
         if row["trial_number"] not in on_policy:
-            iv = stats.paired_ratio(per_seed[row["trial_number"]], per_seed[tuned])
+            iv = censoring.paired_ratio(per_seed[row["trial_number"]], per_seed[tuned])
             row.update(tuned_trial=int(tuned), tuned_lr=float(first.loc[tuned, "lr"]), ratio_to_tuned=iv.estimate,
-                       ratio_to_tuned_low=iv.low, ratio_to_tuned_high=iv.high, verdict_to_tuned=stats.verdict(iv))
+                       ratio_to_tuned_low=iv.low, ratio_to_tuned_high=iv.high, verdict_to_tuned=censoring.verdict(iv),
+                       **{f"{k}_to_tuned": v for k, v in censoring.counts_of(iv).items()})

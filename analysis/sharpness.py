@@ -27,7 +27,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from workbench import stats, tracking
+from workbench import censoring, stats, tracking
 from workbench.estimators import ESTIMATORS
 
 GRID_POINTS = 25
@@ -174,25 +174,26 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
         for t, values in by_t.items():
             mine = [values[r] for r in g["run_id"] if r in values]
             if len(mine) == len(g):  # every seed read at this temperature
-                means[t] = stats.geometric_interval([v for v, _ in mine]).estimate
+                means[t] = censoring.level_interval([censoring.Outcome(v, c) for v, c in mine]).estimate
                 censored[t] = sum(c for _, c in mine)
         if not means:
             continue
-        best = min(means, key=lambda t: (censored[t], means[t], t))
+        best = min(means, key=lambda t: (censored[t], stats.finite_or_inf(means[t]), t))
         per_config[number] = {"trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "runs": len(g),
                               "by_temperature": {f"{t:g}": v for t, v in means.items()},
                               "censored_by_temperature": {f"{t:g}": n for t, n in censored.items()},
                               "best_temperature": best, "compute_to_target": means[best], "censored_seeds": censored[best]}
-        per_seed[number] = {int(s): by_t[best][r][0] for s, r in zip(g["seed"], g["run_id"])}
+        per_seed[number] = {int(s): censoring.Outcome(*by_t[best][r]) for s, r in zip(g["seed"], g["run_id"])}
     for number, row in per_config.items():
         base = _baseline_for(runs, runs[runs["trial_number"] == number])
         if row["baseline"] or base is None or int(base["trial_number"].iloc[0]) not in per_seed:
             continue
         b = int(base["trial_number"].iloc[0])
-        iv = stats.paired_ratio(per_seed[number], per_seed[b])
+        iv = censoring.paired_ratio(per_seed[number], per_seed[b])
         bound = any(r["censored_seeds"] >= r["runs"] for r in (row, per_config[b]))
         row.update(baseline_trial=b, baseline_best_temperature=per_config[b]["best_temperature"], ratio=iv.estimate,
-                   ratio_ci_low=iv.low, ratio_ci_high=iv.high, seeds=iv.n, verdict=stats.verdict(iv), bound=bound)
+                   ratio_ci_low=iv.low, ratio_ci_high=iv.high, seeds=iv.n, verdict=censoring.verdict(iv), bound=bound,
+                   **censoring.counts_of(iv))
     return list(per_config.values())
 
 

@@ -21,14 +21,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from workbench import stats
+from workbench import censoring, stats
+from workbench.censoring import Outcome
 
 CELL = ["x", "y", "capacity", "ratio", "horizon", "strategy"]
 
 
-def _per_seed(g: pd.DataFrame) -> dict[int, float]:
-    """Per seed: compute-to-target, censored seeds at their total compute (a bound)."""
-    return dict(zip(g["seed"].astype(int), np.where(g["censored"] > 0, g["total_units"], g["compute_to_target"])))
+def _per_seed(g: pd.DataFrame) -> dict[int, Outcome]:
+    """Per seed: compute-to-target, censored seeds as censored (`workbench.censoring`)."""
+    return censoring.from_frame(g)
 
 
 def _on_policy(r: pd.Series | dict) -> bool:
@@ -36,9 +37,13 @@ def _on_policy(r: pd.Series | dict) -> bool:
                                    and (r.get("horizon") is None or (isinstance(r.get("horizon"), float) and math.isnan(r["horizon"]))))
 
 
-def _ratio(mine: dict[int, float], theirs: dict[int, float]) -> dict:
-    iv = stats.paired_ratio(mine, theirs)
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": stats.verdict(iv)}
+def _ratio(mine: dict[int, Outcome | float], theirs: dict[int, Outcome | float]) -> dict:
+    """Paired ratio with its pair counts; plain numbers (device seconds of runs that reached the target) are
+    uncensored outcomes."""
+    wrap = lambda d: {s: v if isinstance(v, Outcome) else Outcome(float(v)) for s, v in d.items()}  # noqa: E731
+    iv = censoring.paired_ratio(wrap(mine), wrap(theirs))
+    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": censoring.verdict(iv),
+            **censoring.counts_of(iv)}
 
 
 def _wall_per_seed(g: pd.DataFrame, wall: dict[str, float]) -> dict[int, float]:
@@ -57,7 +62,7 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
     for number, g in sel.groupby("trial_number"):
         first = g.iloc[0]
         values = _per_seed(g)
-        est = stats.geometric_interval(list(values.values()))
+        est = censoring.level_interval(list(values.values()))
         arms.append({"trial_number": int(number), "lr": float(first["lr"]), "on_policy": _on_policy(first),
                      "cell": tuple(None if isinstance(first[k], float) and math.isnan(first[k]) else first[k] for k in CELL),
                      "x": float(first["x"]), "y": float(first["y"]), "strategy": first.get("strategy", "uniform"),
@@ -73,7 +78,7 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         base = on_policy.get(a["lr"])
         rows.append({k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
                     | {"same_lr": _ratio(a["values"], base["values"]) if base else None})
-    best_base = min(on_policy.values(), key=lambda a: a["compute_to_target"])
+    best_base = min(on_policy.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
     cells = {}
     for a in arms:
         if not a["on_policy"] and (a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]):

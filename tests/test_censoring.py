@@ -81,3 +81,26 @@ def test_one_arms_level_with_censored_runs_lies_above_the_reached_ones():
     iv = level_interval(runs)
     plain = stats.geometric_interval([20.0, 24.0, 30.0, 26.0, 40.0, 40.0])  # censored runs at their totals
     assert iv.estimate > plain.estimate and iv.high > plain.high and iv.one_censored == 2 and iv.n == 6
+
+
+def test_re_pricing_at_another_mu_never_turns_a_both_censored_pair_into_a_saving():
+    """At mu 5.28 a y-2 run's total is (1 + mu/2)/(1 + mu) = 0.58 of an on-policy run's for the same steps: valued at
+    their totals, every pair where neither reached the target read as a 42% saving (reports/skill_greedy, before)."""
+    from workbench.compute import units
+
+    steps, B = 100, 128
+    for mu in (0.509, 1.13, 5.28):
+        on_policy_total = units(steps * B, steps * B, B, mu)
+        replay_total = units(steps * B, steps * B / 2, B, mu)
+        arm = {s: Outcome(v) for s, v in enumerate([40.0, 52.0, 47.0, 61.0])}
+        other = {s: Outcome(v) for s, v in enumerate([44.0, 50.0, 55.0, 58.0])}
+        alone = paired_ratio(arm, other)
+        for s in range(4, 8):
+            arm[s], other[s] = Outcome(replay_total, True), Outcome(on_policy_total, True)
+        both = paired_ratio(arm, other)
+        assert (both.estimate, both.low, both.high) == (alone.estimate, alone.low, alone.high)
+        assert both.both_censored == 4 and "4 both-censored left out" in both.fmt()
+        assert stats.direction(both) == 0
+    # what the rule it replaces read at mu 5.28 (censored runs valued at their totals): a resolved saving
+    totals = stats.paired_ratio({s: o.value for s, o in arm.items()}, {s: o.value for s, o in other.items()})
+    assert stats.direction(totals) == -1

@@ -87,6 +87,28 @@ def outcomes(values: Mapping[int, float], censored: set[int] | Sequence[int] = (
     return {int(s): Outcome(float(v), int(s) in cens) for s, v in values.items()}
 
 
+def from_frame(runs) -> dict[int, Outcome]:
+    """Per seed from a table of runs (`analysis.data` columns `seed`, `compute_to_target`, `censored`,
+    `total_units`): a censored run at what it spent in all."""
+    return {int(r.seed): Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
+            for r in runs.itertuples()}
+
+
+def verdict(c: Interval, brief: bool = False) -> str:
+    """A comparison in words (`workbench.stats.verdict`), or why there is none."""
+    if isinstance(c, Comparison) and not math.isfinite(c.estimate):
+        return "no verdict: fewer than two seeds reached the target on both sides"
+    return stats.verdict(c, brief=brief)
+
+
+def counts_of(c: Interval | None) -> dict[str, int]:
+    """A comparison's pair counts as columns (zeros where it had no censoring)."""
+    if c is None:
+        return {"informative_pairs": 0, "one_censored_pairs": 0, "both_censored_pairs": 0}
+    return {"informative_pairs": c.n, "one_censored_pairs": getattr(c, "one_censored", 0),
+            "both_censored_pairs": getattr(c, "both_censored", 0)}
+
+
 def _log_terms(y: np.ndarray, cens: np.ndarray, loc: np.ndarray, sd: float) -> np.ndarray:
     """log density (observed) or log survival (censored) of N(loc, sd^2) at y, elementwise."""
     z = (y - loc) / sd

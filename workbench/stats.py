@@ -88,6 +88,11 @@ def paired_ratio(arm: dict[int, float], baseline: dict[int, float], level: float
     return geometric_interval([arm[s] / baseline[s] for s in common if arm[s] > 0 and baseline[s] > 0], level, seed)
 
 
+def finite_or_inf(value: float) -> float:
+    """A sort key: an estimate that could not be made (nan: too few seeds reached the target) ranks last."""
+    return value if math.isfinite(value) else math.inf
+
+
 def log_sd(values: Sequence[float]) -> float:
     """Sample standard deviation of log(values): the per-run noise of a compute-to-target estimator."""
     logs = [math.log(v) for v in values if v is not None and math.isfinite(v) and v > 0]

@@ -53,11 +53,14 @@ def test_seeds_censored_on_both_sides_give_no_verdict_whatever_their_totals(tmp_
     assert rows[1].verdict == compare.NOTHING_MEASURED
     text = "\n".join(summary.summary_lines(study))
     assert "resolved" not in text and compare.NOTHING_MEASURED in text
-    # one seed that did reach the target on one side: a bound, with its verdict
+    # one seed that did reach the target on one side: one informative pair, a bound, and no estimate from it alone
     arm, base = compare.arms(study)[1], compare.arms(study)[0]
     arm.per_seed[0] = {**arm.per_seed[0], "compute_to_target": 40.0, "censored": 0}
-    verdict = compare.paired_verdict(arm, base, compare.stats.paired_ratio(arm.values(), base.values()))
-    assert verdict != compare.NOTHING_MEASURED and verdict.endswith("7 censored seed(s): a bound")
+    ratio = arm.ratio(base)
+    assert (ratio.n, ratio.one_censored, ratio.both_censored) == (1, 1, 3)
+    verdict = compare.paired_verdict(arm, base, ratio)
+    assert verdict != compare.NOTHING_MEASURED and verdict.startswith("no verdict: fewer than two seeds reached the target")
+    assert "1 informative pair, 1 of them censored on one side; 3 both-censored left out" in ratio.fmt()
 
 
 def test_the_bottom_line_reads_a_saving_again_against_on_policy_at_its_best_lr(tmp_path):

@@ -5,8 +5,9 @@ the re-runs of `study confirm` on fresh seeds (`confirm`, with their own baselin
 geometric mean over its seeds with a 95% interval (`workbench.stats`); its savings is the paired ratio against the
 baseline arm that ran the same seeds; a difference is *resolved* only when that interval excludes 1.
 
-A censored seed enters at its total compute (a lower bound on its true compute-to-target), so an interval with
-censored seeds is itself a bound and says so.
+A seed that never reached the target is censored, and `workbench.censoring` is the one rule for it: a pair where
+neither arm reached the target is left out (it says nothing about the ratio), a pair where one did is a bound, and
+every ratio states its informative and censored pair counts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from workbench import stats
+from workbench import censoring, stats
+from workbench.censoring import Outcome
 from workbench.estimators import ESTIMATORS
 from workbench.study import attrs
 from workbench.verdicts import BottomLine, Setting, against_other_lr, against_same_lr, knob_label, setting_label
@@ -49,6 +51,19 @@ class Arm:
             if key in v:
                 out[int(v["seed"])] = v["total_units"] if v.get(flag) else v[key]
         return out
+
+    def outcomes(self, estimator: str | None = None) -> dict[int, Outcome]:
+        """Per seed: compute-to-target by `estimator` (the study's when None), a censored seed as what it spent in all
+        and flagged so (`workbench.censoring`)."""
+        return censoring.outcomes(self.values(estimator), self.censored_seeds(estimator))
+
+    def level(self, estimator: str | None = None) -> stats.Interval:
+        """Compute-to-target over its seeds with its interval, censored seeds as censored."""
+        return censoring.level_interval(list(self.outcomes(estimator).values()))
+
+    def ratio(self, other: "Arm", estimator: str | None = None) -> censoring.Comparison:
+        """This arm's compute-to-target over `other`'s, paired by seed, censoring as censoring."""
+        return censoring.paired_ratio(self.outcomes(estimator), other.outcomes(estimator))
 
     def censored(self, estimator: str | None = None) -> int:
         return len(self.censored_seeds(estimator))
@@ -112,10 +127,9 @@ def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
     all_arms = arms(study)
     rows = []
     for a in all_arms:
-        values = a.values(estimator)
-        est = stats.geometric_interval(list(values.values()))
+        est = a.level(estimator)
         base = None if a.baseline else baseline_for(a, all_arms)
-        ratio = stats.paired_ratio(values, base.values(estimator)) if base is not None else None
+        ratio = a.ratio(base, estimator) if base is not None else None
         verdict = "baseline" if ratio is None else paired_verdict(a, base, ratio, estimator, brief=True)
         rows.append(Row(a, est, ratio, a.censored(estimator), verdict))
     return rows
@@ -132,8 +146,7 @@ def paired_verdict(arm: Arm, other: Arm, ratio: stats.Interval, estimator: str |
     shared = set(arm.seeds) & set(other.seeds)
     if shared and shared <= (arm.censored_seeds(estimator) & other.censored_seeds(estimator)):
         return NOTHING_MEASURED
-    cens = arm.censored(estimator) + other.censored(estimator)
-    return stats.verdict(ratio, brief=brief) + (f", {cens} censored seed(s): a bound" if cens else "")
+    return censoring.verdict(ratio, brief=brief)
 
 
 def leader(rows: list[Row]) -> Row | None:
@@ -172,15 +185,14 @@ def matched_lr_lines(rows: list[Row], lead: Row, estimator: str | None = None) -
     if len(ops) < 2 or "lr" not in lead.arm.knobs:
         return []
     by_number = {r.arm.number: r for r in rows}
-    best = min(ops.values(), key=lambda a: by_number[a.number].estimate.estimate)
-    mine = lead.arm.values(estimator)
+    best = min(ops.values(), key=lambda a: stats.finite_or_inf(by_number[a.number].estimate.estimate))
     out = []
     same = ops.get(float(lead.arm.knobs["lr"]))
     if same is not None and same.number != lead.arm.number:
-        iv = stats.paired_ratio(mine, same.values(estimator))
+        iv = lead.arm.ratio(same, estimator)
         out.append(f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {paired_verdict(lead.arm, same, iv, estimator)}")
     if best.number != lead.arm.number:
-        iv = stats.paired_ratio(mine, best.values(estimator))
+        iv = lead.arm.ratio(best, estimator)
         out.append(f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {paired_verdict(lead.arm, best, iv, estimator)}")
     return out
 
@@ -219,7 +231,7 @@ def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
         lr = r.arm.knobs.get("lr")
         same = by_lr.get(float(lr)) if lr is not None and len(by_lr) > 1 else None
         if same is not None:
-            ratio = stats.paired_ratio(r.arm.values(estimator), same.values(estimator))
+            ratio = r.arm.ratio(same, estimator)
             against, cens = against_same_lr(float(lr)), r.censored + same.censored(estimator)
         elif lr is not None and base is not None and "lr" in base.knobs and float(base.knobs["lr"]) != float(lr):
             against = against_other_lr(float(base.knobs["lr"]))
@@ -227,9 +239,9 @@ def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
         tuned = tuned_lr = None
         if len(by_lr) > 1:
             by_number = {row.arm.number: row for row in rows}
-            best = min(by_lr.values(), key=lambda a: by_number[a.number].estimate.estimate)
+            best = min(by_lr.values(), key=lambda a: stats.finite_or_inf(by_number[a.number].estimate.estimate))
             if best is not (same or base):
-                tuned, tuned_lr = stats.paired_ratio(r.arm.values(estimator), best.values(estimator)), float(best.knobs["lr"])
+                tuned, tuned_lr = r.arm.ratio(best, estimator), float(best.knobs["lr"])
         out.append(Claim(r, ratio, against, cens, rep, tuned, tuned_lr))
     return out
 
@@ -274,7 +286,7 @@ def noise(study: optuna.Study) -> list[dict[str, Any]]:
             uncensored = {s: v for s, v in a.values(name).items()
                           if not any(int(p["seed"]) == s and p.get(f"censored_{name}") for p in a.per_seed)}
             base = None if a.baseline else baseline_for(a, all_arms)
-            ratio = stats.paired_ratio(a.values(name), base.values(name)) if base is not None else None
+            ratio = a.ratio(base, name) if base is not None else None
             out.append({
                 "estimator": name, "arm": a.label, "seeds": len(a.per_seed), "censored": a.censored(name),
                 "log_sd": stats.log_sd(list(uncensored.values())),
@@ -293,7 +305,7 @@ def comparison_lines(study: optuna.Study) -> list[str]:
     lines = ["compute to target in units, geometric mean over seeds [95% CI]; ratio = its compute over on-policy's"
              " on the same seeds (< 1: less):"]
     for r in rows:
-        head = f"  {r.arm.label}: {r.estimate.fmt()} over {r.estimate.n} seed(s)" + (f", {r.censored} censored" if r.censored else "")
+        head = f"  {r.arm.label}: {r.estimate.fmt()} over {len(r.arm.per_seed)} seed(s)" + (f", {r.censored} censored" if r.censored else "")
         lines.append(head + ("" if r.ratio is None else f"; ratio {r.ratio.fmt()}: {r.verdict}"))
     return lines
 

@@ -106,7 +106,7 @@ def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
     pool = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if not t.user_attrs.get(attrs.ARM) and not t.user_attrs.get(attrs.BASELINE) and t.value is not None]
     if study.user_attrs.get(attrs.SPEC, {}).get("objective") == "compute_to_target":
-        merged = {a.number: stats.geometric_interval(list(a.values().values())).estimate for a in arms(study)}
+        merged = {a.number: stats.finite_or_inf(a.level().estimate) for a in arms(study)}
         return sorted(pool, key=lambda t: merged.get(t.number, t.value))[:k]
     sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
     return sorted(pool, key=lambda t: sign * t.value)[:k]

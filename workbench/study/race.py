@@ -39,12 +39,12 @@ def contenders(study: optuna.Study) -> tuple[Arm | None, list[Arm]]:
     pool = [a for a in arms(study) if a.kind in ("sampler", "predicted")]
     if not pool:
         return None, []
-    lead = min(pool, key=lambda a: stats.geometric_interval(list(a.values().values())).estimate)
+    lead = min(pool, key=lambda a: stats.finite_or_inf(a.level().estimate))
     close = []
     for a in pool:
         if a is lead:
             continue
-        ratio = stats.paired_ratio(a.values(), lead.values())
+        ratio = a.ratio(lead)
         if ratio.n < 2 or not ratio.excludes(1.0):
             close.append(a)
     return lead, close
