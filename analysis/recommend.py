@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench import knobs
+from workbench import censoring, knobs
 
 SPLIT_MU_TOLERANCE = 1.5
 """A study measured at mu m supports a recommendation at the user's mu within this factor of m; beyond it the line
@@ -67,7 +67,8 @@ def _best_replay(result: dict) -> dict | None:
         return None
     c = min(rows, key=lambda c: c["compute_to_target"])
     return {"trial_number": c["trial_number"], "pair": {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"],
-                                                        "high": c["ratio_ci_high"], "seeds": c["seeds"], "verdict": c["verdict"]},
+                                                        "high": c["ratio_ci_high"], "seeds": c["seeds"], "verdict": c["verdict"],
+                                                        **{k: c[k] for k in censoring.counts_of(None) if k in c}},
             "wall": None}
 
 
@@ -153,6 +154,7 @@ def _from_study(result: dict, mu: float | None, split: tuple[int, int] | None, m
                               "horizon": c.get("horizon"), "replay_ratio": y, "x": float(c["x"]), "lr": c.get("lr"),
                               "trial_number": c["trial_number"], **_split(mu, y, split)}
         out["saving"] = {"share": 1 - p["ratio"], "low": 1 - p["high"], "high": 1 - p["low"], "seeds": p["seeds"],
+                         "pairs": censoring.counts_text(p).strip(" ()"),
                          "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr"}
         if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
             w = best["wall"]
@@ -163,7 +165,7 @@ def _from_study(result: dict, mu: float | None, split: tuple[int, int] | None, m
         out["saving"] = None
         out["why_on_policy"] = ("no replay configuration ran" if best is None else
                                 f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
-                                f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}] of on-policy's compute:"
+                                f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
                                 f" {best['pair']['verdict']}")
     return out
 
@@ -227,7 +229,7 @@ def lines(rec: dict) -> list[str]:
         out.append(f"  run {r['strategy']} replay, buffer N {r['capacity']}{horizon}, replay ratio y {r['replay_ratio']:.3g}"
                    f" (x {r['x']:.3g}), {lr}; {split}")
         s = rec["saving"]
-        iv = "" if s["low"] is None else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s['seeds']} paired seeds)"
+        iv = "" if s["low"] is None else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s.get('pairs') or str(s['seeds']) + ' paired seeds'})"
         out.append(f"  predicted saving against {s['against']}: {_pct(s['share'])} of compute{iv}")
         if rec.get("saving_device_time"):
             w = rec["saving_device_time"]

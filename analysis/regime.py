@@ -164,7 +164,7 @@ def build(names: list[str], tracking_uri: str, confirm: str | None = None, targe
 def _pair(p: dict | None) -> str:
     if not p or not math.isfinite(p.get("ratio", math.nan)):
         return "-"
-    return f"{p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}]"
+    return f"{p['ratio']:.2f} [{p['low']:.2f}, {p['high']:.2f}]" + censoring.counts_text(p)
 
 
 def _arm(a: dict) -> str:

@@ -26,6 +26,7 @@ from analysis.bottom_line import bottom_line, runs_line
 from analysis.data import StudyData, load_study, reaccount, retarget
 from analysis.fit import Fit, fit_runs, predicted_optimum
 from analysis.models import compare, optimum
+from analysis.runs_table import write_runs_table
 from analysis.pipeline import device_time_to_target, is_async, mapped_split, split_table
 from analysis.resolution import by_checkpoint, by_estimator, by_reading, resolution
 from analysis.sections import tables
@@ -36,7 +37,7 @@ from analysis.tuned_lr import tuned_lr
 FIGURES = ("savings", "accuracy_vs_compute", "heatmap", "pareto_front", "predicted_vs_measured", "entropy_vs_compute",
            "staleness_histogram")
 """The report's figures, in the order it shows them (each `analysis.plots.<name>`, written as `<name>.png`)."""
-OUTPUT_FILES = ("report.md", "report.html", "analysis.json", *(f"{name}.png" for name in FIGURES))
+OUTPUT_FILES = ("report.md", "report.html", "analysis.json", "runs.csv", *(f"{name}.png" for name in FIGURES))
 """Every file `write_report` writes into its folder (`analysis.destination` checks none of them is tracked)."""
 
 
@@ -321,5 +322,6 @@ def write_report(result: dict, data: StudyData, fit: Fit, out: Path, spec: str |
     (out / "report.md").write_text(markdown(result, figures, spec))
     (out / "report.html").write_text(html_page(result, figures, spec))
     (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
+    write_runs_table(data, out)
     return {"markdown": out / "report.md", "html": out / "report.html", "json": out / "analysis.json",
             **{name: f.path for name, f in figures.items()}}

@@ -10,6 +10,7 @@ import math
 
 from analysis import null_models
 from analysis.sharpness import difference_text
+from workbench import censoring
 from workbench.estimators import METRICS
 from workbench.verdicts import knob_label
 
@@ -31,7 +32,7 @@ def _ci(r: dict) -> str:
 def _ratio(r: dict) -> str:
     if not math.isfinite(r.get("ratio_to_baseline", math.nan)):
         return "-"
-    return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+    return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(r)
 
 
 def _lr_varies(result: dict) -> bool:
@@ -61,7 +62,7 @@ def _comparison_section(result: dict) -> list[str]:
 
 
 def _pair(p: dict | None) -> str:
-    return "-" if not p or not math.isfinite(p["ratio"]) else f"{p['ratio']:.2f} [{_fmt(p['low'])}, {_fmt(p['high'])}]: {p['verdict']}"
+    return "-" if not p or not math.isfinite(p["ratio"]) else f"{p['ratio']:.2f} [{_fmt(p['low'])}, {_fmt(p['high'])}]{censoring.counts_text(p)}: {p['verdict']}"
 
 
 def _tuned_lr_section(result: dict) -> list[str]:
@@ -119,7 +120,7 @@ def _resolution_section(result: dict) -> list[str]:
                   "| estimator | trial | seeds (censored) | log sd | geometric mean | paired log sd | ratio to on-policy [95% CI] |",
                   "|---|---|---|---|---|---|---|"]
         for r in noise:
-            ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+            ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(r)
             lines.append(f"| {r['estimator']} | {r['trial_number']}{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) "
                          f"| {_fmt(r['log_sd'])} | {_fmt(r['geo_mean'])} | {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} |")
         lines.append("")
@@ -142,7 +143,7 @@ def _readings_section(result: dict) -> list[str]:
              "| curve read (target) | trial | seeds (censored) | log sd | paired log sd | ratio to on-policy [95% CI] | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["trial_number"], not r["study_reading"])):
-        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(r)
         lines.append(f"| {r['reading']} at {r['target']:g}{' (the study)' if r['study_reading'] else ''} | {r['trial_number']}"
                      f"{' (on-policy)' if r['baseline'] else ''} | {r['seeds']} ({r['censored']}) | {_fmt(r['log_sd'])} "
                      f"| {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} | {r.get('verdict', '-')} |")
@@ -169,7 +170,7 @@ def _checkpoints_section(result: dict) -> list[str]:
              " ratio to on-policy at its best lr on these seeds [95% CI]: verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["trial_number"], r["checkpoint"])):
-        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]"
+        ratio = "-" if not math.isfinite(r.get("ratio", math.nan)) else f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(r)
         tuned = "-" if "ratio_to_tuned" not in r else (
             f"{r['ratio_to_tuned']:.2f} [{r['ratio_to_tuned_low']:.2f}, {r['ratio_to_tuned_high']:.2f}] (lr {r['tuned_lr']:g}):"
             f" {r['verdict_to_tuned']}")
@@ -183,7 +184,7 @@ def _ratio_cell(r: dict | None) -> str:
         return "-"
     if not math.isfinite(r.get("ratio_ci_low", math.nan)):
         return f"{r['ratio']:.2f} (one seed)"
-    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + (" (censored: a bound)" if r.get("bound") else "")
+    return f"{r['ratio']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(r)
 
 
 def _difference_cell(r: dict | None) -> str:

@@ -109,6 +109,16 @@ def counts_of(c: Interval | None) -> dict[str, int]:
             "both_censored_pairs": getattr(c, "both_censored", 0)}
 
 
+def counts_text(row: Mapping, suffix: str = "") -> str:
+    """` (4 informative pairs, ...)` from a table row's `counts_of` columns (named with `suffix`), empty where the row
+    has none (a row written before pairs were counted)."""
+    if f"informative_pairs{suffix}" not in row:
+        return ""
+    c = Comparison(math.nan, math.nan, math.nan, int(row[f"informative_pairs{suffix}"]),
+                   int(row.get(f"one_censored_pairs{suffix}", 0)), int(row.get(f"both_censored_pairs{suffix}", 0)))
+    return f" ({c.counts()})"
+
+
 def _log_terms(y: np.ndarray, cens: np.ndarray, loc: np.ndarray, sd: float) -> np.ndarray:
     """log density (observed) or log survival (censored) of N(loc, sd^2) at y, elementwise."""
     z = (y - loc) / sd

@@ -495,6 +495,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_results(args: argparse.Namespace) -> int:
+    """Recompute every marked number of a results page from the committed per-run tables (`analysis.recompute`);
+    exit 1 when one does not hold."""
+    from analysis.recompute import check
+
+    docs = Path(args.docs)
+    if not docs.is_file():
+        raise ConfigError(f"--docs: no such file: {docs}")
+    checks = check(docs, Path(args.reports))
+    for c in checks:
+        print(c.fmt())
+    failed = [c for c in checks if not c.held]
+    print(f"{len(checks) - len(failed)} of {len(checks)} numbers recomputed from {args.reports}/*/runs.csv"
+          + (f"; {len(failed)} did not hold" if failed else ""))
+    return 1 if failed or not checks else 0
+
+
 def cmd_theory(args: argparse.Namespace) -> int:
     """Closed-form optimum of Arnal et al. Theorem 4.5 under the power-law variance (App. C.3.2)."""
     for name in ("mu", "rho", "alpha"):
@@ -780,6 +797,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")
     probe.add_argument("--quiet", action="store_true", help="no progress lines")
     probe.set_defaults(func=cmd_probe)
+
+    results = sub.add_parser("results", help="recompute every number docs/results.md states from the per-run tables committed"
+                             " beside the reports (reports/NAME/runs.csv)")
+    results.add_argument("--docs", default="docs/results.md", help="the results page (default docs/results.md)")
+    results.add_argument("--reports", default="reports", help="the folder of reports with their runs.csv (default reports)")
+    results.set_defaults(func=cmd_results)
 
     theory = sub.add_parser("theory", help="closed-form optimal staleness horizon and replay ratio (Arnal et al.)")
     theory.add_argument("--mu", type=float, required=True, help="generation cost / training cost of a rollout")

@@ -34,9 +34,12 @@ def setting_label(knobs: dict[str, Any], trial: int) -> str:
 
 def ratio_text(iv: stats.Interval) -> str:
     """A paired ratio as `0.94x [0.84, 1.05]`: compute over on-policy's on the same seeds, with its 95% interval."""
+    pairs = f" ({iv.counts()})" if hasattr(iv, "counts") else ""
+    if not math.isfinite(iv.estimate):
+        return f"no estimate{pairs}"
     if iv.n < 2 or not math.isfinite(iv.low):
-        return f"{iv.estimate:.2f}x (1 seed: no interval)"
-    return f"{iv.estimate:.2f}x [{iv.low:.2f}, {iv.high:.2f}]"
+        return f"{iv.estimate:.2f}x (1 seed: no interval){pairs}"
+    return f"{iv.estimate:.2f}x [{iv.low:.2f}, {iv.high:.2f}]{pairs}"
 
 
 def against_same_lr(lr: float) -> str:
