@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 
-from workbench import stats
+from workbench import censoring, stats
 from workbench.estimators import METRICS
 from workbench.verdicts import BottomLine, Setting, against_other_lr, setting_label
 from workbench.verdicts import bottom_line as verdict_line
 
 
 def _interval(c: dict, key: str = "ratio_to_baseline", low: str = "ratio_ci_low", high: str = "ratio_ci_high") -> stats.Interval:
-    return stats.Interval(c[key], c[low], c[high], c["seeds"])
+    return censoring.from_row(c, key, low, high)
 
 
 def settings(result: dict) -> list[Setting]:
@@ -31,8 +31,7 @@ def settings(result: dict) -> list[Setting]:
     tuned_lr = result.get("tuned_lr") or {}
     tuned = {}  # trial -> its ratio to on-policy at on-policy's best lr, where that is not the baseline
     if tuned_lr and base is not None and tuned_lr["on_policy_best_trial"] != base["trial_number"]:
-        tuned = {t["trial_number"]: stats.Interval(t["against_tuned"]["ratio"], t["against_tuned"]["low"],
-                                                   t["against_tuned"]["high"], t["against_tuned"]["seeds"])
+        tuned = {t["trial_number"]: censoring.from_row(t["against_tuned"], "ratio", "low", "high")
                  for t in tuned_lr.get("tuned", [])}
     out = []
     for c in configs:

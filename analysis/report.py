@@ -50,6 +50,7 @@ def _config_record(row) -> dict:
         "ratio_ci_high": float(row["ratio_ci_high"]), "verdict": str(row["verdict"]),
         "best_accuracy": float(row["best_accuracy"]), "best_reading": float(row["best_reading"]), "seeds": int(row["seeds"]), "censored_seeds": int(row["censored_seeds"]),
         "arm": str(row.get("arm", "sampler")),
+        **{k: int(row[k]) for k in ("informative_pairs", "one_censored_pairs", "both_censored_pairs") if k in row},
         **({"lr": float(row["lr"])} if "lr" in row and pd.notna(row["lr"]) else {}),
     }
 

@@ -28,7 +28,9 @@ CONFIG = ["trial_number", "arm", "baseline", "strategy", "x", "y", "capacity", "
 def runs_table(data: StudyData) -> pd.DataFrame:
     """One row per seed run of `data` (column order fixed; floats as measured)."""
     runs = data.runs
-    out = runs[[c for c in CONFIG if c in runs] + ["seed", "checkpoint", "run_id"]].copy()
+    out = runs[[c for c in CONFIG if c in runs] + ["seed"] + (["checkpoint"] if "checkpoint" in runs else []) + ["run_id"]].copy()
+    if "checkpoint" not in out:
+        out.insert(out.columns.get_loc("seed") + 1, "checkpoint", 0)  # a study from before warm starts were recorded: the first
     out.insert(0, "study", data.name)
     out["curve"] = data.metric
     out["target"] = data.target

@@ -109,6 +109,15 @@ def counts_of(c: Interval | None) -> dict[str, int]:
             "both_censored_pairs": getattr(c, "both_censored", 0)}
 
 
+def from_row(row: Mapping, estimate: str, low: str, high: str, n: str = "seeds", suffix: str = "") -> Interval:
+    """A comparison read back from a table row (analysis.json): a `Comparison` where the row has pair counts (named
+    with `suffix`), else a plain interval (a row from before pairs were counted)."""
+    if f"informative_pairs{suffix}" not in row:
+        return Interval(row[estimate], row[low], row[high], row[n])
+    return Comparison(row[estimate], row[low], row[high], int(row[f"informative_pairs{suffix}"]),
+                      int(row.get(f"one_censored_pairs{suffix}", 0)), int(row.get(f"both_censored_pairs{suffix}", 0)))
+
+
 def counts_text(row: Mapping, suffix: str = "") -> str:
     """` (4 informative pairs, ...)` from a table row's `counts_of` columns (named with `suffix`), empty where the row
     has none (a row written before pairs were counted)."""

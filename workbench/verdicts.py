@@ -109,8 +109,7 @@ def _seeds(compared: Sequence[Setting]) -> str:
 def _where(s: Setting) -> str:
     """`y=2 x=8 (trial 2), 1.30x [1.10, 1.60]`, with whom it is compared where that is not plain on-policy."""
     against = "" if s.against == "on-policy" else f" against {s.against}"
-    bound = " (censored seeds: a bound)" if s.censored else ""
-    return f"{s.label}, {ratio_text(s.ratio)}{against}{bound}"
+    return f"{s.label}, {ratio_text(s.ratio)}{against}"
 
 
 def _tuned(s: Setting) -> str:
@@ -155,7 +154,7 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
     if wins:
         best = min(wins, key=lambda s: s.ratio.estimate)
         text = (f"the best replay setting, {best.label}, reaches {goal} with {ratio_text(best.ratio)} the compute of {best.against}"
-                f"{' (censored seeds: a bound)' if best.censored else ''} ({_seeds([best])}: resolved,"
+                f" ({_seeds([best])}: resolved,"
                 f" {1 - best.ratio.estimate:.0%} saved)")
         if len(wins) > 1:
             text += f"; {len(wins) - 1} other setting{'s' if len(wins) > 2 else ''} also resolved"
@@ -164,7 +163,7 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
         if best.replicated is not None and stats.direction(best.replicated) < 0:
             steps.append(Step(f"workbench study verify {ref}", "runs the fitted optimum"))
         return BottomLine("saving", text + _tuned(best) + _replication(best, saving=True) + ".", steps)
-    closest = min(compared, key=lambda s: s.ratio.estimate)
+    closest = min(compared, key=lambda s: stats.finite_or_inf(s.ratio.estimate))
     tail = _replication(closest, saving=False)
     if all(stats.direction(s.ratio) > 0 for s in compared):
         return BottomLine("dearer",

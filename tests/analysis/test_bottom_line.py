@@ -89,7 +89,7 @@ def test_labels_carry_lr_where_it_varies_and_on_policy_at_another_lr_is_no_repla
     v = verdict(_result(base, other_lr, replay))
     assert v.text.startswith("the best replay setting, y=2 x=8 lr=0.0001 (trial 2), reaches the demo_prob target 0.665 with"
                              " 0.60x [0.50, 0.70] the compute of on-policy at another lr (1e-05: a saving may be the"
-                             " learning rate's) (censored seeds: a bound)")
+                             " learning rate's) (3 paired seeds")
     assert "lr=" not in verdict(_result(BASE, _config(1, 4, 2, 0.6, 0.5, 0.7))).text
 
 

@@ -44,7 +44,7 @@ def test_the_default_folder_is_beside_the_mlflow_store(tmp_path, monkeypatch):
 @needs_git
 def test_tracked_files_are_refused_unless_forced(checkout):
     out = checkout / "reports" / "toy"
-    with pytest.raises(ConfigError, match=r"^--out: .* holds files git tracks \(report\.md, report\.html, analysis\.json and 7 more\); pass --force"):
+    with pytest.raises(ConfigError, match=r"^--out: .* holds files git tracks \(report\.md, report\.html, analysis\.json and 8 more\); pass --force"):
         destination.prepare(out, "toy", "sqlite:///mlflow.db", list(report.OUTPUT_FILES), force=False)
     assert destination.prepare(out, "toy", "sqlite:///mlflow.db", list(report.OUTPUT_FILES), force=True) == out
     # a folder of untracked files is written without asking

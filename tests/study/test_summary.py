@@ -7,7 +7,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from workbench import stats
+from workbench import censoring, stats
 from workbench.cli import main
 from workbench.study import attrs, compare, summary
 from workbench.study.spec import load_spec
@@ -103,7 +103,7 @@ def test_an_unresolved_comparison_is_never_called_a_win(tmp_path):
 
 def test_a_resolved_saving_is_claimed_with_its_interval_until_replicated(tmp_path):
     study, path = _study(tmp_path, {(1, 1): [30.0, 25.0, 33.0], (2, 8): [21.0, 17.6, 23.4]})
-    iv = stats.paired_ratio({0: 21.0, 1: 17.6, 2: 23.4}, {0: 30.0, 1: 25.0, 2: 33.0})
+    iv = _pairs({0: 21.0, 1: 17.6, 2: 23.4}, {0: 30.0, 1: 25.0, 2: 33.0})
     assert stats.direction(iv) < 0
     bottom, nxt = _bottom(study, path)
     assert bottom == (f"Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches the demo_prob target 0.13 with"
@@ -114,7 +114,7 @@ def test_a_resolved_saving_is_claimed_with_its_interval_until_replicated(tmp_pat
     # `study confirm`: on-policy and the setting again on seeds 3-5, where the saving holds
     _add(study, {"replay.ratio": 1, "x": 1}, [28.0, 31.0, 26.0], (3, 4, 5), baseline=True, **{attrs.ARM: "confirm", attrs.CONFIRMS: 0})
     _add(study, {"replay.ratio": 2, "x": 8}, [20.0, 22.0, 18.0], (3, 4, 5), **{attrs.ARM: "confirm", attrs.CONFIRMS: 1})
-    rep = stats.paired_ratio({3: 20.0, 4: 22.0, 5: 18.0}, {3: 28.0, 4: 31.0, 5: 26.0})
+    rep = _pairs({3: 20.0, 4: 22.0, 5: 18.0}, {3: 28.0, 4: 31.0, 5: 26.0})
     bottom, nxt = _bottom(study, path)
     assert bottom.endswith(f"(3 paired seeds, 95% interval: resolved, 30% saved); on fresh seeds {ratio_text(rep)}: the"
                            " saving holds.")
@@ -146,7 +146,7 @@ def test_a_saving_from_the_learning_rate_alone_is_not_the_bottom_line(tmp_path):
     assert "resolved: less compute (40% saved)" in text  # against the baseline's lr, in the table
     bottom, _ = _bottom(study, path)
     assert bottom.startswith("Bottom line: every replay setting tried needs resolvably more compute than on-policy")
-    assert "1.20x [1.20, 1.20] against on-policy at the same lr (0.0001)" in bottom
+    assert "1.20x [1.20, 1.20] (3 informative pairs) against on-policy at the same lr (0.0001)" in bottom
     assert "saved" not in bottom and "reaches the target" not in bottom
 
 
@@ -249,3 +249,8 @@ def test_race_and_confirm_end_with_the_same_bottom_line_and_next_command(tmp_pat
     assert len(optuna.load_study(study_name="explain", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 4  # nothing trained
     assert out[-3:-1] == summary.closing_lines(study, str(path)) and out[-1].startswith("[")  # the JSON stays last
     assert out[-3].endswith(": the saving holds.") and out[-2].startswith(f"Next: workbench study verify {path}")
+
+
+def _pairs(arm: dict[int, float], other: dict[int, float]):
+    """The comparison the summary prints for these per-seed values (none censored)."""
+    return censoring.paired_ratio(censoring.outcomes(arm), censoring.outcomes(other))
