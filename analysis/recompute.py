@@ -7,7 +7,8 @@ A number in docs/results.md is a claim only if it can be recomputed, so each one
 `quickstart 1/0`: trial 1's compute-to-target over trial 0's, paired by seed, from `reports/quickstart/runs.csv`
 (`workbench.censoring.paired_ratio`); `quickstart 0`: trial 0's level over its seeds; an estimator name may follow
 (`quickstart 1/0 first`), else the study's. The text before the marker must contain the comparison exactly as
-`Comparison.fmt()` writes it. `check` returns one line per marker and whether it held.
+`Comparison.fmt()` writes it. `check` returns one line per marker and whether it held, and fails a line that states
+more intervals than it has markers: a number that cannot be recomputed does not belong on the page.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from analysis.runs_table import FILE, outcomes, read_runs_table
 from workbench import censoring
 
+INTERVAL = re.compile(r"\d[\d.]*x? \[[\d.]+(?:e-?\d+)?, (?:[\d.]+(?:e-?\d+)?|inf)\]")
+"""A number with its interval as the docs print one (`1.05 [0.91, 1.22]`, `0.70x [0.69, 0.72]`)."""
 MARKER = re.compile(r"<!--\s*recompute:\s*([\w.-]+)\s+(\d+)(?:/(\d+))?(?:\s+(\w+))?\s*-->")
 
 
@@ -50,6 +53,9 @@ def check(markdown: Path, reports: Path) -> list[Check]:
     """Every marker of `markdown`, recomputed from `reports/<study>/runs.csv`."""
     out = []
     for i, text in enumerate(Path(markdown).read_text().splitlines(), 1):
+        unmarked = len(INTERVAL.findall(text)) - len(MARKER.findall(text))
+        if unmarked > 0:
+            out.append(Check(i, "unmarked", f"{unmarked} interval(s) on this line without a recompute marker", False))
         for m in MARKER.finditer(text):
             study, arm, other, estimator = m.group(1), int(m.group(2)), m.group(3), m.group(4)
             claim = f"{study} {arm}" + (f"/{other}" if other else "") + (f" {estimator}" if estimator else "")

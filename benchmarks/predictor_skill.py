@@ -8,7 +8,7 @@ committed beside the refit's; the probe's arm against its sweep's null where the
 grid's best, re-accounted at another mu, where the report did so); and F1's exponent
 read again from the report's F1 rows (`analysis.laws.exponent_reading`).
 
-    .venv/bin/python benchmarks/predictor_skill.py reports/archive/replay_grid_demo [reports/split_grid_hi ...]
+    .venv/bin/python benchmarks/predictor_skill.py reports/archive/replay_grid_demo [reports/archive/split_grid_hi ...]
         [--models thm45,extended_lr] [--json out.json]
 
 A path is a report folder or its analysis.json. Takes a minute or more per report on a shared machine (a refit per

@@ -60,6 +60,8 @@ class Comparison(Interval):
     """Informative pairs where one run never reached the target: a bound on the ratio, not a value."""
     both_censored: int = 0
     """Pairs where neither run reached the target: no information about the ratio, left out."""
+    unit: str = "pair"
+    """`run` for one arm's level over its seeds (`level_interval`): `n` runs, `one_censored` of them censored."""
 
     @property
     def exact(self) -> int:
@@ -67,6 +69,8 @@ class Comparison(Interval):
 
     def counts(self) -> str:
         """The pair counts in words, for every comparison line."""
+        if self.unit == "run":
+            return f"{self.n} run{'s' if self.n != 1 else ''}" + (f", {self.one_censored} of them censored" if self.one_censored else "")
         head = f"{self.n} informative pair{'s' if self.n != 1 else ''}"
         cens = f", {self.one_censored} of them censored on one side" if self.one_censored else ""
         both = f"; {self.both_censored} both-censored left out" if self.both_censored else ""
@@ -229,9 +233,9 @@ def level_interval(runs: Sequence[Outcome], level: float = LEVEL) -> Comparison:
     exact = [r for r in runs if not r.censored]
     if not cens:
         iv = stats.geometric_interval([r.value for r in exact], level)
-        return Comparison(iv.estimate, iv.low, iv.high, iv.n)
+        return Comparison(iv.estimate, iv.low, iv.high, iv.n, unit="run")
     if len(exact) < 2:
-        return Comparison(math.nan, math.nan, math.nan, len(runs), one_censored=len(cens))
+        return Comparison(math.nan, math.nan, math.nan, len(runs), one_censored=len(cens), unit="run")
     y = np.log([r.value for r in runs])
     c = np.array([r.censored for r in runs])
 
@@ -255,4 +259,4 @@ def level_interval(runs: Sequence[Outcome], level: float = LEVEL) -> Comparison:
             prev, step = at, step * 1.6
         return sign * math.inf
 
-    return Comparison(math.exp(m0), math.exp(end(-1)), math.exp(end(+1)), len(runs), one_censored=len(cens))
+    return Comparison(math.exp(m0), math.exp(end(-1)), math.exp(end(+1)), len(runs), one_censored=len(cens), unit="run")

@@ -26,7 +26,7 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     assert "ran seeds [2]" in race.stdout and "race over" in race.stdout
     raced = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("arm") == "race"]
     assert sorted(t.user_attrs["extends"] for t in raced) == [0, 1, 2]
-    assert "over 3 seed(s)" in race.stdout  # merged into the configurations they extend
+    assert "(3 runs" in race.stdout  # merged into the configurations they extend
 
     proc = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -310,3 +310,24 @@ def test_a_run_short_of_its_target_goes_on_to_it_or_to_the_cap(tracking_uri):
 def test_the_target_cap_must_lie_above_the_budget():
     with pytest.raises(ConfigError, match="budget.until_target_units"):
         build_config(toy_dict(budget={"compute_units": 4, "steps": None, "until_target_units": 4}))
+
+
+def test_a_fixed_mu_gives_the_same_compute_units_beside_a_cpu_bound_job(tracking_uri):
+    """The compute unit counts work, not seconds, once mu is fixed (`compute.mu`, a study's `compute_mu`): the same
+    trial alone and beside a process that keeps a core busy spends the same units at every evaluation, while its
+    wall-clock mu (a logged diagnostic) is free to move."""
+    import subprocess
+    import sys
+
+    cfg = build_config(toy_dict(compute={"mu": 0.509}, budget={"compute_units": None, "steps": 6}))
+    alone = run_trial(tracked(cfg, tracking_uri))
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = run_trial(tracked(cfg, tracking_uri))
+    finally:
+        burner.kill()
+        burner.wait()
+    spent = lambda r: [e["compute_units"] for e in r.evals]  # noqa: E731
+    assert len(spent(alone)) == len(spent(loaded)) >= 3
+    assert spent(loaded) == pytest.approx(spent(alone), rel=0.02)
+    assert alone.metrics["final/mu_measured"] > 0 and loaded.metrics["final/mu_measured"] > 0

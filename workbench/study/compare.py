@@ -305,7 +305,7 @@ def comparison_lines(study: optuna.Study) -> list[str]:
     lines = ["compute to target in units, geometric mean over seeds [95% CI]; ratio = its compute over on-policy's"
              " on the same seeds (< 1: less):"]
     for r in rows:
-        head = f"  {r.arm.label}: {r.estimate.fmt()} over {len(r.arm.per_seed)} seed(s)" + (f", {r.censored} censored" if r.censored else "")
+        head = f"  {r.arm.label}: {r.estimate.fmt()}"
         lines.append(head + ("" if r.ratio is None else f"; ratio {r.ratio.fmt()}: {r.verdict}"))
     return lines
 
