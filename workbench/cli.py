@@ -498,12 +498,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     """Recompute every marked number of a results page from the committed per-run tables (`analysis.recompute`);
     exit 1 when one does not hold."""
-    from analysis.recompute import check
+    from workbench.workflow.results import recompute_page
 
-    docs = Path(args.docs)
-    if not docs.is_file():
-        raise ConfigError(f"--docs: no such file: {docs}")
-    checks = check(docs, Path(args.reports))
+    checks = recompute_page(Path(args.docs), Path(args.reports))
     for c in checks:
         print(c.fmt())
     failed = [c for c in checks if not c.held]
