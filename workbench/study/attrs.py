@@ -14,11 +14,16 @@ REQUEUED = "requeued"
 """Numbers of failed trials a resumed `study run` dealt with (interrupted ones, and those behind a fail-fast stop,
 `workbench.study.failfast`): their configurations enqueued again, unless no longer a point of the spec's space."""
 
+LR_EXTENSIONS = "lr_extensions"
+"""`lr_sweep`: learning rates queued past an end of the sweep (`workbench.study.lr_sweep`); they add to n_trials."""
+
 # on a trial
 RUN = "mlflow_run_id"
 """The trial's MLflow run (the MLflow run carries the trial number back: `tracking.TRIAL_NUMBER`)."""
 BASELINE = "baseline"
 POINT = "point"
+LR_EXTENSION = "lr_extension"
+"""A point queued past an end of its arm's lr sweep (`workbench.study.lr_sweep`)."""
 REQUEUED_FROM = "requeued_from"
 SKIPPED = "skipped"
 """A sampler proposal that was not trained (x < y, or a configuration already run); pruned, not counted."""

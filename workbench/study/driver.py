@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from workbench import interrupts, progress, tracking
 from workbench.config import ConfigError
-from workbench.study import attrs, failfast
+from workbench.study import attrs, failfast, lr_sweep
 from workbench.study.context import StudyContext, calibrated, create_or_load
 from workbench.study.devices import detect_kind, per_trial, split_devices, worker_env
 from workbench.study.preflight import check_study
@@ -105,7 +105,7 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         log_to_parent_run(ctx.tracking_uri, study)
         parent = study.user_attrs.get(attrs.PARENT_RUN)
         if parent:
-            tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials else "FAILED")
+            tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials + lr_sweep.extensions(study) else "FAILED")
     except Exception as err:
         if not tracking.unreachable(err):
             raise

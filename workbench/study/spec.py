@@ -204,6 +204,15 @@ class StudySpec(BaseModel):
     `study run` resumes it and runs the stopped configurations again (`workbench.study.failfast`)."""
     limits: TrialLimits = TrialLimits()
     """Per seed: a progress watchdog (`stall_s`), a wall-time limit (`wall_s`) and a memory limit (`memory_mib`)."""
+    lr_sweep: list[float] | None = None
+    """Each arm at its own learning rate (Arnal et al.'s protocol): the on-policy baseline and every point run at each
+    of these learning rates (ascending, evenly spaced on a log scale, the base lr among them), and an arm whose best
+    lr is at an end of what it ran is run once more at the next lr out, up to `lr_extend` times per side, so that its
+    best is bounded on both sides or said not to be. The headline is then each arm at its best against on-policy at
+    its best (`analysis.tuned_lr`). `lr` becomes a log-range knob of the search space (the sampler's own proposals
+    draw it there); `n_trials` is raised to cover every arm at every lr."""
+    lr_extend: int = Field(2, ge=0)
+    """`lr_sweep`: how many learning rates an arm may be extended by past each end of the sweep."""
     points: list[dict[str, Any]] = []
     """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
     strategy with its paper's settings); the sampler proposes the trials after them."""
@@ -237,6 +246,37 @@ class StudySpec(BaseModel):
         if not v:
             raise ValueError("must hold at least one knob")
         return v
+
+    @model_validator(mode="after")
+    def _per_arm_lr(self) -> "StudySpec":
+        """`lr_sweep`: lr as a log-range knob, every point at every lr (once: a stored spec is already expanded)."""
+        lrs = self.lr_sweep
+        if lrs is None:
+            return self
+        if len(lrs) < 2 or any(b <= a for a, b in zip(lrs, lrs[1:])) or lrs[0] <= 0:
+            raise ValueError("lr_sweep: give two or more learning rates, positive and ascending")
+        base_lr = float(self.base.get("lr", TrialConfig.model_fields["lr"].default))
+        if not any(math.isclose(base_lr, v, rel_tol=1e-9) for v in lrs):
+            raise ValueError(f"lr_sweep: must include the base lr ({base_lr:g}), the baseline's")
+        if "lr" in self.search_space and self.search_space["lr"].choices is not None:
+            raise ValueError("lr_sweep: lr is swept per arm; remove it from search_space")
+        step = lr_step(lrs)
+        self.search_space["lr"] = Dimension(low=lrs[0] / step ** self.lr_extend * (1 - 1e-9),
+                                            high=lrs[-1] * step ** self.lr_extend * (1 + 1e-9), log=True)
+        if self.points and all("lr" in p for p in self.points):
+            return self  # expanded already (a stored spec read back), or every point names its own lr
+        expanded = [point for p in self.points for point in ([p] if "lr" in p else [{**p, "lr": v} for v in lrs])]
+        if self.baseline:
+            try:
+                on_policy = {k: v for k, v in self.baseline_params().items() if k != "lr"}
+            except ConfigError:  # a base that does not build: `_check` says so in one line
+                on_policy = None
+            if on_policy is not None:
+                _include_baseline(self)  # on-policy at the other lrs are points of the space: its values in its choices
+                expanded = [{**on_policy, "lr": v} for v in lrs if not math.isclose(v, base_lr, rel_tol=1e-9)] + expanded
+        self.points = expanded
+        self.n_trials = max(self.n_trials, len(self.points) + int(self.baseline))
+        return self
 
     def checkpoint_of(self, seed: int, base_init_seed: int = 0) -> int:
         """The warm start (`model.init_seed`) seed `seed` starts from (`seeds_per_checkpoint`)."""
@@ -336,6 +376,11 @@ def probe_point(spec: StudySpec, knob: str, value: Any) -> dict[str, Any]:
         elif dim.active(point):
             point[key] = dim.probe_values()[0]
     return {k: v for k, v in point.items() if spec.search_space[k].active(point)}
+
+
+def lr_step(lrs: list[float]) -> float:
+    """The factor between neighbouring learning rates of a sweep (its geometric mean step)."""
+    return (lrs[-1] / lrs[0]) ** (1.0 / (len(lrs) - 1))
 
 
 def _check(spec: StudySpec) -> None:

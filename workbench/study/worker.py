@@ -24,7 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from workbench import interrupts, tracking
-from workbench.study import attrs, failfast
+from workbench.study import attrs, failfast, lr_sweep
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.devices import apply, describe, detect_kind, per_trial, split_devices
 from workbench.study.slots import Slot, SlotPool, slots_of
@@ -59,15 +59,19 @@ class StudyBudget:
     def __init__(self, spec: StudySpec, n_trials: int):
         self.spec, self.n_trials = spec, n_trials
 
+    def target(self, study: optuna.Study) -> int:
+        """Trials to complete: `n_trials`, and the learning rates an lr sweep queued past its ends."""
+        return self.n_trials + lr_sweep.extensions(study)
+
     def finished(self, study: optuna.Study) -> str | None:
         """Why the study needs no more trials from anyone (None while it does)."""
         c = counts(study)
-        if c["complete"] + c["pruned"] >= self.n_trials:
+        if c["complete"] + c["pruned"] >= self.target(study):
             return "done"
         stop = failfast.check(study, self.spec)
         if stop is not None:
             return stop.reason
-        if c["skipped"] >= 10 * self.n_trials or space_exhausted(study, self.spec):
+        if c["skipped"] >= 10 * self.target(study) or space_exhausted(study, self.spec):
             return "the search space has no untried feasible configuration left"
         return None
 
@@ -78,9 +82,10 @@ class StudyBudget:
         if not calibrated(study) and baseline_running(study):
             return True
         c = counts(study)
-        return c["complete"] + c["pruned"] + c["running"] >= self.n_trials
+        return c["complete"] + c["pruned"] + c["running"] >= self.target(study)
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        lr_sweep.extend(study, self.spec)
         if self.finished(study) or self.waiting(study):
             study.stop()
 
