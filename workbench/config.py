@@ -403,7 +403,13 @@ class PipelineConfig(Section):
     """Each generator idles (slowdown - 1) times the seconds its last chunk took after pushing it: a costlier
     generator (a larger mu, e.g. the paper's 5.28) emulated on a CPU, and the slowed generator of the staleness
     tests. That extra time is generation compute: `compute/mu` reads about `slowdown` times the generator's own
-    (`pipeline/mu_busy`), and `pipeline/gen_slowdown_seconds` sums it."""
+    (`pipeline/mu_busy`), and `pipeline/gen_slowdown_seconds` sums it. With `generator_token_seconds` set, the hold
+    is modelled from counted work instead of measured time."""
+    generator_token_seconds: float | None = Field(None, gt=0)
+    """With `generator_slowdown`: the emulated generator holds (slowdown - 1) x the chunk's generated tokens x this
+    many seconds (the sampling time per token, measured once on an idle machine), a duration that counts work and does
+    not move with the machine's load. Unset: (slowdown - 1) x the chunk's measured sampling seconds, which charges
+    any contention during sampling slowdown - 1 times over."""
     stall_timeout_s: float | None = Field(600.0, gt=0)
     """A generator that delivers no rollouts for this many seconds (evaluations excluded) ends the trial with one
     line naming it (async): a hung generator is alive, so its exit code never tells, and a buffer would go on

@@ -397,3 +397,17 @@ def test_a_hung_trainer_ends_the_trial_within_its_stall_timeout(tracking_uri):
         run_trial(cfg, observer=hang)
     assert time.monotonic() - hung["at"] < 3 + 15  # the timeout, the death grace and the ending
     assert not alive(hung["pid"])
+
+
+def test_an_emulated_slow_generator_holds_for_its_counted_work_when_a_token_time_is_given():
+    """`pipeline.generator_token_seconds`: the hold is (s - 1) x tokens x seconds per token whatever the chunk's
+    measured sampling time (a loaded machine's); unset, it is (s - 1) x the measured time, as before."""
+    from workbench.trial.pipeline.generator import emulated_hold
+
+    counted = build_config(toy_dict(pipeline={"mode": "async", "generator_slowdown": 12.0, "generator_token_seconds": 1e-4},
+                                    replay={"strategy": "queue"}))
+    assert emulated_hold(counted, busy_s=0.5, generated_tokens=2000) == pytest.approx(11 * 0.2)
+    assert emulated_hold(counted, busy_s=5.0, generated_tokens=2000) == pytest.approx(11 * 0.2)  # load: same hold
+    measured = build_config(toy_dict(pipeline={"mode": "async", "generator_slowdown": 12.0}, replay={"strategy": "queue"}))
+    assert emulated_hold(measured, busy_s=0.5, generated_tokens=2000) == pytest.approx(11 * 0.5)
+    assert emulated_hold(build_config(toy_dict()), busy_s=0.5, generated_tokens=2000) == 0.0

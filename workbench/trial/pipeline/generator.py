@@ -54,7 +54,7 @@ class Chunk:
     paused_s: float = 0.0
     """Paused while the trainer evaluated."""
     slowdown_s: float = 0.0
-    """The emulated slower generator's extra cost of this chunk, (`pipeline.generator_slowdown` - 1) times `busy_s`:
+    """The emulated slower generator's extra cost of this chunk (`emulated_hold`):
     generation compute (the generator holds the chunk that long before pushing it, as a slower one would sample it)."""
 
 
@@ -89,6 +89,17 @@ def split_groups(rollouts: list[Rollout], parts: int, offset: int) -> list[list[
     for i, members in enumerate(groups.values()):
         out[(i + offset) % parts].extend(members)
     return out
+
+
+def emulated_hold(cfg: TrialConfig, busy_s: float, generated_tokens: int) -> float:
+    """Seconds an emulated slower generator (`pipeline.generator_slowdown` s) holds a chunk: (s - 1) x its modelled
+    sampling time, the generated tokens x `pipeline.generator_token_seconds` where that is set (counted work: the
+    same on a loaded machine), else (s - 1) x `busy_s`, the sampling time measured."""
+    extra = cfg.pipeline.generator_slowdown - 1.0
+    if extra <= 0:
+        return 0.0
+    per_token = cfg.pipeline.generator_token_seconds
+    return extra * (generated_tokens * per_token if per_token is not None else busy_s)
 
 
 def _hold(seconds: float, stop, pause, working, worker: int) -> float:
@@ -150,7 +161,6 @@ def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, 
         groups = cfg.pipeline.chunk_groups or max(1, cfg.batch_size // cfg.group_size)
         uid = worker << 40  # uids (and group ids, uid // G) distinct across generators
         sync_s = blocked_s = paused_s = 0.0
-        extra = cfg.pipeline.generator_slowdown - 1.0  # an emulated slower generator's cost, per second of sampling
         chunks = 0
         while not stop.is_set() and alive():
             working[worker] = 1  # before looking at `pause`: an evaluation that set it waits for this to clear
@@ -169,8 +179,9 @@ def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, 
             fresh, samples = generate_groups(policy, task, prompts.take(groups), cfg.group_size, version, sampler, uid)
             busy_s = time.perf_counter() - t0
             uid += len(fresh)
-            if extra > 0:
-                paused_s += _hold(extra * busy_s, stop, pause, working, worker)
+            slowdown_s = emulated_hold(cfg, busy_s, samples.generated_tokens)
+            if slowdown_s > 0:
+                paused_s += _hold(slowdown_s, stop, pause, working, worker)
             working[worker] = 0
             published = weights.latest()
             parts = split_groups(fresh, len(inboxes), chunks)
@@ -183,7 +194,7 @@ def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, 
                     chunk.generated_tokens, chunk.prefill_tokens, chunk.entropy_sum = (
                         samples.generated_tokens, samples.prefill_tokens, samples.entropy_sum)
                     chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
-                        busy_s, sync_s, blocked_s, paused_s, extra * busy_s)
+                        busy_s, sync_s, blocked_s, paused_s, slowdown_s)
                 while not stop.is_set():
                     t1 = time.perf_counter()
                     try:
