@@ -300,7 +300,13 @@ def cmd_study_compare(args: argparse.Namespace) -> int:
     from workbench.study.context import load_existing
     from workbench.study.summary import closing_lines, reading_lines
 
-    study = load_existing(_study_context(args))
+    ctx = _study_context(args)
+    study = load_existing(ctx)
+    if args.runs_csv:
+        from workbench.study import runs
+
+        n = runs.write(study, ctx.spec, Path(args.runs_csv))
+        print(f"wrote {args.runs_csv}: {n} runs of the complete trials (the per-run table `workbench results` reads)")
     rows = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
     for line in (reading_lines(study) + rows if rows else []) + closing_lines(study, args.spec):
         print(line)
@@ -734,6 +740,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--storage")
     compare.add_argument("--tracking-uri")
     compare.add_argument("--noise", action="store_true", help="per estimator: the per-run noise (sd of log compute-to-target)")
+    compare.add_argument("--runs-csv", metavar="FILE", help="also write the per-run table of the complete trials from the Optuna"
+                         " record (the columns of a report's runs.csv)")
     compare.set_defaults(func=cmd_study_compare)
 
     for cmd, func, text in (("analyze", cmd_analyze, "fit the closed-form model to a study and compare optima (analysis.json)"),
