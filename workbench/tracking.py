@@ -419,6 +419,19 @@ def fail_run(tracking_uri: str, run_id: str, reason: str) -> None:
         c.set_terminated(run_id, status=MLFLOW_STATUS[STATUS_FAILED])
 
 
+def run_exists(tracking_uri: str, run_id: str) -> bool:
+    """Whether the tracking store holds run `run_id` (a study's Optuna record may outlive the store it logged to)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client(tracking_uri).get_run(run_id)
+    except MlflowException as err:
+        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(err).lower():
+            return False
+        raise
+    return True
+
+
 def set_run_status(tracking_uri: str, run_id: str, status: str) -> None:
     """Set an existing run's MLflow status (`RUNNING` when a study resumes, `FINISHED`/`FAILED` at its end)."""
     if status == "RUNNING":

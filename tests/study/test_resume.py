@@ -70,3 +70,17 @@ def test_a_knob_added_to_the_space_at_its_base_value_leaves_the_old_points_as_th
                  points=[{"replay.ratio": 2, "x": 4, "lr": base_lr}, {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}])
     study = create_or_load(context(spec))
     assert len(_queued(study)) == 3 and _queued(study)[-1] == {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}
+
+
+def test_a_study_resumed_against_a_new_tracking_store_gets_a_new_parent_run(tmp_path):
+    """A study carried to another machine by its Optuna record alone (the committed record of a long study) resumes
+    there: its old parent run is not in the new MLflow store, so a new one is made and recorded."""
+    from mlflow import MlflowClient
+
+    path = toy_spec(tmp_path)
+    first = create_or_load(context(load_spec(path)))
+    old = first.user_attrs[attrs.PARENT_RUN]
+    moved = create_or_load(context(load_spec(path), tracking_uri=f"sqlite:///{tmp_path / 'elsewhere.db'}"))
+    new = moved.user_attrs[attrs.PARENT_RUN]
+    assert new != old
+    assert MlflowClient(f"sqlite:///{tmp_path / 'elsewhere.db'}").get_run(new).info.status == "RUNNING"

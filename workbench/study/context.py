@@ -114,6 +114,11 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
         if added:
             study.set_user_attr(attrs.SPEC, {**user_attrs[attrs.SPEC], "points": [*user_attrs[attrs.SPEC].get("points", []), *added]})
             log.info(f"study {spec.name}: {len(added)} point(s) added to the spec since it was created, queued")
+    if attrs.PARENT_RUN in user_attrs and not tracking.run_exists(ctx.tracking_uri, user_attrs[attrs.PARENT_RUN]):
+        # the Optuna record resumed against a new tracking store (a study carried to another machine by its record)
+        log.warning(f"study {spec.name}: its MLflow parent run is not in {tracking.redact_url(ctx.tracking_uri)}; a new one"
+                    " is made there (the earlier trials' curves stay in the store they were logged to)")
+        user_attrs = {k: v for k, v in user_attrs.items() if k != attrs.PARENT_RUN}
     if attrs.PARENT_RUN not in user_attrs:
         parent = tracking.RunLogger(
             ctx.tracking_uri,
