@@ -516,7 +516,7 @@ def _whatif_section(result: dict) -> list[str]:
         s = w.get("savings_vs_on_policy", {})
         ci = s.get("measured_ci", [math.nan, math.nan])
         lines.append(f"| {mu} | {_fmt(w['predicted']['x'])} | {_fmt(w['predicted']['y'])} | ({_fmt(w['empirical']['x'])}, {_fmt(w['empirical']['y'])}) "
-                     f"| {s.get('measured', math.nan):.1%} [{ci[0]:.1%}, {ci[1]:.1%}] | {s.get('verdict', '-')} | {s.get('predicted', math.nan):.1%} |")
+                     f"| {s.get('measured', math.nan):.1%} [{ci[0]:.1%}, {ci[1]:.1%}]{censoring.counts_text(w['empirical'])} | {s.get('verdict', '-')} | {s.get('predicted', math.nan):.1%} |")
     return lines + [""]
 
 

@@ -71,6 +71,9 @@ def test_the_whatif_section_says_it_re_accounts_the_same_runs(report):
     section = section[:section.index("\n## ", 1)]
     assert "the same runs, re-accounted (not new measurements)" in section and "Nothing here was run again" in section
     assert "| 5.28 |" in section
+    assert "informative pairs)" in section  # every comparison line states its pairs, re-accounted ones too
+    table = md[md.index("## Every configuration"):]
+    assert "informative pairs)" in table[:table.index("\n## ", 1)]
 
 
 def test_laws_the_quickstart_grid_cannot_test_are_said_to_be_not_testable(report):
