@@ -15,28 +15,30 @@ import math
 
 import pandas as pd
 
-from workbench import knobs, stats
+from workbench import censoring, knobs, stats
+from workbench.censoring import Outcome
 from workbench.compute import to_target
 
 from analysis.data import StudyData
 
 
-def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, float]:
-    """Each run's working seconds (evaluations excluded) at its first evaluation at or above `target` (censored
-    runs: their censored value, the `first` rule), by run id."""
+def wall_to_target(curves: pd.DataFrame, target: float) -> dict[str, Outcome]:
+    """Each run's working seconds (evaluations excluded) at its first evaluation at or above `target`, by run id; a
+    run that never got there is censored at its total (`workbench.censoring`)."""
     out = {}
     for run_id, g in curves.sort_values("step").groupby("run_id", sort=False):
         seconds = g["wall_seconds"] if "wall_seconds" in g and g["wall_seconds"].notna().all() else g["seconds"]  # older runs: seconds
-        out[run_id] = to_target(seconds.tolist(), g["reading"].tolist(), target).value
+        r = to_target(seconds.tolist(), g["reading"].tolist(), target)
+        out[run_id] = Outcome(r.total, True) if r.censored else Outcome(r.value)
     return out
 
 
-def device_time_to_target(data: StudyData) -> dict[str, float]:
+def device_time_to_target(data: StudyData) -> dict[str, Outcome]:
     """Each run's device-seconds to the target: its wall seconds to it x its W + T devices (the paper's count: one
     device per generator and per trainer), by run id. Arms with different splits compare on it, not on wall time."""
     wall = wall_to_target(data.curves, data.target)
     devices = dict(zip(data.runs["run_id"], data.runs["generators"] + data.runs["trainers"]))
-    return {r: w * devices[r] for r, w in wall.items() if r in devices}
+    return {r: Outcome(w.value * devices[r], w.censored) for r, w in wall.items() if r in devices}
 
 
 def is_async(data: StudyData) -> bool:
@@ -66,8 +68,8 @@ def split_table(data: StudyData) -> list[dict]:
     for number, g in runs.groupby("trial_number", sort=True):
         first = g.iloc[0]
         asynchronous = first["pipeline"] == "async"
-        w = stats.geometric_interval(g["wall_to_target"].tolist())
-        c = stats.geometric_interval(g["compute_to_target"].tolist())
+        w = censoring.level_interval(g["wall_to_target"].tolist())
+        c = censoring.level_interval(list(censoring.from_frame(g).values()))
         row = {
             "trial_number": int(number), "pipeline": str(first["pipeline"]), "strategy": str(first.get("strategy_run", first["strategy"])),
             "generators": int(first["generators"]), "trainers": int(first["trainers"]), "capacity": int(first["capacity"]),
@@ -84,8 +86,10 @@ def split_table(data: StudyData) -> list[dict]:
             # y ≈ mu·T/W when neither side stalls: what this split should give at the synchronous mu
             row["replay_ratio_from_split"] = knobs.replay_ratio_of_split(sync_mu, row["generators"], row["trainers"])
         if not row["baseline"] and base_wall:
-            iv = stats.paired_ratio(dict(zip(g["seed"], g["wall_to_target"])), base_wall)
-            row.update(wall_ratio_to_baseline=iv.estimate, wall_ratio_ci=[iv.low, iv.high], wall_verdict=stats.verdict(iv, "wall time"))
+            iv = censoring.paired_ratio(dict(zip(g["seed"], g["wall_to_target"])), base_wall)
+            row.update(wall_ratio_to_baseline=iv.estimate, wall_ratio_ci=[iv.low, iv.high],
+                       wall_verdict=censoring.verdict(iv) if not math.isfinite(iv.estimate) else stats.verdict(iv, "wall time"),
+                       **{f"wall_{k}": v for k, v in censoring.counts_of(iv).items()})
         rows.append(_json_safe(row))
     return rows
 

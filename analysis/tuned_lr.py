@@ -46,8 +46,9 @@ def _ratio(mine: dict[int, Outcome | float], theirs: dict[int, Outcome | float])
             **censoring.counts_of(iv)}
 
 
-def _wall_per_seed(g: pd.DataFrame, wall: dict[str, float]) -> dict[int, float]:
-    return {int(s): wall[r] for s, r in zip(g["seed"], g["run_id"]) if r in wall and math.isfinite(wall[r])}
+def _wall_per_seed(g: pd.DataFrame, wall: dict[str, Outcome | float]) -> dict[int, Outcome | float]:
+    return {int(s): wall[r] for s, r in zip(g["seed"], g["run_id"])
+            if r in wall and (isinstance(wall[r], Outcome) or math.isfinite(wall[r]))}
 
 
 def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict | None:
