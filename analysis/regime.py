@@ -257,21 +257,26 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
 
 def plot_crossover(r: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    plotted = False
     for key, label, color in (("against_tuned", "compute", "tab:blue"), ("against_tuned_device_time", "device time", "tab:orange")):
         xs, ys, errs = [], [], [[], []]
         for s in r["studies"]:
-            best = min((a for a in s["arms"] if not a["on_policy"] and a.get(key)), key=lambda a: a[key]["ratio"], default=None)
+            measured = [a for a in s["arms"] if not a["on_policy"] and a.get(key) and math.isfinite(a[key]["ratio"])]
+            best = min(measured, key=lambda a: a[key]["ratio"], default=None)  # arms with no estimate: nothing to draw
             if best is None:
                 continue
             p = best[key]
             xs.append(s["mu"])
             ys.append(p["ratio"])
             errs[0].append(p["ratio"] - p["low"])
-            errs[1].append(p["high"] - p["ratio"])
+            errs[1].append(min(p["high"], 1e6) - p["ratio"])  # an end the censored pairs leave open: drawn to the edge
         if xs:
+            plotted = True
             ax.errorbar(xs, ys, yerr=errs, fmt="o-", capsize=3, color=color, label=f"best buffer / tuned queue, {label}")
     ax.axhline(1, color="grey", lw=1)
-    ax.set_xscale("log")
+    if not plotted:
+        ax.text(0.5, 0.6, "no arm has an estimate (too few runs reached the target)", ha="center", transform=ax.transAxes, fontsize=8)
+    ax.set_xscale("log" if plotted else "linear")
     ax.set_xticks([s["mu"] for s in r["studies"]])
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

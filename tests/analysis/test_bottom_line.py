@@ -136,7 +136,7 @@ def test_the_report_and_the_study_summary_give_the_same_bottom_line_for_the_same
 def test_the_reports_bottom_line_reads_a_saving_against_on_policy_at_its_best_lr_too():
     """The committed confirmation of skill_greedy: positive_bias saves 26% against on-policy at the default lr, and
     is unresolved against on-policy at its best (1e-4); the bottom line says both."""
-    result = json.loads((ROOT / "reports" / "skill_greedy_fresh" / "analysis.json").read_text())
+    result = json.loads((ROOT / "reports" / "archive" / "skill_greedy_fresh" / "analysis.json").read_text())
     line = bottom_line(result, "studies/skill_greedy_fresh.yaml")
     assert "0.74x [0.57, 0.97] the compute of on-policy" in line
     assert "against on-policy at its best lr (0.0001), 0.95x [0.57, 1.58]: unresolved there, so the saving may be the learning rate's" in line

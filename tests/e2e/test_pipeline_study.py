@@ -34,7 +34,9 @@ def test_a_study_over_the_split_and_the_buffer_is_run_analysed_and_reported(tmp_
     assert sync["baseline"] and sync["seeds"] == queue["seeds"] == buffered["seeds"] == 2
     assert queue["replay_ratio"] <= 1.0 and buffered["replay_ratio"] > 0
     assert buffered["mu_d4"] == pytest.approx(2 * buffered["replay_ratio"], rel=0.2)  # (K_train/1)/(K_gen/2), medians
-    assert queue["wall_to_target"] > 0 and "wall_ratio_to_baseline" in queue
+    # paired in wall time against the baseline, with its pairs counted (no estimate where too few runs reached the target)
+    assert (queue["wall_to_target"] is None or queue["wall_to_target"] > 0) and "wall_ratio_to_baseline" in queue
+    assert "wall_informative_pairs" in queue
     md = (out / "report.md").read_text()
     assert "## The asynchronous pipeline" in md and "| async | queue | 1 | 1 | 64 |" in md
     assert "W/T ≈" in md
@@ -73,7 +75,8 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
         assert set(arms) == {("queue", 1e-3), ("queue", 2e-3), ("uniform", 1e-3)}
         assert arms[("queue", 1e-3)]["baseline"] and arms[("queue", 2e-3)]["on_policy"] and arms[("queue", 1e-3)]["y"] == 1
         buffer = arms[("uniform", 1e-3)]
-        assert not buffer["on_policy"] and buffer["against_tuned"]["seeds"] == 2 and buffer["against_tuned_device_time"]["seeds"] == 2
+        # paired over both seeds: informative pairs, and pairs where neither run reached the target (left out, counted)
+        assert not buffer["on_policy"] and _pairs(buffer["against_tuned"]) == 2 and _pairs(buffer["against_tuned_device_time"]) == 2
         assert sum(a["tuned_queue"] for a in study["arms"]) == 1
         assert study["recommendation"]["lines"][0].startswith("recommend at mu")
     assert max(a["y_of_split"] for a in slow["arms"]) > max(a["y_of_split"] for a in fast["arms"])
@@ -86,8 +89,13 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
     regime = run_cli(["regime", *map(str, specs), "--out", str(tmp_path / "regime2")], tmp_path)
     assert regime.returncode == 0, regime.stderr[-3000:]
     predicted = [a for a in json.loads((tmp_path / "regime2" / "regime.json").read_text())["studies"][1]["arms"] if a["arm"] == "predicted"]
-    assert len(predicted) == 1 and predicted[0]["against_tuned"]["seeds"] == 2 and predicted[0]["generators"] >= 1
+    assert len(predicted) == 1 and _pairs(predicted[0]["against_tuned"]) == 2 and predicted[0]["generators"] >= 1
     rec = run_cli(["recommend", str(specs[1]), "--json"], tmp_path)
     assert rec.returncode == 0, rec.stderr[-3000:]
     answer = json.loads(rec.stdout.splitlines()[-1])
     assert answer["mu"] == pytest.approx(slow["mu"]) and ("refused" in answer) != (answer["recommended"] is not None)
+
+
+def _pairs(comparison: dict) -> int:
+    """The seeds a comparison paired: its informative pairs and the both-censored ones it left out."""
+    return comparison["seeds"] + comparison["both_censored_pairs"]

@@ -27,5 +27,5 @@ def test_the_skill_study_target_is_out_of_reach_of_its_first_checkpoint_at_every
     assert start[0.0] == max(start.values())  # sampling reads lower than greedy here
     assert has_headroom(cfg.eval.target_accuracy, start), (cfg.eval.target_accuracy, start)
     # the committed report read the study at the same target
-    report = json.loads((ROOT / "reports" / "skill_greedy" / "analysis.json").read_text())
+    report = json.loads((ROOT / "reports" / "archive" / "skill_greedy" / "analysis.json").read_text())
     assert report["target_accuracy"] == cfg.eval.target_accuracy
