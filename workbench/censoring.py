@@ -113,23 +113,28 @@ def counts_of(c: Interval | None) -> dict[str, int]:
             "both_censored_pairs": getattr(c, "both_censored", 0)}
 
 
-def from_row(row: Mapping, estimate: str, low: str, high: str, n: str = "seeds", suffix: str = "") -> Interval:
-    """A comparison read back from a table row (analysis.json): a `Comparison` where the row has pair counts (named
-    with `suffix`), else a plain interval (a row from before pairs were counted)."""
+def _row_counts(row: Mapping, suffix: str) -> dict[str, int] | None:
+    """A table row's `counts_of` columns (named with `suffix`) as `Comparison` fields; None for a row written before
+    pairs were counted."""
     if f"informative_pairs{suffix}" not in row:
+        return None
+    return {"n": int(row[f"informative_pairs{suffix}"]), "one_censored": int(row.get(f"one_censored_pairs{suffix}", 0)),
+            "both_censored": int(row.get(f"both_censored_pairs{suffix}", 0))}
+
+
+def from_row(row: Mapping, estimate: str, low: str, high: str, n: str = "seeds", suffix: str = "") -> Interval:
+    """A comparison read back from a table row (analysis.json): a `Comparison` where the row has pair counts, else a
+    plain interval."""
+    counts = _row_counts(row, suffix)
+    if counts is None:
         return Interval(row[estimate], row[low], row[high], row[n])
-    return Comparison(row[estimate], row[low], row[high], int(row[f"informative_pairs{suffix}"]),
-                      int(row.get(f"one_censored_pairs{suffix}", 0)), int(row.get(f"both_censored_pairs{suffix}", 0)))
+    return Comparison(row[estimate], row[low], row[high], **counts)
 
 
 def counts_text(row: Mapping, suffix: str = "") -> str:
-    """` (4 informative pairs, ...)` from a table row's `counts_of` columns (named with `suffix`), empty where the row
-    has none (a row written before pairs were counted)."""
-    if f"informative_pairs{suffix}" not in row:
-        return ""
-    c = Comparison(math.nan, math.nan, math.nan, int(row[f"informative_pairs{suffix}"]),
-                   int(row.get(f"one_censored_pairs{suffix}", 0)), int(row.get(f"both_censored_pairs{suffix}", 0)))
-    return f" ({c.counts()})"
+    """` (4 informative pairs, ...)` from a table row's pair counts, empty where the row has none."""
+    counts = _row_counts(row, suffix)
+    return "" if counts is None else f" ({Comparison(math.nan, math.nan, math.nan, **counts).counts()})"
 
 
 def _log_terms(y: np.ndarray, cens: np.ndarray, loc: np.ndarray, sd: float) -> np.ndarray:
