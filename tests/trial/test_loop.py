@@ -331,3 +331,21 @@ def test_a_fixed_mu_gives_the_same_compute_units_beside_a_cpu_bound_job(tracking
     assert len(spent(alone)) == len(spent(loaded)) >= 3
     assert spent(loaded) == pytest.approx(spent(alone), rel=0.02)
     assert alone.metrics["final/mu_measured"] > 0 and loaded.metrics["final/mu_measured"] > 0
+
+
+def test_an_extended_run_goes_on_past_its_crossing_by_the_margin():
+    """Stopped at its first crossing, a run leaves a fitted curve nothing beyond it (the `fitted` estimator then
+    censors it): it goes on to (1 + until_target_margin) x the units it had spent there, never past the cap."""
+    from types import SimpleNamespace
+
+    from workbench.trial.record import budget_left
+
+    cfg = build_config(toy_dict(budget={"compute_units": 60, "steps": None, "until_target_units": 240},
+                                eval={"every_units": 3, "target_accuracy": 0.5}))
+    rows = [{"compute_units": u, "accuracy": a} for u, a in ((0, 0.3), (60, 0.45), (160, 0.52))]
+    left = lambda units, evals: budget_left(cfg, 1, SimpleNamespace(units=units), evals)  # noqa: E731
+    assert left(100, rows[:2])  # short of the target past the budget: on
+    assert left(199, rows) and not left(200, rows)  # crossed at 160: on to 200
+    assert not left(240, rows[:2])  # the cap
+    early = [{"compute_units": 0, "accuracy": 0.3}, {"compute_units": 30, "accuracy": 0.6}]
+    assert not left(60, early)  # crossed early: the budget's end is past the margin already

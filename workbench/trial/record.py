@@ -89,8 +89,8 @@ class TrialResult:
 
 def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequence[dict[str, float]] = ()) -> bool:
     """Whether the trial trains another step: neither budget spent, or, with `budget.until_target_units`, the
-    compute budget spent but the target not yet reached at an evaluation (`evals`, the rows so far) and the cap not
-    hit."""
+    compute budget spent but the target not yet reached at an evaluation (`evals`, the rows so far), or reached less
+    than `until_target_margin` ago, and the cap not hit."""
     if cfg.budget.steps is not None and step >= cfg.budget.steps:
         return False
     if cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units:
@@ -98,7 +98,8 @@ def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequenc
     cap = cfg.budget.until_target_units
     if cap is None or meter.units >= cap:
         return False
-    return not any(row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy for row in evals)
+    crossed = next((row["compute_units"] for row in evals if row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy), None)
+    return crossed is None or meter.units < crossed * (1.0 + cfg.budget.until_target_margin)
 
 
 def budget_bar(cfg: TrialConfig, enabled: bool):
