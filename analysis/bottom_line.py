@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from analysis.data import strategy_shown
 from workbench import censoring, stats
 from workbench.estimators import METRICS
 from workbench.verdicts import BottomLine, Setting, against_other_lr, setting_label
@@ -24,9 +25,9 @@ def settings(result: dict) -> list[Setting]:
     outputs' words (the strategy and lr where they vary), on-policy at every learning rate it ran, each replication."""
     configs = [c for c in result["configurations"] if c.get("arm") != "confirm"]
     lr_varies = len({c.get("lr") for c in result["configurations"]}) > 1
-    strategy_varies = len({c.get("strategy", "uniform") for c in configs}) > 1
+    strategy_varies = len({(c.get("strategy", "uniform"), c.get("variant", "")) for c in configs}) > 1
     base = next((c for c in configs if c["baseline"]), None)
-    shape = lambda c: (c["x"], c["y"], c.get("strategy", "uniform"))  # noqa: E731  on-policy's, at any lr
+    shape = lambda c: (c["x"], c["y"], c.get("strategy", "uniform"), c.get("variant", ""))  # noqa: E731  on-policy's, at any lr
     replicated = {r["selection"]["trial_number"]: _interval(r["replicated"]) for r in result.get("confirmations", [])}
     tuned_lr = result.get("tuned_lr") or {}
     tuned = {}  # trial -> its ratio to on-policy at on-policy's best lr, where that is not the baseline
@@ -37,7 +38,7 @@ def settings(result: dict) -> list[Setting]:
     for c in configs:
         knobs = {"replay.ratio": c["y"], "x": c["x"]}
         if strategy_varies:
-            knobs["replay.strategy"] = c.get("strategy", "uniform")
+            knobs.update(strategy_shown(c) or {"strategy": "uniform"})
         if lr_varies and "lr" in c:
             knobs["lr"] = c["lr"]
         on_policy = c["baseline"] or (base is not None and shape(c) == shape(base))
@@ -62,8 +63,8 @@ def runs_line(result: dict) -> str:
     n, censored = result["n_runs"], result["n_censored_runs"]
     metric = result.get("metric", "accuracy")
     reached = (f"every run reached the target {result['target_accuracy']:g}" if censored == 0 else
-               f"{censored} of {n} runs never reached the target {result['target_accuracy']:g} (censored: their compute"
-               " enters as a lower bound)")
+               f"{censored} of {n} runs never reached the target {result['target_accuracy']:g} (censored: each is a bound"
+               " where its pair's other run reached it, and left out where neither did)")
     return (f"{n} runs in {result['n_configurations']} configurations, read on `{metric}` ({METRICS[metric]}): {reached}. "
             f"Compute is counted in compute units (one unit: one on-policy step's generation and training) at the study's"
             f" reference mu = {result['reference_mu']:.3g} (generating a rollout costs mu times training on it), and"

@@ -51,7 +51,7 @@ class StudyData:
         counts (informative, censored on one side, both censored and left out),
         means of the rest (`best_accuracy`: greedy accuracy's best; `best_reading`: the best of the study's own
         curve, `metric`), seeds and censored seeds counted."""
-        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + (["lr"] if "lr" in self.runs else [])
+        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + [k for k in ("variant", "lr") if k in self.runs]
         best_reading = self.curves.groupby("run_id")["reading"].max() if "reading" in self.curves else pd.Series(dtype=float)
         rows = []
         for key, g in self.runs.groupby(keys, dropna=False, sort=False):
@@ -195,6 +195,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 "ratio": ratio,
                 "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
                 "strategy": p["replay.strategy"],
+                "strategy_knobs": {k.rsplit(".", 1)[1]: v for k, v in p.items() if k.startswith(f"replay.{p['replay.strategy']}.")},
                 "objective": p["objective.name"],
                 "y": ratio,
                 "x": float(f"{knobs.staleness(capacity, ratio, B):.3g}"),  # N/R, rounded: capacities are whole rollouts
@@ -233,7 +234,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)})
     if not rows:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
-    runs = emergent_ratios(pd.DataFrame(rows))
+    runs = emergent_ratios(variants(pd.DataFrame(rows)))
     curves = pd.DataFrame(curve_rows)
     if metric not in curves or curves[metric].isna().any():
         raise ConfigError(f"study: eval.metric is {metric}, but some evaluations did not log it")
@@ -247,6 +248,36 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
     return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction)
+
+
+def variants(runs: pd.DataFrame) -> pd.DataFrame:
+    """`variant`: the knobs of a run's strategy (`replay.<strategy>.*`) that differ between the study's runs of that
+    strategy, as `replay_fraction=0` (empty where none does). Two configurations of one strategy that differ only
+    there (prioritized replay, and the same strategy with replay_fraction 0: the skip alone) are two cells, not one."""
+    variant = pd.Series("", index=runs.index, dtype=object)
+    for _, g in runs.groupby("strategy"):
+        table = pd.DataFrame(list(g["strategy_knobs"]), index=g.index)
+        varying = [k for k in table if table[k].nunique(dropna=False) > 1]
+        variant[g.index] = [" ".join(f"{k}={_short(row[k])}" for k in varying) for _, row in table.iterrows()]
+    return runs.drop(columns="strategy_knobs").assign(variant=variant)
+
+
+def strategy_shown(r) -> dict:
+    """A configuration's strategy as the labels show it (`workbench.verdicts.knob_label`): nothing for uniform, else
+    `strategy` and its `variant` knobs (`{"strategy": "prioritized", "replay_fraction": "0"}`)."""
+    strategy = r.get("strategy", "uniform")
+    if strategy == "uniform":
+        return {}
+    variant = r.get("variant") or ""
+    return {"strategy": strategy, **dict(kv.split("=", 1) for kv in str(variant).split())}
+
+
+def _short(value: str) -> str:
+    """A logged parameter as the labels write it: `0.0` as `0`, `2.5e-05` as `2.5e-05`, text as it is."""
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def emergent_ratios(runs: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from analysis.data import StudyData  # noqa: E402
+from analysis.data import StudyData, strategy_shown  # noqa: E402
 from analysis.fit import Fit  # noqa: E402
 from workbench.estimators import METRICS  # noqa: E402
 from workbench.verdicts import knob_label  # noqa: E402
@@ -143,7 +143,7 @@ def pareto_front(configs: pd.DataFrame, out: Path, metric: str) -> Figure:
     caption = (f"Each configuration's best `{metric}` ({METRICS[metric]}, the study's curve; mean over seeds) against its "
                "compute to target (geometric mean over seeds, with its 95% interval). Dashed: the Pareto front, the "
                "configurations no other reaches a higher best with less compute than. Blue: most seeds reached the target; "
-               "red: most seeds never did (their compute is a lower bound).")
+               "red: most seeds never did (their level is a censored estimate, or none).")
     return Figure(_save(fig, out / "pareto_front.png"), caption)
 
 
@@ -209,7 +209,7 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Figure:
     if err is not None:
         ax.errorbar(pred, configs["compute_to_target"], yerr=err, fmt="none", ecolor="0.6", lw=1, capsize=2)
     ax.scatter(pred[~cens], configs["compute_to_target"][~cens], label="reached target (95% CI over seeds)", color="tab:blue", zorder=3)
-    ax.scatter(pred[cens], configs["compute_to_target"][cens], label="censored (lower bound)", color="tab:red", marker="^")
+    ax.scatter(pred[cens], configs["compute_to_target"][cens], label="mostly censored", color="tab:red", marker="^")
     lo = min(pred.min(), configs["compute_to_target"].min()) * 0.8
     hi = max(pred.max(), configs["compute_to_target"].max()) * 1.25
     ax.plot([lo, hi], [lo, hi], "k:", lw=1)
@@ -225,7 +225,7 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Figure:
     ax.set_title(f"Fit: R² (log) = {fit.r2_log:.2f}")
     caption = ("The fitted model's compute to target against the measured one, per configuration (log axes, compute units): "
                "the geometric mean over seeds with its 95% interval. Dotted: prediction = measurement. Blue: most seeds "
-               "reached the target; red triangles: most never did (a lower bound).")
+               "reached the target; red triangles: most never did (a censored estimate).")
     return Figure(_save(fig, out / "predicted_vs_measured.png"), caption)
 
 
@@ -234,7 +234,7 @@ def savings(configs: pd.DataFrame, out: Path) -> Figure:
     difference is resolved only where the interval misses 1."""
     c = configs[np.isfinite(configs["ratio_to_baseline"].to_numpy(float))].sort_values("ratio_to_baseline")
     fig, ax = plt.subplots(figsize=(6.4, max(3.0, 1.6 + 0.35 * len(c))))
-    labels = [f"trial {int(r['trial_number'])} {_label(r)}" + (f" ({r['strategy']})" if r.get("strategy", "uniform") != "uniform" else "")
+    labels = [f"trial {int(r['trial_number'])} {_label(r)}" + (f" ({knob_label(strategy_shown(r))})" if strategy_shown(r) else "")
               + (" [confirm]" if r.get("arm") == "confirm" else "") for _, r in c.iterrows()]
     pos = np.arange(len(c))
     resolved = (c["ratio_ci_high"] < 1) | (c["ratio_ci_low"] > 1)

@@ -45,6 +45,7 @@ def _config_record(row) -> dict:
     return {
         "trial_number": int(row["trial_number"]), "x": float(row["x"]), "y": float(row["y"]), "capacity": int(row["capacity"]),
         "ratio": float(row["ratio"]), "baseline": bool(row["baseline"]), "strategy": str(row.get("strategy", "uniform")),
+        **({"variant": str(row["variant"])} if isinstance(row.get("variant"), str) and row["variant"] else {}),
         "compute_to_target": float(row["compute_to_target"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
         "ratio_to_baseline": float(row["ratio_to_baseline"]), "ratio_ci_low": float(row["ratio_ci_low"]),
         "ratio_ci_high": float(row["ratio_ci_high"]), "verdict": str(row["verdict"]),
@@ -160,7 +161,7 @@ def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     out = []
     def by_knobs(r) -> tuple:  # NaN (no horizon) never equals itself: key it as None
         return tuple(None if isinstance(v, float) and math.isnan(v) else v
-                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], bool(r["baseline"]), r.get("lr")))
+                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], r.get("variant") or "", bool(r["baseline"]), r.get("lr")))
 
     selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
     for _, r in configs[configs["arm"] == "confirm"].iterrows():

@@ -22,7 +22,7 @@ from workbench.censoring import Outcome
 from workbench.estimators import ESTIMATORS
 
 FILE = "runs.csv"
-CONFIG = ["trial_number", "arm", "baseline", "strategy", "x", "y", "capacity", "ratio", "horizon", "lr"]
+CONFIG = ["trial_number", "arm", "baseline", "strategy", "variant", "x", "y", "capacity", "ratio", "horizon", "lr"]
 
 
 def runs_table(data: StudyData) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import json
 import math
 
 from analysis import null_models
+from analysis.data import strategy_shown
 from analysis.sharpness import difference_text
 from workbench import censoring
 from workbench.estimators import METRICS
@@ -44,16 +45,17 @@ def _what(r: dict, show_lr: bool = False) -> str:
     lr = {"lr": float(r["lr"])} if show_lr and "lr" in r else {}
     if r["baseline"]:
         return " ".join(["on-policy", knob_label(lr)]).strip()
-    strategy = {"strategy": r["strategy"]} if r.get("strategy", "uniform") != "uniform" else {}
-    return knob_label({"replay.ratio": float(r["y"]), "x": float(r["x"]), **strategy, **lr})
+    return knob_label({"replay.ratio": float(r["y"]), "x": float(r["x"]), **strategy_shown(r), **lr})
 
 
 def _comparison_section(result: dict) -> list[str]:
     lines = ["## Every configuration, with its uncertainty", "",
-             "Compute to target: geometric mean over seeds with its 95% interval (bootstrap over seeds, never narrower than"
-             " Student's t). Ratio: compute to target over on-policy's on the same seeds (paired), 95% interval; a"
-             " difference is resolved only when that interval excludes 1. Censored seeds enter at their total compute"
-             " (a lower bound).", "",
+             "Compute to target: geometric mean over seeds with its 95% interval. Ratio: compute to target over"
+             " on-policy's on the same seeds (paired), 95% interval; a difference is resolved only when that interval"
+             " excludes 1. A run that never reached the target is censored, not valued at its total"
+             " (`workbench.censoring`): a pair where both never did is left out and counted, a pair where one did is a"
+             " bound (a log-normal model with a random effect per seed); an arm with fewer than two runs at the target"
+             " has no estimate.", "",
              "| trial | arm | configuration | seeds (censored) | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
              "|---|---|---|---|---|---|---|"]
     for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
@@ -88,6 +90,12 @@ def _tuned_lr_section(result: dict) -> list[str]:
               "|---|---|---|---|" + ("---|" if any("against_tuned_device_time" in r for r in t["tuned"]) else "")]
     lines += [f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_ci(r)} | {_pair(r['against_tuned'])} |"
               + (f" {_pair(r.get('against_tuned_device_time'))} |" if any("against_tuned_device_time" in q for q in t["tuned"]) else "") for r in t["tuned"]]
+    if t.get("between_tuned"):
+        lines += ["", "Between the configurations, each at its best learning rate (paired by seed; the faster first):", "",
+                  "| trials | configuration (its best lr) | against (its best lr) | ratio [95% CI]: verdict |", "|---|---|---|---|"]
+        lines += [f"| {r['trial_number']}/{r['against_trial']} | {_what({**r, 'baseline': False}, True)}"
+                  f" | {_what({**r['against'], 'lr': r['against_lr'], 'baseline': False}, True)} | {_pair(r['ratio'])} |"
+                  for r in t["between_tuned"]]
     return lines + [""]
 
 

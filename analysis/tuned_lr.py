@@ -24,7 +24,9 @@ import pandas as pd
 from workbench import censoring, stats
 from workbench.censoring import Outcome
 
-CELL = ["x", "y", "capacity", "ratio", "horizon", "strategy"]
+CELL = ["x", "y", "capacity", "ratio", "horizon", "strategy", "variant"]
+MAX_CELLS_PAIRED = 6
+"""Up to this many replay cells, every two are also compared at their best learning rates (15 pairs at most)."""
 
 
 def _per_seed(g: pd.DataFrame) -> dict[int, Outcome]:
@@ -65,8 +67,9 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         values = _per_seed(g)
         est = censoring.level_interval(list(values.values()))
         arms.append({"trial_number": int(number), "lr": float(first["lr"]), "on_policy": _on_policy(first),
-                     "cell": tuple(None if isinstance(first[k], float) and math.isnan(first[k]) else first[k] for k in CELL),
+                     "cell": tuple(None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL),
                      "x": float(first["x"]), "y": float(first["y"]), "strategy": first.get("strategy", "uniform"),
+                     "variant": first.get("variant", "") if isinstance(first.get("variant", ""), str) else "",
                      "compute_to_target": est.estimate, "ci_low": est.low, "ci_high": est.high, "values": values,
                      "wall": _wall_per_seed(g, wall) if wall else {}})
     on_policy = {a["lr"]: a for a in arms if a["on_policy"]}
@@ -87,6 +90,13 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
     tuned = [{k: v for k, v in a.items() if k not in ("values", "cell", "wall")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
              | ({"against_tuned_device_time": _ratio(a["wall"], best_base["wall"])} if a["wall"] and best_base["wall"] else {})
              for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])]
+    ranked = sorted(cells.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
+    # Best against best between the replay cells too: where a study splits one strategy into parts (prioritized
+    # replay against the same strategy with replay_fraction 0, the zero-variance skip alone), this is the split.
+    between = [{"trial_number": a["trial_number"], "against_trial": b["trial_number"], "lr": a["lr"], "against_lr": b["lr"],
+                **{k: a[k] for k in ("x", "y", "strategy", "variant")},
+                "against": {k: b[k] for k in ("x", "y", "strategy", "variant")}, "ratio": _ratio(a["values"], b["values"])}
+               for i, a in enumerate(ranked) for b in ranked[i + 1:]] if len(ranked) <= MAX_CELLS_PAIRED else []
     lrs = sorted(on_policy)
     bounded = lrs[0] < best_base["lr"] < lrs[-1]
     return {"on_policy_by_lr": [{k: v for k, v in a.items() if k in ("trial_number", "lr", "compute_to_target", "ci_low", "ci_high")}
@@ -96,4 +106,4 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
             "on_policy_best_lr_bounded": bounded,
             "protocol": "per-arm lr (each arm at its own best lr, the paper's protocol)" if len({a["lr"] for a in arms if not a["on_policy"]}) > 1
                         else "shared lr (the replay arms ran at one lr; on-policy tuned over its own sweep)",
-            "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])), "tuned": tuned}
+            "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])), "tuned": tuned, "between_tuned": between}

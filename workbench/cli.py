@@ -270,7 +270,10 @@ def cmd_study_confirm(args: argparse.Namespace) -> int:
     from workbench.study.summary import closing_lines
     from workbench.workflow.confirm import confirm
 
-    study, done = confirm(_study_context(args), args.top, args.seeds, threads=args.threads, predicted=args.predicted)
+    from workbench.study.devices import parse_devices
+
+    study, done = confirm(_study_context(args), args.top, args.seeds, threads=args.threads, predicted=args.predicted,
+                          devices=parse_devices(args.devices) if args.devices else None)
     for line in confirmation_lines(study) + closing_lines(study, args.spec):  # the bottom line: did the saving hold
         print(line)
     if args.json:  # last, on a line of its own
@@ -283,12 +286,14 @@ def cmd_study_race(args: argparse.Namespace) -> int:
     bottom line and the next command."""
     from workbench.study.compare import comparison_lines
     from workbench.study.confirm import open_for_confirm
+    from workbench.study.devices import parse_devices
     from workbench.study.race import run_race
     from workbench.study.summary import closing_lines
 
     ctx = _study_context(args)
     study = open_for_confirm(ctx)
-    raced = run_race(ctx, study, args.max_seeds, args.step, threads=args.threads)
+    raced = run_race(ctx, study, args.max_seeds, args.step, threads=args.threads,
+                     devices=parse_devices(args.devices) if args.devices else None)
     for line in raced + comparison_lines(study) + closing_lines(study, args.spec):
         print(line)
     return 0
@@ -628,6 +633,7 @@ def _arm_parser(ssub, name: str, text: str) -> argparse.ArgumentParser:
     return p
 
 
+SEEDS_SIDE_BY_SIDE = "GPU ids (CPU: core ids) to run on, e.g. 0-1: a configuration's seeds run side by side, one per trial's need"
 SET_HELP = "override one config key (repeatable); a bare KEY=VALUE does the same (`workbench config` lists the keys)"
 
 
@@ -730,10 +736,12 @@ def build_parser() -> argparse.ArgumentParser:
     confirm.add_argument("--predicted", action="store_true",
                          help="also re-run the optima `study verify` predicted (model and probe arms) on the same fresh seeds")
     confirm.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
+    confirm.add_argument("--devices", help=SEEDS_SIDE_BY_SIDE)
     confirm.set_defaults(func=cmd_study_confirm)
     race = _arm_parser(ssub, "race", "add seeds where the leader is not yet resolved against a contender (racing)")
     race.add_argument("--max-seeds", type=int, default=8, help="seeds per configuration at most (default 8)")
     race.add_argument("--step", type=int, default=2, help="seeds added per round (default 2)")
+    race.add_argument("--devices", help=SEEDS_SIDE_BY_SIDE)
     race.set_defaults(func=cmd_study_race)
     compare = ssub.add_parser("compare", help="every configuration with its 95%% interval and paired savings against on-policy")
     compare.add_argument("spec", help="the study spec YAML")

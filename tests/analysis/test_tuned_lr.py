@@ -86,3 +86,42 @@ def test_asynchronous_runs_are_read_in_the_models_coordinates():
     assert runs.loc[0, ["strategy", "x", "y"]].tolist() == ["uniform", 1.0, 1.0] and runs.loc[0, "strategy_run"] == "queue"
     assert set(runs.loc[1:3, "y"]) == {5.0} and set(runs.loc[1:3, "x"]) == {40.0} and set(runs.loc[1:3, "fresh_per_step"]) == {25.6}
     assert runs.loc[4, ["x", "y"]].tolist() == [8.0, 2.0]
+
+
+def _split_runs() -> pd.DataFrame:
+    """On-policy at two lrs, and prioritized replay split into its parts: the skip alone (replay_fraction 0) and the
+    skip with replay (0.5), each at two lrs. Per seed: on-policy 100/80, the skip 70/60, replay 50/45."""
+    table = {("uniform", "", 1e-5): 100.0, ("uniform", "", 1e-4): 80.0,
+             ("prioritized", "replay_fraction=0", 1e-5): 70.0, ("prioritized", "replay_fraction=0", 1e-4): 60.0,
+             ("prioritized", "replay_fraction=0.5", 1e-5): 50.0, ("prioritized", "replay_fraction=0.5", 1e-4): 45.0}
+    rows = []
+    for number, ((strategy, variant, lr), c) in enumerate(table.items()):
+        for s in range(4):
+            rows.append({"trial_number": number, "seed": s, "x": 1.0, "y": 1.0, "capacity": 128, "ratio": 1.0,
+                         "horizon": math.nan, "strategy": strategy, "variant": variant, "lr": lr, "baseline": number == 0,
+                         "arm": "sampler", "censored": 0, "total_units": 150.0, "compute_to_target": c * (1 + 0.02 * s)})
+    return pd.DataFrame(rows)
+
+
+def test_a_strategy_split_by_its_own_knob_is_two_cells_each_at_its_best_lr_and_compared_best_against_best():
+    t = tuned_lr(_split_runs())
+    tuned = {r["variant"]: r for r in t["tuned"]}
+    assert set(tuned) == {"replay_fraction=0", "replay_fraction=0.5"}  # not one prioritized cell
+    assert tuned["replay_fraction=0"]["against_tuned"]["ratio"] == pytest.approx(60 / 80)
+    (pair,) = t["between_tuned"]
+    assert (pair["variant"], pair["against"]["variant"]) == ("replay_fraction=0.5", "replay_fraction=0")
+    assert (pair["lr"], pair["against_lr"]) == (1e-4, 1e-4) and pair["ratio"]["ratio"] == pytest.approx(45 / 60)
+    assert pair["ratio"]["informative_pairs"] == 4
+
+
+def test_variants_name_only_the_strategy_knobs_that_differ_within_the_study():
+    from analysis.data import strategy_shown, variants
+    runs = pd.DataFrame([
+        {"strategy": "uniform", "strategy_knobs": {}},
+        {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.0", "alpha": "0.5"}},
+        {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.5", "alpha": "0.5"}},
+    ])
+    out = variants(runs)
+    assert list(out["variant"]) == ["", "replay_fraction=0", "replay_fraction=0.5"] and "strategy_knobs" not in out
+    assert strategy_shown(out.iloc[1]) == {"strategy": "prioritized", "replay_fraction": "0"}
+    assert strategy_shown(out.iloc[0]) == {}

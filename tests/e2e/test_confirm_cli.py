@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import optuna
 from mlflow import MlflowClient
 
+from workbench import tracking
 from support.cli import run_cli
 from support.toy import toy_spec
 
@@ -28,7 +30,9 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     assert sorted(t.user_attrs["extends"] for t in raced) == [0, 1, 2]
     assert "(3 runs" in race.stdout  # merged into the configurations they extend
 
-    proc = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"], tmp_path)
+    # On two cores the fresh seeds run side by side, one per core (`--devices`, as a worker's slots).
+    two = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
+    proc = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json", *(["--devices", "0,1"] if two else [])], tmp_path)
     assert proc.returncode == 0, proc.stderr
     done = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [d["seeds"] for d in done] == [[3, 4], [3, 4]]  # fresh: selection (the race included) used seeds 0-2
@@ -43,6 +47,8 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     exp = client.get_experiment_by_name("toy")
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.arm` = 'confirm' and tags.`workbench.kind` = 'seed'")
     assert sorted(r.data.params["seed"] for r in runs) == ["3", "3", "4", "4"]
+    if two:
+        assert sorted(r.data.tags.get(tracking.SLOT, "-") for r in runs) == ["cpu 0", "cpu 0", "cpu 1", "cpu 1"]
 
     # Asking for the predicted optima before `study verify` has run one: one line, exit 2, nothing trained.
     none = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--predicted"], tmp_path)

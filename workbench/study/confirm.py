@@ -31,7 +31,7 @@ from workbench.study import attrs
 from workbench.study.compare import arms
 from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.preflight import check_study
-from workbench.study.objective import StudyObjective
+from workbench.study.placement import arm_objective
 from workbench.study.spec import StudySpec, fmt_params
 
 log = logging.getLogger(__name__)
@@ -139,9 +139,10 @@ def prediction_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None,
-                predicted: bool = False) -> list[Confirmation]:
+                predicted: bool = False, devices: list[int] | None = None) -> list[Confirmation]:
     """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms; with
-    `predicted`, the study's predicted optima too (`study verify`)."""
+    `predicted`, the study's predicted optima too (`study verify`). With `devices` holding several slots, each
+    configuration's seeds run side by side (`workbench.study.placement`)."""
     if top < 1 or n_seeds < 2:
         raise ConfigError(f"--top must be >= 1 and --seeds >= 2 (an interval needs two seeds), got {top} and {n_seeds}")
     best = top_trials(study, top)
@@ -162,23 +163,23 @@ def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, 
     seeds = fresh_seeds(study, n_seeds)
     log.info(f"confirming {len(best)} configuration(s) and the baseline on fresh seeds {seeds}")
     log.info(warm_start_line(ctx.spec, seeds, selection_seeds(study)))
-    objective = StudyObjective(ctx, study, threads)
     out = []
-    for t in targets:
-        knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
-        done = _already(study, t.number, seeds)
-        if done is None:
-            trial = study.ask()
-            for key, value in {attrs.ARM: CONFIRM, attrs.CONFIRMS: t.number, attrs.KNOBS: knobs, attrs.SEEDS: seeds,
-                               **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {})}.items():
-                trial.set_user_attr(key, value)
-            log.info(f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}")
-            try:
-                value = objective.evaluate(trial, knobs, is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
-                                           mu=study.user_attrs[attrs.REFERENCE_MU], threads=threads, arm=CONFIRM, seeds=seeds)
-            except BaseException:
-                study.tell(trial, state=TrialState.FAIL)
-                raise
-            done = study.tell(trial, value)
-        out.append(Confirmation(t.number, done.number, seeds, float(t.value), float(done.value)))
+    with arm_objective(ctx, study, threads, devices) as objective:
+        for t in targets:
+            knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
+            done = _already(study, t.number, seeds)
+            if done is None:
+                trial = study.ask()
+                for key, value in {attrs.ARM: CONFIRM, attrs.CONFIRMS: t.number, attrs.KNOBS: knobs, attrs.SEEDS: seeds,
+                                   **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {})}.items():
+                    trial.set_user_attr(key, value)
+                log.info(f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}")
+                try:
+                    value = objective.evaluate(trial, knobs, is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
+                                               mu=study.user_attrs[attrs.REFERENCE_MU], threads=objective.threads, arm=CONFIRM, seeds=seeds)
+                except BaseException:
+                    study.tell(trial, state=TrialState.FAIL)
+                    raise
+                done = study.tell(trial, value)
+            out.append(Confirmation(t.number, done.number, seeds, float(t.value), float(done.value)))
     return out

@@ -23,6 +23,7 @@ from workbench.study import attrs
 from workbench.study.compare import RACE, Arm, arms, baseline_for
 from workbench.study.context import StudyContext
 from workbench.study.objective import StudyObjective
+from workbench.study.placement import arm_objective
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +51,24 @@ def contenders(study: optuna.Study) -> tuple[Arm | None, list[Arm]]:
     return lead, close
 
 
-def run_race(ctx: StudyContext, study: optuna.Study, max_seeds: int, step: int = 2, threads: int | None = None) -> list[str]:
+def run_race(ctx: StudyContext, study: optuna.Study, max_seeds: int, step: int = 2, threads: int | None = None,
+             devices: list[int] | None = None) -> list[str]:
     """Race until the leader separates from every contender or the contenders have `max_seeds` seeds each;
     returns one line per round."""
     if step < 1 or max_seeds < 2:
         raise ConfigError(f"--step must be >= 1 and --max-seeds >= 2, got {step} and {max_seeds}")
     if ctx.spec.objectives != ["compute_to_target"]:
         raise ConfigError("objective: study race needs the compute_to_target objective")
-    objective = StudyObjective(ctx, study, threads)
+    with arm_objective(ctx, study, threads, devices) as objective:
+        return _rounds(study, objective, max_seeds, step)
+
+
+def _rounds(study: optuna.Study, objective: StudyObjective, max_seeds: int, step: int) -> list[str]:
     rounds = []
     while True:
         lead, close = contenders(study)
         if lead is None:
-            raise ConfigError(f"study: {ctx.spec.name!r} has no complete configuration besides the baseline to race")
+            raise ConfigError(f"study: {objective.ctx.spec.name!r} has no complete configuration besides the baseline to race")
         close = [a for a in close if len(a.seeds) < max_seeds]
         if not close:
             rounds.append(f"race over: leader trial {lead.number}; no contender left under {max_seeds} seeds")
@@ -79,7 +85,7 @@ def run_race(ctx: StudyContext, study: optuna.Study, max_seeds: int, step: int =
                 trial.set_user_attr(key, value)
             try:
                 value = objective.evaluate(trial, a.knobs, is_baseline=a.baseline, mu=study.user_attrs[attrs.REFERENCE_MU],
-                                           threads=threads, arm=RACE, seeds=seeds)
+                                           threads=objective.threads, arm=RACE, seeds=seeds)
             except BaseException:
                 study.tell(trial, state=TrialState.FAIL)
                 raise

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import threading
@@ -26,8 +25,7 @@ from optuna.trial import TrialState
 from workbench import interrupts, tracking
 from workbench.study import attrs, failfast, lr_sweep
 from workbench.study.context import StudyContext, calibrated, load_existing
-from workbench.study.devices import apply, describe, detect_kind, per_trial, split_devices
-from workbench.study.slots import Slot, SlotPool, slots_of
+from workbench.study.placement import place
 from workbench.study.objective import StudyObjective
 from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, feasible_space_size
@@ -108,47 +106,13 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
         # and so would its workers: the driver's forwarded SIGINT (its Ctrl-C, its SIGTERM) must stop them.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupts.install()  # a SIGINT that lands in a garbage-collector callback is delivered again, not lost
-    seen, pools = None, {}
-    if devices is not None:
-        need = per_trial(ctx.spec.base)
-        split_devices(devices, 1, need)  # enough for one trial, or a one-line error
-        seen = apply(devices)
-        if seen["kind"] == "cpu":
-            threads = baseline_threads = len(devices)
-        sees = seen.get("visible") or ",".join(map(str, seen.get("affinity") or []))
-        log.info(f"worker {os.getpid()}: {seen['kind']} devices {','.join(map(str, devices))} (it sees {sees})")
-        pools = slot_pools(seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None,
-                           ctx.spec.limits)
-    if ctx.spec.limits.any and "trials" not in pools:  # watched seeds run in a process of their own
-        pools["trials"] = SlotPool([whole_slot(seen)], ctx.spec.limits)
+    placed = place(ctx.spec, devices, baseline_devices, threads, baseline_threads)
     study = load_existing(ctx)
-    objective = StudyObjective(ctx, study, threads, baseline_threads, devices=seen, pools=pools)
+    objective = StudyObjective(ctx, study, placed.threads, placed.baseline_threads, devices=placed.seen, pools=placed.pools)
     try:
         return _run(ctx, study, objective, n_trials)
     finally:
-        for pool in pools.values():
-            pool.close()
-
-
-def slot_pools(seen: dict, need: int, baseline: dict | None, limits=None) -> dict[str, SlotPool]:
-    """The worker's slot pools: its own devices' ("trials") where they hold several slots, and the baseline's
-    ("baseline") where `baseline` (its devices' record) holds several; each watches `limits`."""
-    pools = {}
-    if len(own := slots_of(seen, need)) > 1:
-        pools["trials"] = SlotPool(own, limits)
-    if baseline is not None and len(theirs := slots_of(baseline, need)) > 1:
-        pools["baseline"] = SlotPool(theirs, limits)
-    return pools
-
-
-def whole_slot(seen: dict | None) -> Slot:
-    """One slot of everything this worker has (its `--devices`, else every GPU or core it sees): where its seeds run
-    when they are watched (`StudySpec.limits`) and there are no slots to spread them over."""
-    if seen is not None:
-        return Slot(seen["kind"], tuple(seen["devices"]), seen.get("visible"))
-    if detect_kind() == "cuda":
-        return Slot("cuda", (0,), None)
-    return Slot("cpu", tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else (0,))
+        placed.close()
 
 
 def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
