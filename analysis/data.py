@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from workbench import censoring, knobs, stats, tracking
+from workbench import censoring, knobs, tracking
 from workbench.compute import units
 from workbench.config import ConfigError
 from workbench.estimators import ESTIMATORS
@@ -51,37 +51,63 @@ class StudyData:
         counts (informative, censored on one side, both censored and left out),
         means of the rest (`best_accuracy`: greedy accuracy's best; `best_reading`: the best of the study's own
         curve, `metric`), seeds and censored seeds counted."""
-        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + [k for k in ("variant", "lr") if k in self.runs]
-        best_reading = self.curves.groupby("run_id")["reading"].max() if "reading" in self.curves else pd.Series(dtype=float)
+        keys = ["trial_number", "x", "y", "capacity", "ratio", "horizon", "strategy", "baseline", "arm"] + [
+            k for k in ("variant", "lr") if k in self.runs
+        ]
+        best_reading = (
+            self.curves.groupby("run_id")["reading"].max() if "reading" in self.curves else pd.Series(dtype=float)
+        )
         rows = []
         for key, g in self.runs.groupby(keys, dropna=False, sort=False):
             values = censoring.from_frame(g)
             est = censoring.level_interval(list(values.values()))
             row = dict(zip(keys, key))
-            row.update(seeds=len(g), censored_seeds=int(g["censored"].sum()), compute_to_target=est.estimate,
-                       ci_low=est.low, ci_high=est.high, best_accuracy=g["best_accuracy"].mean(),
-                       best_reading=g["run_id"].map(best_reading).mean(),
-                       final_accuracy=g["final_accuracy"].mean(), total_units=g["total_units"].mean(),
-                       mu_measured=g["mu_measured"].median(), predicted_when_run=g["predicted_when_run"].iloc[0],
-                       _values=values)
+            row.update(
+                seeds=len(g),
+                censored_seeds=int(g["censored"].sum()),
+                compute_to_target=est.estimate,
+                ci_low=est.low,
+                ci_high=est.high,
+                best_accuracy=g["best_accuracy"].mean(),
+                best_reading=g["run_id"].map(best_reading).mean(),
+                final_accuracy=g["final_accuracy"].mean(),
+                total_units=g["total_units"].mean(),
+                mu_measured=g["mu_measured"].median(),
+                predicted_when_run=g["predicted_when_run"].iloc[0],
+                _values=values,
+            )
             rows.append(row)
         out = pd.DataFrame(rows)
         bases = out[out["baseline"]]
         ratio, low, high, verdicts, counts = [], [], [], [], []
         for _, r in out.iterrows():
             # The baseline run on the most of this configuration's seeds (a confirm run has its own).
-            shared = [(len(set(b["_values"]) & set(r["_values"])), b) for _, b in bases.iterrows() if b["trial_number"] != r["trial_number"]]
+            shared = [
+                (len(set(b["_values"]) & set(r["_values"])), b)
+                for _, b in bases.iterrows()
+                if b["trial_number"] != r["trial_number"]
+            ]
             shared = [sb for sb in shared if sb[0] > 0]
             if r["baseline"] or not shared:
-                ratio.append(np.nan), low.append(np.nan), high.append(np.nan), verdicts.append("baseline" if r["baseline"] else "no paired baseline")
+                (
+                    ratio.append(np.nan),
+                    low.append(np.nan),
+                    high.append(np.nan),
+                    verdicts.append("baseline" if r["baseline"] else "no paired baseline"),
+                )
                 counts.append(censoring.counts_of(None))
                 continue
             base = max(shared, key=lambda sb: sb[0])[1]
             iv = censoring.paired_ratio(r["_values"], base["_values"])
             ratio.append(iv.estimate), low.append(iv.low), high.append(iv.high), verdicts.append(censoring.verdict(iv))
             counts.append(censoring.counts_of(iv))
-        out = out.assign(ratio_to_baseline=ratio, ratio_ci_low=low, ratio_ci_high=high, verdict=verdicts,
-                         **{k: [c[k] for c in counts] for k in censoring.counts_of(None)}).drop(columns="_values")
+        out = out.assign(
+            ratio_to_baseline=ratio,
+            ratio_ci_low=low,
+            ratio_ci_high=high,
+            verdict=verdicts,
+            **{k: [c[k] for c in counts] for k in censoring.counts_of(None)},
+        ).drop(columns="_values")
         return out.sort_values("compute_to_target").reset_index(drop=True)
 
 
@@ -99,7 +125,9 @@ def compute_to_target(curves: pd.DataFrame, target: float, mu: float, estimator:
         g = g.sort_values("step")
         r = ESTIMATORS[estimator](g["units"].tolist(), g["reading"].tolist(), target)
         rows.append((run_id, r.value, int(r.censored), r.total, r.low, r.high))
-    return pd.DataFrame(rows, columns=["run_id", "compute_to_target", "censored", "total_units", "low_units", "high_units"])
+    return pd.DataFrame(
+        rows, columns=["run_id", "compute_to_target", "censored", "total_units", "low_units", "high_units"]
+    )
 
 
 def _curve(client, run_id: str, tmp: str) -> list[dict]:
@@ -121,24 +149,28 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
     gen_s, train_s = history("compute/gen_seconds"), history("compute/train_seconds")
     entropy = history(tracking.EVAL_SAMPLE_ENTROPY)
     at_t = tuple(name.split("{")[0] for name in (tracking.EVAL_MEAN_AT_K_AT_T, tracking.EVAL_DEMO_PROB_AT_T))
-    by_temperature = {key.removeprefix("eval/"): history(key) for key in client.get_run(run_id).data.metrics if key.startswith(at_t)}
+    by_temperature = {
+        key.removeprefix("eval/"): history(key) for key in client.get_run(run_id).data.metrics if key.startswith(at_t)
+    }
     if not acc or not gen:
         raise ConfigError(f"study: run {run_id} has neither its curve artifact nor the metric history to rebuild it")
     rows = []
     for step in sorted(acc):
         before = step - 1
-        rows.append({
-            "step": step,
-            "accuracy": acc[step],
-            "pass_at_k": pass_k.get(step),
-            "mean_at_k": mean_k.get(step),
-            "demo_prob": demo.get(step),
-            tracking.CURVE_SAMPLE_ENTROPY: entropy.get(step),
-            **{key: values.get(step) for key, values in by_temperature.items()},
-            "gen_rollouts": gen.get(before, 0.0),
-            "train_rollouts": train.get(before, 0.0),
-            "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),
-        })
+        rows.append(
+            {
+                "step": step,
+                "accuracy": acc[step],
+                "pass_at_k": pass_k.get(step),
+                "mean_at_k": mean_k.get(step),
+                "demo_prob": demo.get(step),
+                tracking.CURVE_SAMPLE_ENTROPY: entropy.get(step),
+                **{key: values.get(step) for key, values in by_temperature.items()},
+                "gen_rollouts": gen.get(before, 0.0),
+                "train_rollouts": train.get(before, 0.0),
+                "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),
+            }
+        )
     return rows
 
 
@@ -151,9 +183,14 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
         raise ConfigError(f"study: no MLflow experiment named {name!r} in {tracking_uri}")
     kind = f"tags.`{tracking.KIND}`"
     parent = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_STUDY}'")
-    trials = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_TRIAL}'", max_results=5000)
-    seeds = client.search_runs([exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_SEED}' and attributes.status = 'FINISHED'",
-                               max_results=5000)
+    trials = client.search_runs(
+        [exp.experiment_id], filter_string=f"{kind} = '{tracking.KIND_TRIAL}'", max_results=5000
+    )
+    seeds = client.search_runs(
+        [exp.experiment_id],
+        filter_string=f"{kind} = '{tracking.KIND_SEED}' and attributes.status = 'FINISHED'",
+        max_results=5000,
+    )
     if not seeds:
         raise ConfigError(f"study: no finished trial in MLflow experiment {name!r}")
     baseline_trials = {t.info.run_id for t in trials if t.data.params.get(tracking.PARAM_BASELINE) == "True"}
@@ -166,13 +203,19 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             ref = float(r.data.tags[tracking.REFERENCE_MU])
         if target is None and tracking.TARGET_ACCURACY in r.data.tags:
             target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
-    estimator = parent[0].data.params.get("estimator", "first") if parent else "first"  # studies before estimators: first
+    estimator = (
+        parent[0].data.params.get("estimator", "first") if parent else "first"
+    )  # studies before estimators: first
     metric = seeds[0].data.params.get("eval.metric", "accuracy")  # studies before `eval.metric`: greedy accuracy
     gain_fraction = float(parent[0].data.params.get("target_gain_fraction", 0.7)) if parent else 0.7
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
-    complete = {t.info.run_id for t in trials if t.info.status == "FINISHED" and t.data.tags.get(tracking.STATUS) == tracking.STATUS_FINISHED}
+    complete = {
+        t.info.run_id
+        for t in trials
+        if t.info.status == "FINISHED" and t.data.tags.get(tracking.STATUS) == tracking.STATUS_FINISHED
+    }
     rows, curve_rows, entropy_rows, ages = [], [], [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in seeds:
@@ -185,43 +228,53 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             capacity = int(p["replay.capacity"])
             # The seeds a race added to a configuration count as that configuration's (`study race`).
             number = r.data.tags.get(tracking.EXTENDS) or r.data.tags.get(tracking.TRIAL_NUMBER, "-1")
-            arm = arm_of_number.get(number, "sampler") if tracking.EXTENDS in r.data.tags else arms.get(trial_run, "sampler")
-            rows.append({
-                "run_id": r.info.run_id,
-                "trial_number": int(number),
-                "seed": int(p["seed"]),
-                "batch_size": B,
-                "capacity": capacity,
-                "ratio": ratio,
-                "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
-                "strategy": p["replay.strategy"],
-                "strategy_knobs": {k.rsplit(".", 1)[1]: v for k, v in p.items() if k.startswith(f"replay.{p['replay.strategy']}.")},
-                "objective": p["objective.name"],
-                "y": ratio,
-                "x": float(f"{knobs.staleness(capacity, ratio, B):.3g}"),  # N/R, rounded: capacities are whole rollouts
-                "fresh_per_step": knobs.fresh_per_step(B, ratio),
-                "lr": float(p.get("lr", "nan")),
-                "checkpoint": int(p.get("model.init_seed", 0)),  # the warm start (`seeds_per_checkpoint`)
-                "baseline": trial_run in baseline_trials,
-                "arm": arm,
-                "predicted_when_run": predicted_at.get(trial_run, np.nan),
-                "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
-                "final_accuracy": m[tracking.FINAL_ACCURACY],
-                "initial_accuracy": m.get(tracking.FINAL_INITIAL_ACCURACY, np.nan),
-                "mu_measured": m.get(tracking.FINAL_MU_MEASURED, np.nan),
-                "mu_used": m.get(tracking.FINAL_MU, np.nan),
-                "target": float(p["eval.target_accuracy"]),
-                "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
-                # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
-                "pipeline": p.get("pipeline.mode", "sync"),
-                "generators": int(p.get("pipeline.generators", 1)),
-                "trainers": int(p.get("pipeline.trainers", 1)),
-                "slowdown": float(p.get("pipeline.generator_slowdown", 1.0)),
-                "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
-                "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
-                "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),
-                "generator_idle": m.get("final/pipeline_generator_idle_fraction", np.nan),
-            })
+            arm = (
+                arm_of_number.get(number, "sampler")
+                if tracking.EXTENDS in r.data.tags
+                else arms.get(trial_run, "sampler")
+            )
+            rows.append(
+                {
+                    "run_id": r.info.run_id,
+                    "trial_number": int(number),
+                    "seed": int(p["seed"]),
+                    "batch_size": B,
+                    "capacity": capacity,
+                    "ratio": ratio,
+                    "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
+                    "strategy": p["replay.strategy"],
+                    "strategy_knobs": {
+                        k.rsplit(".", 1)[1]: v for k, v in p.items() if k.startswith(f"replay.{p['replay.strategy']}.")
+                    },
+                    "objective": p["objective.name"],
+                    "y": ratio,
+                    "x": float(
+                        f"{knobs.staleness(capacity, ratio, B):.3g}"
+                    ),  # N/R, rounded: capacities are whole rollouts
+                    "fresh_per_step": knobs.fresh_per_step(B, ratio),
+                    "lr": float(p.get("lr", "nan")),
+                    "checkpoint": int(p.get("model.init_seed", 0)),  # the warm start (`seeds_per_checkpoint`)
+                    "baseline": trial_run in baseline_trials,
+                    "arm": arm,
+                    "predicted_when_run": predicted_at.get(trial_run, np.nan),
+                    "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
+                    "final_accuracy": m[tracking.FINAL_ACCURACY],
+                    "initial_accuracy": m.get(tracking.FINAL_INITIAL_ACCURACY, np.nan),
+                    "mu_measured": m.get(tracking.FINAL_MU_MEASURED, np.nan),
+                    "mu_used": m.get(tracking.FINAL_MU, np.nan),
+                    "target": float(p["eval.target_accuracy"]),
+                    "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
+                    # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
+                    "pipeline": p.get("pipeline.mode", "sync"),
+                    "generators": int(p.get("pipeline.generators", 1)),
+                    "trainers": int(p.get("pipeline.trainers", 1)),
+                    "slowdown": float(p.get("pipeline.generator_slowdown", 1.0)),
+                    "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
+                    "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
+                    "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),
+                    "generator_idle": m.get("final/pipeline_generator_idle_fraction", np.nan),
+                }
+            )
             for e in _curve(client, r.info.run_id, tmp):
                 curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
             try:
@@ -231,7 +284,9 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 pass  # artifacts lost: the staleness histogram leaves this run out, the curve comes from metrics
             logged = {mm.step: mm.value for mm in client.get_metric_history(r.info.run_id, tracking.COMPUTE_UNITS)}
             for mm in client.get_metric_history(r.info.run_id, tracking.POLICY_ENTROPY):
-                entropy_rows.append({"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)})
+                entropy_rows.append(
+                    {"run_id": r.info.run_id, "step": mm.step, "entropy": mm.value, "units_logged": logged.get(mm.step)}
+                )
     if not rows:
         raise ConfigError(f"study: no completed trial in MLflow experiment {name!r}")
     runs = emergent_ratios(variants(pd.DataFrame(rows)))
@@ -247,7 +302,9 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     ctt = compute_to_target(curves, target, ref, estimator)
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
-    return StudyData(name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction)
+    return StudyData(
+        name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction
+    )
 
 
 def variants(runs: pd.DataFrame) -> pd.DataFrame:
@@ -296,8 +353,10 @@ def emergent_ratios(runs: pd.DataFrame) -> pd.DataFrame:
         y = runs[buffer].groupby("trial_number")["replay_ratio_measured"].transform("median").round(2)
         runs.loc[buffer, "y"] = y
         runs.loc[buffer, "ratio"] = y
-        runs.loc[buffer, "x"] = [float(f"{knobs.staleness(c, r, b):.3g}") for c, r, b in
-                                 zip(runs.loc[buffer, "capacity"], y, runs.loc[buffer, "batch_size"])]
+        runs.loc[buffer, "x"] = [
+            float(f"{knobs.staleness(c, r, b):.3g}")
+            for c, r, b in zip(runs.loc[buffer, "capacity"], y, runs.loc[buffer, "batch_size"])
+        ]
         runs.loc[buffer, "fresh_per_step"] = runs.loc[buffer, "batch_size"] / y
     return runs
 

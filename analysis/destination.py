@@ -46,9 +46,15 @@ def tracked(paths: list[Path]) -> list[Path]:
     while not folder.exists():
         folder = folder.parent
     try:
-        listed = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--full-name", "--", *(str(p.resolve()) for p in paths)],
-                                capture_output=True, text=True, timeout=30)
-        root = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30)
+        listed = subprocess.run(
+            ["git", "-C", str(folder), "ls-files", "-z", "--full-name", "--", *(str(p.resolve()) for p in paths)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        root = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     if listed.returncode != 0 or root.returncode != 0:
@@ -65,7 +71,9 @@ def prepare(out: Path | None, name: str, tracking_uri: str, files: list[str], fo
     clash = tracked([folder / f for f in files])
     if clash and not force:
         shown = ", ".join(p.name for p in clash[:3]) + (f" and {len(clash) - 3} more" if len(clash) > 3 else "")
-        raise ConfigError(f"--out: {folder} holds files git tracks ({shown}); pass --force to overwrite them, or give another --out")
+        raise ConfigError(
+            f"--out: {folder} holds files git tracks ({shown}); pass --force to overwrite them, or give another --out"
+        )
     if out is None and not (folder.parent / ".gitignore").exists():
         folder.parent.mkdir(parents=True, exist_ok=True)
         (folder.parent / ".gitignore").write_text(IGNORE_ALL)

@@ -34,7 +34,13 @@ from analysis.models import log_likelihood
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
 
 PARAMS = ("log_scale", "alpha", "log_tau0", "log_rho", "log_sigma")
-BOUNDS = [(-20, 20), (0.0, 3.0), (math.log(0.05), math.log(1e3)), (math.log(1e-4), math.log(1e2)), (math.log(1e-3), math.log(5))]
+BOUNDS = [
+    (-20, 20),
+    (0.0, 3.0),
+    (math.log(0.05), math.log(1e3)),
+    (math.log(1e-4), math.log(1e2)),
+    (math.log(1e-3), math.log(5)),
+]
 
 
 @dataclass
@@ -70,11 +76,20 @@ class Fit:
 
     def summary(self) -> dict:
         return {
-            "alpha": self.alpha, "tau0": self.tau0, "rho": self.rho, "scale": math.exp(self.params["log_scale"]),
-            "sigma": math.exp(self.params["log_sigma"]), "mu": self.mu, "with_replacement": self.with_replacement,
-            "n_points": self.n_points, "n_censored": self.n_censored, "log_likelihood": self.log_likelihood,
-            "intervals": {k: list(v) for k, v in self.intervals.items()}, "loco": self.loco,
-            "r2_log": self.r2_log, "median_abs_log_error": self.median_abs_log_error,
+            "alpha": self.alpha,
+            "tau0": self.tau0,
+            "rho": self.rho,
+            "scale": math.exp(self.params["log_scale"]),
+            "sigma": math.exp(self.params["log_sigma"]),
+            "mu": self.mu,
+            "with_replacement": self.with_replacement,
+            "n_points": self.n_points,
+            "n_censored": self.n_censored,
+            "log_likelihood": self.log_likelihood,
+            "intervals": {k: list(v) for k, v in self.intervals.items()},
+            "loco": self.loco,
+            "r2_log": self.r2_log,
+            "median_abs_log_error": self.median_abs_log_error,
         }
 
 
@@ -89,8 +104,18 @@ def _neg_log_lik(theta, x, y, logc, censored, mu, with_replacement, bracket=None
     return -float(np.sum(log_likelihood(pred, logc, censored, math.exp(p["log_sigma"]), bracket)))
 
 
-def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = False, starts: int = 12, seed: int = 0, init: dict | None = None,
-               bracket=None) -> Fit:
+def fit_points(
+    x,
+    y,
+    compute,
+    censored,
+    mu: float,
+    with_replacement: bool = False,
+    starts: int = 12,
+    seed: int = 0,
+    init: dict | None = None,
+    bracket=None,
+) -> Fit:
     """Maximum-likelihood fit to per-run points (x, y, compute-to-target or the censoring bound, censored flag;
     `bracket`: (low, high) per run, the compute between which its crossing lies, low = high for a point value).
 
@@ -103,17 +128,31 @@ def fit_points(x, y, compute, censored, mu: float, with_replacement: bool = Fals
     best = None
     for i in range(starts):
         if i == 0 and init is not None:
-            res = optimize.minimize(_neg_log_lik, np.array([init[k] for k in PARAMS]), args=(x, y, logc, censored, mu, with_replacement, logb), method="L-BFGS-B", bounds=BOUNDS)
+            res = optimize.minimize(
+                _neg_log_lik,
+                np.array([init[k] for k in PARAMS]),
+                args=(x, y, logc, censored, mu, with_replacement, logb),
+                method="L-BFGS-B",
+                bounds=BOUNDS,
+            )
             best = res
             continue
-        theta0 = np.array([
-            float(np.median(logc)) if i == 0 else rng.uniform(np.min(logc) - 2, np.max(logc) + 2),
-            0.3 if i == 0 else rng.uniform(0.02, 1.5),
-            0.0 if i == 0 else rng.uniform(math.log(0.1), math.log(100)),
-            math.log(0.3) if i == 0 else rng.uniform(math.log(1e-3), math.log(10)),
-            math.log(0.3),
-        ])
-        res = optimize.minimize(_neg_log_lik, theta0, args=(x, y, logc, censored, mu, with_replacement, logb), method="L-BFGS-B", bounds=BOUNDS)
+        theta0 = np.array(
+            [
+                float(np.median(logc)) if i == 0 else rng.uniform(np.min(logc) - 2, np.max(logc) + 2),
+                0.3 if i == 0 else rng.uniform(0.02, 1.5),
+                0.0 if i == 0 else rng.uniform(math.log(0.1), math.log(100)),
+                math.log(0.3) if i == 0 else rng.uniform(math.log(1e-3), math.log(10)),
+                math.log(0.3),
+            ]
+        )
+        res = optimize.minimize(
+            _neg_log_lik,
+            theta0,
+            args=(x, y, logc, censored, mu, with_replacement, logb),
+            method="L-BFGS-B",
+            bounds=BOUNDS,
+        )
         if best is None or res.fun < best.fun:
             best = res
     params = dict(zip(PARAMS, map(float, best.x)))
@@ -143,8 +182,14 @@ def brackets(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     return runs["low_units"].to_numpy(float), runs["high_units"].to_numpy(float)
 
 
-def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, bootstrap: int = 200, seed: int = 0,
-             bar: bool = False) -> Fit:
+def fit_runs(
+    runs: pd.DataFrame,
+    mu: float,
+    with_replacement: bool = False,
+    bootstrap: int = 200,
+    seed: int = 0,
+    bar: bool = False,
+) -> Fit:
     """Fit the per-seed runs of a study, then bootstrap (resampling configurations) and leave-one-configuration-out;
     the refits counted on stderr (`analysis.phases`: a bar when `bar`, else a line every few seconds)."""
     fit = fit_points(*points(runs), mu, with_replacement, seed=seed, bracket=brackets(runs))
@@ -155,19 +200,32 @@ def fit_runs(runs: pd.DataFrame, mu: float, with_replacement: bool = False, boot
         sample = pd.concat([configs[i] for i in rng.integers(0, len(configs), len(configs))])
         if sample["censored"].all():
             continue
-        b = fit_points(*points(sample), mu, with_replacement, starts=2, seed=int(rng.integers(1 << 30)), init=fit.params, bracket=brackets(sample))
+        b = fit_points(
+            *points(sample),
+            mu,
+            with_replacement,
+            starts=2,
+            seed=int(rng.integers(1 << 30)),
+            init=fit.params,
+            bracket=brackets(sample),
+        )
         draws.append(b)
     if draws:
         table = {
-            "alpha": [d.alpha for d in draws], "tau0": [d.tau0 for d in draws], "rho": [d.rho for d in draws],
-            "scale": [math.exp(d.params["log_scale"]) for d in draws], "sigma": [math.exp(d.params["log_sigma"]) for d in draws],
+            "alpha": [d.alpha for d in draws],
+            "tau0": [d.tau0 for d in draws],
+            "rho": [d.rho for d in draws],
+            "scale": [math.exp(d.params["log_scale"]) for d in draws],
+            "sigma": [math.exp(d.params["log_sigma"]) for d in draws],
         }
         fit.intervals = {k: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for k, v in table.items()}
     fit.loco = leave_one_configuration_out(runs, mu, with_replacement, seed, init=fit.params)
     return fit
 
 
-def leave_one_configuration_out(runs: pd.DataFrame, mu: float, with_replacement: bool = False, seed: int = 0, init: dict | None = None) -> dict[str, float]:
+def leave_one_configuration_out(
+    runs: pd.DataFrame, mu: float, with_replacement: bool = False, seed: int = 0, init: dict | None = None
+) -> dict[str, float]:
     """Refit without each configuration and predict its median compute-to-target (uncensored configurations only)."""
     errors = []
     for (x, y), held in runs.groupby(["x", "y"]):
@@ -179,10 +237,17 @@ def leave_one_configuration_out(runs: pd.DataFrame, mu: float, with_replacement:
     if not errors:
         return {"n": 0}
     e = np.asarray(errors)
-    return {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))), "rmse_log": float(np.sqrt(np.mean(e**2))), "bias_log": float(np.mean(e))}
+    return {
+        "n": len(e),
+        "median_abs_log_error": float(np.median(np.abs(e))),
+        "rmse_log": float(np.sqrt(np.mean(e**2))),
+        "bias_log": float(np.mean(e)),
+    }
 
 
-def predicted_optimum(fit: Fit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True) -> tuple[float, float, float]:
+def predicted_optimum(
+    fit: Fit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True
+) -> tuple[float, float, float]:
     """argmin of the fitted compute over the knobs' feasible region (y >= 1; x >= y for distinct draws).
 
     Returns (x*, y*, predicted compute). A grid in log space refined by Nelder-Mead.
@@ -198,10 +263,14 @@ def predicted_optimum(fit: Fit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), dist
 
     def f(t):
         x, y = math.exp(t[0]), math.exp(t[1])
-        if not (x_bounds[0] <= x <= x_bounds[1] and y_bounds[0] <= y <= y_bounds[1]) or (distinct and not knobs.feasible(x, y)):
+        if not (x_bounds[0] <= x <= x_bounds[1] and y_bounds[0] <= y <= y_bounds[1]) or (
+            distinct and not knobs.feasible(x, y)
+        ):
             return float("inf")
         return float(np.log(fit.predict(x, y)))
 
-    res = optimize.minimize(f, [math.log(x0), math.log(y0)], method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-12})
+    res = optimize.minimize(
+        f, [math.log(x0), math.log(y0)], method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-12}
+    )
     x, y = (math.exp(res.x[0]), math.exp(res.x[1])) if math.isfinite(res.fun) else (x0, y0)
     return x, y, float(fit.predict(x, y))

@@ -112,11 +112,17 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
     if len(replay_ys) < 2:
         # With one ratio beside on-policy the optimum can only switch once, from on-policy to it, and re-accounting
         # at a dearer generation favours the ratio that generates less whatever the law says.
-        return Verdict("F1", claim, "not testable",
-                       f"the grid runs uniform replay at {f'one ratio (y {replay_ys[0]:g})' if replay_ys else 'no ratio'}"
-                       " besides on-policy; how fast the optimal ratio rises with mu needs two or more")
+        return Verdict(
+            "F1",
+            claim,
+            "not testable",
+            f"the grid runs uniform replay at {f'one ratio (y {replay_ys[0]:g})' if replay_ys else 'no ratio'}"
+            " besides on-policy; how fast the optimal ratio rises with mu needs two or more",
+        )
     if len(seeds) < 2:
-        return Verdict("F1", claim, "not testable", f"needs 2 or more seeds common to every configuration ({len(seeds)})")
+        return Verdict(
+            "F1", claim, "not testable", f"needs 2 or more seeds common to every configuration ({len(seeds)})"
+        )
     boot = _boot_means(table, n_boot, seed)
     keys = list(table.index)
     rows, y_opt = [], []
@@ -124,10 +130,18 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
         cols = [i for i, k in enumerate(keys) if k[0] == mu]
         best = np.array(cols)[boot[:, cols].argmin(axis=1)]
         y_opt.append(np.array([keys[i][2] for i in best]))
-        rows.append({"mu": mu, "x": keys[best[0]][1], "y": keys[best[0]][2],
-                     **({"lr": keys[best[0]][3]} if len(keys[best[0]]) > 3 else {}),
-                     "compute_to_target": float(math.exp(boot[0, best[0]])), "y_low": _interval(y_opt[-1][1:], len(seeds))[0],
-                     "y_high": _interval(y_opt[-1][1:], len(seeds))[1], "optimum_share": _optimum_share(keys, cols, best)})
+        rows.append(
+            {
+                "mu": mu,
+                "x": keys[best[0]][1],
+                "y": keys[best[0]][2],
+                **({"lr": keys[best[0]][3]} if len(keys[best[0]]) > 3 else {}),
+                "compute_to_target": float(math.exp(boot[0, best[0]])),
+                "y_low": _interval(y_opt[-1][1:], len(seeds))[0],
+                "y_high": _interval(y_opt[-1][1:], len(seeds))[1],
+                "optimum_share": _optimum_share(keys, cols, best),
+            }
+        )
     log_mu = np.log(np.asarray(mus, float))
     log_mu -= log_mu.mean()
     slopes = (np.log(np.vstack(y_opt)).T @ log_mu) / float(log_mu @ log_mu)
@@ -140,15 +154,31 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
     exponent = exponent_reading(y_observed, mus, ys, low, high)
     moved = f"y_opt {rows[0]['y']:g} at mu {mus[0]:g} -> {rows[-1]['y']:g} at mu {mus[-1]:g}"
     what = f"slope of log y_opt on log mu {slope:.2f} [{low:.2f}, {high:.2f}]; the sqrt law on this grid: {law:.2f}"
-    numbers = {"slope": slope, "slope_low": low, "slope_high": high, "law": law, "law_y": law_y, "seeds": seeds, "grid_y": ys,
-               "exponent": exponent}
+    numbers = {
+        "slope": slope,
+        "slope_low": low,
+        "slope_high": high,
+        "law": law,
+        "law_y": law_y,
+        "seeds": seeds,
+        "grid_y": ys,
+        "exponent": exponent,
+    }
     if law == 0 and slope == 0:
-        verdict, why = "not testable", (f"the optimum stays at y {rows[0]['y']:g} from mu {mus[0]:g} to {mus[-1]:g}, and so"
-                                        " does the sqrt law on this grid (its y* snaps to the same ratio): a grid of larger"
-                                        " ratios would tell")
+        verdict, why = (
+            "not testable",
+            (
+                f"the optimum stays at y {rows[0]['y']:g} from mu {mus[0]:g} to {mus[-1]:g}, and so"
+                " does the sqrt law on this grid (its y* snaps to the same ratio): a grid of larger"
+                " ratios would tell"
+            ),
+        )
     elif law < low - TOL or law > high + TOL:
         how = "does not move" if high <= 0 else ("moves more slowly" if high < law else "moves faster")
-        verdict, why = "falsified", f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}; {exponent['words']}"
+        verdict, why = (
+            "falsified",
+            f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}; {exponent['words']}",
+        )
     elif not exponent["separates"]:
         verdict, why = "cannot separate", f"{moved}; {what}; {exponent['words']}"
     elif low > 0:
@@ -213,30 +243,46 @@ def exponent_reading(y_observed, mus, ys, low: float, high: float) -> dict:
     misfit = {e: float(np.sum((np.log(p) - target) ** 2)) for e, p in paths.items()}
     best = [e for e in EXPONENTS if misfit[e] <= min(misfit.values()) + 1e-9]
     sqrt_in, linear_in = 0.5 in inside, 1.0 in inside
-    out = {"low": min(inside) if inside else math.nan, "high": max(inside) if inside else math.nan,
-           "consistent": inside, "at_edge": bool(inside) and max(inside) == EXPONENTS[-1], "best_fit": [min(best), max(best)],
-           "sqrt_slope": law_slopes[0.5], "linear_slope": law_slopes[1.0], "separates": sqrt_in != linear_in}
+    out = {
+        "low": min(inside) if inside else math.nan,
+        "high": max(inside) if inside else math.nan,
+        "consistent": inside,
+        "at_edge": bool(inside) and max(inside) == EXPONENTS[-1],
+        "best_fit": [min(best), max(best)],
+        "sqrt_slope": law_slopes[0.5],
+        "linear_slope": law_slopes[1.0],
+        "separates": sqrt_in != linear_in,
+    }
     if not inside:
         span = "no exponent from 0 to 2"
     else:
         span = f"exponents {out['low']:.2f} to {out['high']:.2f}" + (" or more" if out["at_edge"] else "")
         if len(inside) != round((out["high"] - out["low"]) / 0.05) + 1:
             span += " (not all between)"
-    fit = (f"fits exactly for e {best[0]:.2f} to {best[-1]:.2f}" + (" or more" if best[-1] == EXPONENTS[-1] else "")) if min(misfit.values()) < 1e-9 \
+    fit = (
+        (f"fits exactly for e {best[0]:.2f} to {best[-1]:.2f}" + (" or more" if best[-1] == EXPONENTS[-1] else ""))
+        if min(misfit.values()) < 1e-9
         else f"fits best for e {best[0]:.2f} to {best[-1]:.2f}"
-    head = (f"the exponent of y_opt in mu: {span} give a slope on this grid inside the interval; the observed y_opt"
-            f" {', '.join(f'{v:g}' for v in y_observed)} {fit}; the sqrt law's slope here {law_slopes[0.5]:.2f}, a linear"
-            f" law's {law_slopes[1.0]:.2f}")
+    )
+    head = (
+        f"the exponent of y_opt in mu: {span} give a slope on this grid inside the interval; the observed y_opt"
+        f" {', '.join(f'{v:g}' for v in y_observed)} {fit}; the sqrt law's slope here {law_slopes[0.5]:.2f}, a linear"
+        f" law's {law_slopes[1.0]:.2f}"
+    )
     if out["separates"]:
         out["words"] = head + f": the interval {'excludes the linear law' if sqrt_in else 'excludes the sqrt law'}"
         return out
     out["grid_needed"] = need = _grid_that_separates(y_observed, mus, ys)
-    out["words"] = (head + ": this grid cannot separate exponent 0.5 from 1 (the interval contains both). A grid of y in {"
-                    + ", ".join(f"{v:.3g}" for v in need["y"]) + f"}} (x >= y) re-accounted at mu {mus[0]:g} to {mus[-1]:g}"
-                    f" would: there the sqrt law goes y {' -> '.join(f'{v:.3g}' for v in need['sqrt_path'])} (slope"
-                    f" {need['sqrt_slope']:.2f}) and a linear law y {' -> '.join(f'{v:.3g}' for v in need['linear_path'])} (slope"
-                    f" {need['linear_slope']:.2f}), so an interval narrower than {need['gap']:.2f} tells them apart (this one is"
-                    f" {high - low:.2f} wide)")
+    out["words"] = (
+        head
+        + ": this grid cannot separate exponent 0.5 from 1 (the interval contains both). A grid of y in {"
+        + ", ".join(f"{v:.3g}" for v in need["y"])
+        + f"}} (x >= y) re-accounted at mu {mus[0]:g} to {mus[-1]:g}"
+        f" would: there the sqrt law goes y {' -> '.join(f'{v:.3g}' for v in need['sqrt_path'])} (slope"
+        f" {need['sqrt_slope']:.2f}) and a linear law y {' -> '.join(f'{v:.3g}' for v in need['linear_path'])} (slope"
+        f" {need['linear_slope']:.2f}), so an interval narrower than {need['gap']:.2f} tells them apart (this one is"
+        f" {high - low:.2f} wide)"
+    )
     return out
 
 
@@ -251,8 +297,16 @@ def _grid_that_separates(y_observed, mus, ys) -> dict:
     sqrt_path = [float(v) for v in _snap(c_sqrt * np.asarray(mus, float) ** 0.5, grid)]
     linear_path = [float(v) for v in _snap(c_linear * np.asarray(mus, float), grid)]
     s_sqrt, s_linear = _slope(sqrt_path, mus), _slope(linear_path, mus)
-    return {"y": grid, "sqrt_path": sqrt_path, "linear_path": linear_path, "sqrt_slope": s_sqrt, "linear_slope": s_linear,
-            "gap": abs(s_linear - s_sqrt), "c_sqrt": c_sqrt, "c_linear": c_linear}
+    return {
+        "y": grid,
+        "sqrt_path": sqrt_path,
+        "linear_path": linear_path,
+        "sqrt_slope": s_sqrt,
+        "linear_slope": s_linear,
+        "gap": abs(s_linear - s_sqrt),
+        "c_sqrt": c_sqrt,
+        "c_linear": c_linear,
+    }
 
 
 def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int = N_BOOT, seed: int = 0) -> Verdict:
@@ -262,7 +316,9 @@ def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int 
     claim = "at fixed x, compute against y is U-shaped with its minimum near sqrt(mu / (rho + 1/x))"
     table, seeds = _log_table(data, mus)
     if len(seeds) < 2:
-        return Verdict("F2", claim, "not testable", f"needs 2 or more seeds common to every configuration ({len(seeds)})")
+        return Verdict(
+            "F2", claim, "not testable", f"needs 2 or more seeds common to every configuration ({len(seeds)})"
+        )
     boot = _boot_means(table, n_boot, seed)
     keys = list(table.index)
     rows = []
@@ -273,7 +329,9 @@ def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int 
                 continue
             y = np.array(ys)
             # each y at its best learning rate (when the study varies it), in every draw
-            at_y = np.column_stack([boot[:, [i for i, k in enumerate(keys) if k[:3] == (mu, x, yy)]].min(axis=1) for yy in ys])
+            at_y = np.column_stack(
+                [boot[:, [i for i, k in enumerate(keys) if k[:3] == (mu, x, yy)]].min(axis=1) for yy in ys]
+            )
             arg = at_y.argmin(axis=1)
             interior = (y[arg] > y.min()) & (y[arg] < y.max())
             # Monotone, resolved: each step along y worse than the one before in >= 97.5% of draws (or better).
@@ -281,21 +339,39 @@ def f2_u_shape(data: StudyData, rho: float | None = None, mus=None, n_boot: int 
             up, down = float(np.mean((steps > TOL).all(axis=1))), float(np.mean((steps < -TOL).all(axis=1)))
             pred = float(y_star(x, mu, rho, with_replacement=False)) if rho is not None else math.nan
             y_best = float(y[arg[0]])
-            rows.append({"mu": mu, "x": x, "y_best": y_best, "interior_share": float(np.mean(interior[1:])),
-                         "increasing_share": up, "decreasing_share": down, "y_predicted": pred,
-                         "curve": {f"{yy:g}": float(math.exp(at_y[0, j])) for j, yy in enumerate(ys)}})
+            rows.append(
+                {
+                    "mu": mu,
+                    "x": x,
+                    "y_best": y_best,
+                    "interior_share": float(np.mean(interior[1:])),
+                    "increasing_share": up,
+                    "decreasing_share": down,
+                    "y_predicted": pred,
+                    "curve": {f"{yy:g}": float(math.exp(at_y[0, j])) for j, yy in enumerate(ys)},
+                }
+            )
     if not rows:
         return Verdict("F2", claim, "not testable", "needs three or more replay ratios at one x")
     _, hi_q = stats.expanded_quantiles(len(seeds))
     falsified, holds = [], []
     for r in rows:
         tag = f"x {r['x']:g} at mu {r['mu']:g}"
-        in_grid = not math.isfinite(r["y_predicted"]) or min(map(float, r["curve"])) < r["y_predicted"] < max(map(float, r["curve"]))
+        in_grid = not math.isfinite(r["y_predicted"]) or min(map(float, r["curve"])) < r["y_predicted"] < max(
+            map(float, r["curve"])
+        )
         if max(r["increasing_share"], r["decreasing_share"]) >= hi_q and in_grid:
-            falsified.append(f"{tag}: monotone in y (in {100 * max(r['increasing_share'], r['decreasing_share']):.0f}% of draws)")
+            falsified.append(
+                f"{tag}: monotone in y (in {100 * max(r['increasing_share'], r['decreasing_share']):.0f}% of draws)"
+            )
         elif r["interior_share"] >= hi_q:
-            far = math.isfinite(r["y_predicted"]) and max(r["y_best"] / r["y_predicted"], r["y_predicted"] / r["y_best"]) >= 2
-            (falsified if far else holds).append(f"{tag}: minimum at y {r['y_best']:g}" + (f", predicted {r['y_predicted']:.2f}" if far else ""))
+            far = (
+                math.isfinite(r["y_predicted"])
+                and max(r["y_best"] / r["y_predicted"], r["y_predicted"] / r["y_best"]) >= 2
+            )
+            (falsified if far else holds).append(
+                f"{tag}: minimum at y {r['y_best']:g}" + (f", predicted {r['y_predicted']:.2f}" if far else "")
+            )
     if falsified:
         verdict, why = "falsified", "; ".join(falsified)
     elif holds:
@@ -321,16 +397,30 @@ def f3_lr_falls_with_y(data: StudyData, n_boot: int = N_BOOT, seed: int = 0) -> 
         cells.setdefault((x, y), []).append(i)
     cells = {c: idx for c, idx in cells.items() if len(idx) >= 2}
     if len({c[1] for c in cells}) < 2 or len(seeds) < 2:
-        return Verdict("F3", claim, "not testable", f"needs two or more learning rates at two or more replay ratios and 2 or more common seeds ({len(seeds)})")
+        return Verdict(
+            "F3",
+            claim,
+            "not testable",
+            f"needs two or more learning rates at two or more replay ratios and 2 or more common seeds ({len(seeds)})",
+        )
     boot = _boot_means(table, n_boot, seed)
     log_y = np.log(np.array([c[1] for c in cells], float))
     log_y -= log_y.mean()
-    lr_opt = np.column_stack([np.log(np.array([keys[i][3] for i in idx])[boot[:, idx].argmin(axis=1)]) for idx in cells.values()])
+    lr_opt = np.column_stack(
+        [np.log(np.array([keys[i][3] for i in idx])[boot[:, idx].argmin(axis=1)]) for idx in cells.values()]
+    )
     slopes = (lr_opt - lr_opt.mean(axis=1, keepdims=True)) @ log_y / float(log_y @ log_y)
     low, high = _interval(slopes[1:], len(seeds))
     slope = float(slopes[0])
-    rows = [{"x": c[0], "y": c[1], "lr_best": float(math.exp(lr_opt[0, j])),
-             "by_lr": {f"{keys[i][3]:g}": float(math.exp(boot[0, i])) for i in idx}} for j, (c, idx) in enumerate(cells.items())]
+    rows = [
+        {
+            "x": c[0],
+            "y": c[1],
+            "lr_best": float(math.exp(lr_opt[0, j])),
+            "by_lr": {f"{keys[i][3]:g}": float(math.exp(boot[0, i])) for i in idx},
+        }
+        for j, (c, idx) in enumerate(cells.items())
+    ]
     what = f"slope of log lr_opt on log y {slope:.2f} [{low:.2f}, {high:.2f}] over {len(cells)} (x, y) cells"
     if high < -TOL:
         verdict, why = "holds", what
@@ -338,4 +428,11 @@ def f3_lr_falls_with_y(data: StudyData, n_boot: int = N_BOOT, seed: int = 0) -> 
         verdict, why = "falsified", f"the best lr does not fall as y rises: {what}"
     else:
         verdict, why = "unresolved", f"{what} contains 0"
-    return Verdict("F3", claim, verdict, f"{why}; {len(seeds)} paired seeds.", rows, {"slope": slope, "slope_low": low, "slope_high": high, "seeds": seeds})
+    return Verdict(
+        "F3",
+        claim,
+        verdict,
+        f"{why}; {len(seeds)} paired seeds.",
+        rows,
+        {"slope": slope, "slope_low": low, "slope_high": high, "seeds": seeds},
+    )

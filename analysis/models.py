@@ -139,13 +139,39 @@ def _extended(p, x, y, lam, mu):
     return p["log_scale"] + np.log((1.0 + mu / y) / (1.0 + mu)) - np.log(lam) - np.log(room)
 
 
-register(Model("thm45", "Theorem 4.5, distinct draws: s·sigma_bar²(x)(1 + y/mu)(1/y + rho)", (SCALE, ALPHA, TAU0, RHO), _thm45(False)))
-register(Model("with_replacement", "Theorem 4.5, with replacement: s·sigma_bar²(x)(1 + y/mu)(1/y + 1/x + rho)",
-               (SCALE, ALPHA, TAU0, RHO), _thm45(True)))
-register(Model("extended", "fixed lr with a noise floor: s·cost(y)/(1 - V_eff/V*), V_eff = sigma_bar²(x)(1 + c·y/x + rho·y)",
-               (SCALE, ALPHA, TAU0, DIVERSITY, RHO, FLOOR), lambda p, x, y, lam, mu: _extended(p, x, y, np.ones_like(x), mu)))
-register(Model("extended_lr", "extended with the learning rate: s·cost(y)/(lam(1 - lam·V_eff/V*)), lam = lr/lr_ref",
-               (SCALE, ALPHA, TAU0, DIVERSITY, RHO, FLOOR), _extended, uses_lr=True))
+register(
+    Model(
+        "thm45",
+        "Theorem 4.5, distinct draws: s·sigma_bar²(x)(1 + y/mu)(1/y + rho)",
+        (SCALE, ALPHA, TAU0, RHO),
+        _thm45(False),
+    )
+)
+register(
+    Model(
+        "with_replacement",
+        "Theorem 4.5, with replacement: s·sigma_bar²(x)(1 + y/mu)(1/y + 1/x + rho)",
+        (SCALE, ALPHA, TAU0, RHO),
+        _thm45(True),
+    )
+)
+register(
+    Model(
+        "extended",
+        "fixed lr with a noise floor: s·cost(y)/(1 - V_eff/V*), V_eff = sigma_bar²(x)(1 + c·y/x + rho·y)",
+        (SCALE, ALPHA, TAU0, DIVERSITY, RHO, FLOOR),
+        lambda p, x, y, lam, mu: _extended(p, x, y, np.ones_like(x), mu),
+    )
+)
+register(
+    Model(
+        "extended_lr",
+        "extended with the learning rate: s·cost(y)/(lam(1 - lam·V_eff/V*)), lam = lr/lr_ref",
+        (SCALE, ALPHA, TAU0, DIVERSITY, RHO, FLOOR),
+        _extended,
+        uses_lr=True,
+    )
+)
 
 
 # ---------------------------------------------------------------- fitting
@@ -197,27 +223,58 @@ class ModelFit:
         for p in _all_params(MODELS[summary["model"]]):
             value = float(summary["params"][p.reported])
             params[p.name] = math.log(value) if p.name.startswith("log_") else value
-        return cls(summary["model"], params, float(summary["mu"]), float(summary["lr_ref"]), int(summary["n_points"]),
-                   int(summary["n_censored"]), float(summary["log_likelihood"]))
+        return cls(
+            summary["model"],
+            params,
+            float(summary["mu"]),
+            float(summary["lr_ref"]),
+            int(summary["n_points"]),
+            int(summary["n_censored"]),
+            float(summary["log_likelihood"]),
+        )
 
     def reported(self) -> dict[str, float]:
         spec = {p.name: p for p in (*MODELS[self.model].params, SIGMA)}
         return {spec[k].reported: spec[k].natural(v) for k, v in self.params.items()}
 
     def summary(self) -> dict:
-        return {"model": self.model, "title": MODELS[self.model].title, "params": self.reported(),
-                "intervals": {k: list(v) for k, v in self.intervals.items()}, "unidentified": self.unidentified,
-                "n_points": self.n_points, "n_censored": self.n_censored, "log_likelihood": self.log_likelihood,
-                "aic": self.aic, "loco": self.loco, "r2_log": self.r2_log, "median_abs_log_error": self.median_abs_log_error,
-                "mu": self.mu, "lr_ref": self.lr_ref}
+        return {
+            "model": self.model,
+            "title": MODELS[self.model].title,
+            "params": self.reported(),
+            "intervals": {k: list(v) for k, v in self.intervals.items()},
+            "unidentified": self.unidentified,
+            "n_points": self.n_points,
+            "n_censored": self.n_censored,
+            "log_likelihood": self.log_likelihood,
+            "aic": self.aic,
+            "loco": self.loco,
+            "r2_log": self.r2_log,
+            "median_abs_log_error": self.median_abs_log_error,
+            "mu": self.mu,
+            "lr_ref": self.lr_ref,
+        }
 
 
 def _all_params(model: Model) -> tuple[Param, ...]:
     return (*model.params, SIGMA)
 
 
-def fit_model(model: Model | str, x, y, compute, censored, mu: float, lr=None, bracket=None, starts: int = 12, seed: int = 0,
-              init: dict[str, float] | None = None, lr_ref: float | None = None, fixed: dict[str, float] | None = None) -> ModelFit:
+def fit_model(
+    model: Model | str,
+    x,
+    y,
+    compute,
+    censored,
+    mu: float,
+    lr=None,
+    bracket=None,
+    starts: int = 12,
+    seed: int = 0,
+    init: dict[str, float] | None = None,
+    lr_ref: float | None = None,
+    fixed: dict[str, float] | None = None,
+) -> ModelFit:
     """Maximum likelihood of `model` on per-run points: (x, y, compute-to-target or the censoring bound, censored
     flag), the learning rate of each run (`lr`; None: one learning rate) and `bracket` = (low, high) per run.
     `fixed`: parameters held at a value (the profile likelihood)."""
@@ -248,8 +305,14 @@ def fit_model(model: Model | str, x, y, compute, censored, mu: float, lr=None, b
         elif i == 0:
             theta0 = np.array([float(np.median(logc)) if p is SCALE else p.start for p in spec])
         else:
-            theta0 = np.array([rng.uniform(np.min(logc) - 2, np.max(logc) + 2) if p is SCALE else
-                               rng.uniform(p.low + 0.1 * (p.high - p.low), p.high - 0.1 * (p.high - p.low)) for p in spec])
+            theta0 = np.array(
+                [
+                    rng.uniform(np.min(logc) - 2, np.max(logc) + 2)
+                    if p is SCALE
+                    else rng.uniform(p.low + 0.1 * (p.high - p.low), p.high - 0.1 * (p.high - p.low))
+                    for p in spec
+                ]
+            )
         theta0 = np.clip(theta0, [b[0] for b in bounds], [b[1] for b in bounds])
         res = optimize.minimize(nll, theta0, method="L-BFGS-B", bounds=bounds)
         if best is None or res.fun < best.fun:
@@ -288,14 +351,29 @@ def _runs_into_a_bound(model: Model, runs: pd.DataFrame, mu: float, fit: ModelFi
     for bound in (p.low, p.high):
         if abs(fit.params[p.name] - bound) <= 1e-3 * (p.high - p.low):
             return True
-        held = fit_model(model, x, y, value, censored, mu, lr, bracket, starts=3, seed=1, init=fit.params, lr_ref=fit.lr_ref,
-                         fixed={p.name: bound})
+        held = fit_model(
+            model,
+            x,
+            y,
+            value,
+            censored,
+            mu,
+            lr,
+            bracket,
+            starts=3,
+            seed=1,
+            init=fit.params,
+            lr_ref=fit.lr_ref,
+            fixed={p.name: bound},
+        )
         if fit.log_likelihood - held.log_likelihood < PROFILE_DROP:
             return True
     return False
 
 
-def fit_model_runs(model: Model | str, runs: pd.DataFrame, mu: float, bootstrap: int = 100, seed: int = 0, bar: bool = False) -> ModelFit:
+def fit_model_runs(
+    model: Model | str, runs: pd.DataFrame, mu: float, bootstrap: int = 100, seed: int = 0, bar: bool = False
+) -> ModelFit:
     """`fit_model` on a study's per-seed runs, then bootstrap intervals (resampling configurations; counted on
     stderr, `analysis.phases`), the unidentified flags and the leave-one-configuration-out error."""
     model = MODELS[model] if isinstance(model, str) else model
@@ -309,21 +387,44 @@ def fit_model_runs(model: Model | str, runs: pd.DataFrame, mu: float, bootstrap:
         if sample["censored"].all():
             continue
         sx, sy, sv, sc, slr, sb = _points(sample)
-        draws.append(fit_model(model, sx, sy, sv, sc, mu, slr, sb, starts=2, seed=int(rng.integers(1 << 30)), init=fit.params,
-                               lr_ref=fit.lr_ref).params)
+        draws.append(
+            fit_model(
+                model,
+                sx,
+                sy,
+                sv,
+                sc,
+                mu,
+                slr,
+                sb,
+                starts=2,
+                seed=int(rng.integers(1 << 30)),
+                init=fit.params,
+                lr_ref=fit.lr_ref,
+            ).params
+        )
     spec = {p.name: p for p in _all_params(model)}
     for name, p in spec.items():
         if draws:
             values = [d[name] for d in draws]
-            fit.intervals[p.reported] = (p.natural(float(np.percentile(values, 2.5))), p.natural(float(np.percentile(values, 97.5))))
+            fit.intervals[p.reported] = (
+                p.natural(float(np.percentile(values, 2.5))),
+                p.natural(float(np.percentile(values, 97.5))),
+            )
         if name not in ("log_scale", "log_sigma") and _runs_into_a_bound(model, runs, mu, fit, p):
             fit.unidentified.append(p.reported)
     fit.loco = leave_one_configuration_out(model, runs, mu, seed, init=fit.params, lr_ref=fit.lr_ref)
     return fit
 
 
-def leave_one_configuration_out(model: Model | str, runs: pd.DataFrame, mu: float, seed: int = 0, init: dict | None = None,
-                                lr_ref: float | None = None) -> dict:
+def leave_one_configuration_out(
+    model: Model | str,
+    runs: pd.DataFrame,
+    mu: float,
+    seed: int = 0,
+    init: dict | None = None,
+    lr_ref: float | None = None,
+) -> dict:
     """Refit without each configuration and predict its median compute-to-target (configurations with most seeds
     censored are skipped: their median is not a measurement). `errors`: each configuration's log predicted - log
     measured, keyed by x, y and lr, which `analysis.null_models.skill` pairs with the null predictors'."""
@@ -340,17 +441,34 @@ def leave_one_configuration_out(model: Model | str, runs: pd.DataFrame, mu: floa
         rx, ry, rv, rc, rlr, rb = _points(rest)
         f = fit_model(model, rx, ry, rv, rc, mu, rlr, rb, starts=3, seed=seed, init=init, lr_ref=lr_ref)
         held_lr = held["lr"].iloc[0] if "lr" in held else None
-        errors.append({"x": float(key[0]), "y": float(key[1]), "lr": None if held_lr is None else float(held_lr),
-                       "error": float(np.log(f.predict(key[0], key[1], held_lr)) - np.log(held["compute_to_target"].median()))})
+        errors.append(
+            {
+                "x": float(key[0]),
+                "y": float(key[1]),
+                "lr": None if held_lr is None else float(held_lr),
+                "error": float(np.log(f.predict(key[0], key[1], held_lr)) - np.log(held["compute_to_target"].median())),
+            }
+        )
     if not errors:
         return {"n": 0, "errors": []}
     e = np.asarray([r["error"] for r in errors])
-    return {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))), "rmse_log": float(np.sqrt(np.mean(e**2))),
-            "bias_log": float(np.mean(e)), "errors": errors}
+    return {
+        "n": len(e),
+        "median_abs_log_error": float(np.median(np.abs(e))),
+        "rmse_log": float(np.sqrt(np.mean(e**2))),
+        "bias_log": float(np.mean(e)),
+        "errors": errors,
+    }
 
 
-def compare(runs: pd.DataFrame, mu: float, models: list[str] | None = None, bootstrap: int = 100, seed: int = 0,
-            bar: bool = False) -> list[ModelFit]:
+def compare(
+    runs: pd.DataFrame,
+    mu: float,
+    models: list[str] | None = None,
+    bootstrap: int = 100,
+    seed: int = 0,
+    bar: bool = False,
+) -> list[ModelFit]:
     """Every registered model (those that use the learning rate only when the runs vary it) fitted to `runs`,
     best first: by leave-one-configuration-out median |log error|, then AIC."""
     varies_lr = "lr" in runs and runs["lr"].nunique() > 1
@@ -368,7 +486,9 @@ RIDGE_SPAN_X, RIDGE_SPAN_Y = 4.0, 2.0
 """A prediction is refused when the near-optimal set spans more than these factors in x or in y."""
 
 
-def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True, lr=None, lr_bounds=None) -> dict:
+def optimum(
+    fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct: bool = True, lr=None, lr_bounds=None
+) -> dict:
     """The fitted model's argmin over the knobs (y >= 1; x >= y for distinct draws) as {x, y, compute}, or
     {refused: reason} when the minimum lies on a flat ridge (every configuration within 5% of the minimum, spanning
     more than 4x in x or 2x in y) or at the searched range's upper edge in x or y (the model does not bound it).
@@ -391,20 +511,31 @@ def optimum(fit: ModelFit, x_bounds=(1.0, 64.0), y_bounds=(1.0, 16.0), distinct:
     x, y, c = float(X[i]), float(Y[i]), float(C[i])
     near = C <= c * (1 + RIDGE_TOLERANCE)
     x_span, y_span = X[near].max() / X[near].min(), Y[near].max() / Y[near].min()
-    out = {"x": x, "y": y, "compute": c, "near_x": [float(X[near].min()), float(X[near].max())],
-           "near_y": [float(Y[near].min()), float(Y[near].max())]}
+    out = {
+        "x": x,
+        "y": y,
+        "compute": c,
+        "near_x": [float(X[near].min()), float(X[near].max())],
+        "near_y": [float(Y[near].min()), float(Y[near].max())],
+    }
     if search_lr:
         out |= {"lr": float(L[i]), "near_lr": [float(L[near].min()), float(L[near].max())]}
         if out["lr"] in (float(lrs[0]), float(lrs[-1])):
-            out["refused"] = (f"the best learning rate is at the edge of the searched range ({out['lr']:.3g}; searched"
-                              f" {lrs[0]:.3g} to {lrs[-1]:.3g}): the model does not bound it")
+            out["refused"] = (
+                f"the best learning rate is at the edge of the searched range ({out['lr']:.3g}; searched"
+                f" {lrs[0]:.3g} to {lrs[-1]:.3g}): the model does not bound it"
+            )
             return out
     if x >= x_bounds[1] * 0.999 or y >= y_bounds[1] * 0.999:
-        out["refused"] = (f"the minimum is at the edge of the searched range (x {x:.3g}, y {y:.3g}; searched x <= {x_bounds[1]:g},"
-                          f" y <= {y_bounds[1]:g}): the model does not bound the optimum")
+        out["refused"] = (
+            f"the minimum is at the edge of the searched range (x {x:.3g}, y {y:.3g}; searched x <= {x_bounds[1]:g},"
+            f" y <= {y_bounds[1]:g}): the model does not bound the optimum"
+        )
     elif x_span > RIDGE_SPAN_X or y_span > RIDGE_SPAN_Y:
-        out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
-                          f" [{X[near].min():.3g}, {X[near].max():.3g}] and y in [{Y[near].min():.3g}, {Y[near].max():.3g}]")
+        out["refused"] = (
+            f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
+            f" [{X[near].min():.3g}, {X[near].max():.3g}] and y in [{Y[near].min():.3g}, {Y[near].max():.3g}]"
+        )
         out["ridge_point"] = _ridge_point(X, Y, C, near, L if search_lr else None)
     return out
 
@@ -440,7 +571,9 @@ def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size
     spans more than 4x in x or 2x in y (a flat ridge)."""
     rows = sorted(terms, key=lambda t: t["x"])
     if not rows or rows[0]["x"] != 1 or rows[0]["signal"] <= 0:
-        return {"refused": "the fresh mean gradient is not resolved from its sampling noise (|g_0|² <= 0 after the correction)"}
+        return {
+            "refused": "the fresh mean gradient is not resolved from its sampling noise (|g_0|² <= 0 after the correction)"
+        }
     on = rows[0]
     v_on = on["sigma2_bar"] * (1.0 + c) / batch_size
     base = (on["signal"] + v_on) / on["signal"] ** 2
@@ -459,19 +592,37 @@ def probe_optimum(terms: list[dict], c: float, rho: float, mu: float, batch_size
     rel, x, y, lr = best
     near = [g for g in grid if g[0] <= rel * (1 + RIDGE_TOLERANCE)]
     nx, ny = [g[1] for g in near], [g[2] for g in near]
-    out = {"x": float(x), "y": y, "relative_compute": rel, "lr_factor": lr, "near_x": [float(min(nx)), float(max(nx))],
-           "near_y": [min(ny), max(ny)], "at_edge": x >= rows[-1]["x"] and x > 1}
+    out = {
+        "x": float(x),
+        "y": y,
+        "relative_compute": rel,
+        "lr_factor": lr,
+        "near_x": [float(min(nx)), float(max(nx))],
+        "near_y": [min(ny), max(ny)],
+        "at_edge": x >= rows[-1]["x"] and x > 1,
+    }
     if out["at_edge"]:
-        out["refused"] = (f"the minimum is at the largest horizon the probe measured (x {x:g}): a longer buffer might"
-                          f" be better still; probe with a larger --x")
+        out["refused"] = (
+            f"the minimum is at the largest horizon the probe measured (x {x:g}): a longer buffer might"
+            f" be better still; probe with a larger --x"
+        )
     elif max(nx) / min(nx) > RIDGE_SPAN_X or max(ny) / min(ny) > RIDGE_SPAN_Y:
-        out["refused"] = (f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
-                          f" [{min(nx):g}, {max(nx):g}] and y in [{min(ny):.3g}, {max(ny):.3g}]")
+        out["refused"] = (
+            f"the minimum lies on a flat ridge: predicted compute within {RIDGE_TOLERANCE:.0%} of it for x in"
+            f" [{min(nx):g}, {max(nx):g}] and y in [{min(ny):.3g}, {max(ny):.3g}]"
+        )
     return out
 
 
-def probe_prediction(horizon: list[dict], draws: list[list[dict]], group_correlation: float, rho: float, mu: float, group_size: int,
-                     batch_size: int) -> dict:
+def probe_prediction(
+    horizon: list[dict],
+    draws: list[list[dict]],
+    group_correlation: float,
+    rho: float,
+    mu: float,
+    group_size: int,
+    batch_size: int,
+) -> dict:
     """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, the within-group correlation,
     rho) turned into `probe_optimum` at accounting ratio `mu`, with c = group_correlation·(G - 1), rho clipped to [0, 1], and the
     prediction's stability over the draws (`stability`: the share of draws at the same point, the 95% range of x
@@ -485,14 +636,21 @@ def probe_prediction(horizon: list[dict], draws: list[list[dict]], group_correla
     points = [(d["x"], round(d["y"], 2)) for d in (probe_optimum(h, c, rho, mu, batch_size) for h in draws) if "x" in d]
     if "x" in out and points:
         xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-        out["stability"] = st = {"draws": len(draws), "same_point": sum(p == (out["x"], round(out["y"], 2)) for p in points) / len(draws),
-                                 "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
-                                 "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))]}
-        outside = not (st["x_95"][0] <= out["x"] <= st["x_95"][1] and st["y_95"][0] - 0.01 <= out["y"] <= st["y_95"][1] + 0.01)
+        out["stability"] = st = {
+            "draws": len(draws),
+            "same_point": sum(p == (out["x"], round(out["y"], 2)) for p in points) / len(draws),
+            "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
+            "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))],
+        }
+        outside = not (
+            st["x_95"][0] <= out["x"] <= st["x_95"][1] and st["y_95"][0] - 0.01 <= out["y"] <= st["y_95"][1] + 0.01
+        )
         if outside and "refused" not in out:
-            out["refused"] = (f"unstable: the point (x {out['x']:g}, y {out['y']:.3g}) lies outside its own replicates' 95% range"
-                              f" (x {st['x_95'][0]:g} to {st['x_95'][1]:g}, y {st['y_95'][0]:.3g} to {st['y_95'][1]:.3g};"
-                              f" {st['same_point']:.0%} of {len(draws)} at the point): the measurements do not pin the optimum")
+            out["refused"] = (
+                f"unstable: the point (x {out['x']:g}, y {out['y']:.3g}) lies outside its own replicates' 95% range"
+                f" (x {st['x_95'][0]:g} to {st['x_95'][1]:g}, y {st['y_95'][0]:.3g} to {st['y_95'][1]:.3g};"
+                f" {st['same_point']:.0%} of {len(draws)} at the point): the measurements do not pin the optimum"
+            )
     return out
 
 
@@ -514,17 +672,28 @@ def lr_optimum(points: list[dict]) -> dict:
     i = rows.index(min(reached, key=lambda p: p["compute_to_target"]))
     if i in (0, len(rows) - 1):
         edge = "largest" if i == len(rows) - 1 else "smallest"
-        return {"lr": rows[i]["lr"], "compute": rows[i]["compute_to_target"],
-                "refused": f"the cheapest run is at the sweep's {edge} learning rate ({rows[i]['lr']:.3g}): the sweep does not bound lr*"}
-    three = rows[i - 1:i + 2]
+        return {
+            "lr": rows[i]["lr"],
+            "compute": rows[i]["compute_to_target"],
+            "refused": f"the cheapest run is at the sweep's {edge} learning rate ({rows[i]['lr']:.3g}): the sweep does not bound lr*",
+        }
+    three = rows[i - 1 : i + 2]
     u = np.log([p["lr"] for p in three])
     v = np.log([p["budget"] if p["censored"] else p["compute_to_target"] for p in three])
     c2, c1, c0 = np.polyfit(u - u[1], v, 2)
     if c2 <= 0:
-        return {"lr": rows[i]["lr"], "compute": rows[i]["compute_to_target"], "refused": "the sweep's three cheapest points do not curve upward"}
+        return {
+            "lr": rows[i]["lr"],
+            "compute": rows[i]["compute_to_target"],
+            "refused": "the sweep's three cheapest points do not curve upward",
+        }
     vertex = float(np.clip(-c1 / (2 * c2), u[0] - u[1], u[2] - u[1]))
-    return {"lr": float(math.exp(u[1] + vertex)), "compute": float(math.exp(c0 + c1 * vertex + c2 * vertex ** 2)),
-            "bounded_by_censored": any(p["censored"] for p in three), "points": len(rows)}
+    return {
+        "lr": float(math.exp(u[1] + vertex)),
+        "compute": float(math.exp(c0 + c1 * vertex + c2 * vertex**2)),
+        "bounded_by_censored": any(p["censored"] for p in three),
+        "points": len(rows),
+    }
 
 
 def probe_lr(predicted: dict, sweep: list[dict] | None, lr: float) -> dict:
@@ -544,4 +713,8 @@ def probe_lr(predicted: dict, sweep: list[dict] | None, lr: float) -> dict:
     if "lr" not in best:
         return out | {"lr": lr * predicted["lr_factor"], "lr_source": f"the trial's lr ({best['refused']})"}
     source = "the sweep's cheapest run (" + best["refused"] + ")" if "refused" in best else "the sweep's lr*"
-    return out | {"lr": best["lr"] * predicted["lr_factor"], "lr_source": source, "compute": predicted["relative_compute"] * best["compute"]}
+    return out | {
+        "lr": best["lr"] * predicted["lr_factor"],
+        "lr_source": source,
+        "compute": predicted["relative_compute"] * best["compute"],
+    }

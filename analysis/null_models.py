@@ -64,9 +64,16 @@ def configuration_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for k, g in runs.groupby(keys):
         k = k if isinstance(k, tuple) else (k,)
-        rows.append({"x": float(k[0]), "y": float(k[1]), "lr": float(k[2]) if len(k) > 2 else math.nan,
-                     "log_c": math.log(float(g["compute_to_target"].median())), "seeds": len(g),
-                     "measured": bool(g["censored"].astype(bool).mean() < CENSORED_SHARE)})
+        rows.append(
+            {
+                "x": float(k[0]),
+                "y": float(k[1]),
+                "lr": float(k[2]) if len(k) > 2 else math.nan,
+                "log_c": math.log(float(g["compute_to_target"].median())),
+                "seeds": len(g),
+                "measured": bool(g["censored"].astype(bool).mean() < CENSORED_SHARE),
+            }
+        )
     return pd.DataFrame(rows, columns=["x", "y", "lr", "log_c", "seeds", "measured"])
 
 
@@ -83,9 +90,16 @@ def configuration_table_from_records(records: list[dict]) -> pd.DataFrame:
     rows = []
     for (x, y, lr), rs in pooled.items():
         seeds = sum(int(r["seeds"]) for r in rs)
-        rows.append({"x": x, "y": y, "lr": math.nan if lr is None else lr, "seeds": seeds,
-                     "log_c": sum(int(r["seeds"]) * math.log(float(r["compute_to_target"])) for r in rs) / seeds,
-                     "measured": sum(int(r["censored_seeds"]) for r in rs) / seeds < CENSORED_SHARE})
+        rows.append(
+            {
+                "x": x,
+                "y": y,
+                "lr": math.nan if lr is None else lr,
+                "seeds": seeds,
+                "log_c": sum(int(r["seeds"]) * math.log(float(r["compute_to_target"])) for r in rs) / seeds,
+                "measured": sum(int(r["censored_seeds"]) for r in rs) / seeds < CENSORED_SHARE,
+            }
+        )
     return pd.DataFrame(rows, columns=["x", "y", "lr", "log_c", "seeds", "measured"])
 
 
@@ -117,16 +131,31 @@ def null_loco(table: pd.DataFrame) -> dict[str, dict]:
             continue
         d = ((knobs[np.ix_(others, varied)] - knobs[i, varied]) ** 2).sum(axis=1) if varied else np.zeros(len(others))
         lr_pred, lr_how = _lr_only(lr, v, i, others)
-        predictions = {"constant": (float(v[others].mean()), "constant"), "lr_only": (lr_pred, lr_how),
-                       "nearest": (float(v[others[d <= d.min() + TOL]].mean()), "nearest")}
-        where = {"x": float(t.at[i, "x"]), "y": float(t.at[i, "y"]), "lr": None if not math.isfinite(lr[i]) else float(lr[i])}
+        predictions = {
+            "constant": (float(v[others].mean()), "constant"),
+            "lr_only": (lr_pred, lr_how),
+            "nearest": (float(v[others[d <= d.min() + TOL]].mean()), "nearest"),
+        }
+        where = {
+            "x": float(t.at[i, "x"]),
+            "y": float(t.at[i, "y"]),
+            "lr": None if not math.isfinite(lr[i]) else float(lr[i]),
+        }
         for name, (pred, how) in predictions.items():
             out[name]["errors"].append({**where, "error": pred - float(v[i])})
             out[name]["how"][how] = out[name]["how"].get(how, 0) + 1
     for name, o in out.items():
         e = np.array([r["error"] for r in o["errors"]])
-        o.update({"n": len(e)} if not len(e) else {"n": len(e), "median_abs_log_error": float(np.median(np.abs(e))),
-                                                    "rmse_log": float(np.sqrt(np.mean(e ** 2))), "bias_log": float(np.mean(e))})
+        o.update(
+            {"n": len(e)}
+            if not len(e)
+            else {
+                "n": len(e),
+                "median_abs_log_error": float(np.median(np.abs(e))),
+                "rmse_log": float(np.sqrt(np.mean(e**2))),
+                "bias_log": float(np.mean(e)),
+            }
+        )
     return out
 
 
@@ -145,9 +174,16 @@ def difference(model_errors: list[dict], null_errors: list[dict], n_boot: int = 
         return {"n": len(common), "difference": math.nan, "low": math.nan, "high": math.nan, "beats": False}
     a, b = np.abs([m[k] for k in common]), np.abs([z[k] for k in common])
     iv = stats.mean_interval(a - b, n_boot=n_boot, seed=seed)
-    return {"n": len(common), "model": float(np.median(a)), "null": float(np.median(b)),
-            "median_difference": float(np.median(a) - np.median(b)), "difference": iv.estimate, "low": iv.low, "high": iv.high,
-            "beats": iv.high < -TOL}
+    return {
+        "n": len(common),
+        "model": float(np.median(a)),
+        "null": float(np.median(b)),
+        "median_difference": float(np.median(a) - np.median(b)),
+        "difference": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+        "beats": iv.high < -TOL,
+    }
 
 
 def skill(model_errors: list[dict], nulls: dict[str, dict], n_boot: int = N_BOOT, seed: int = 0) -> dict:
@@ -197,9 +233,21 @@ def skill_from_report(result: dict, n_boot: int = N_BOOT, seed: int = 0, models:
     nulls = null_loco(table)
     varies_lr = table["lr"].nunique() > 1
     unit = math.gcd(*map(int, table["seeds"]))  # n copies weigh as n seeds; a common factor changes no estimate
-    runs = pd.DataFrame([{"x": r.x, "y": r.y, **({"lr": r.lr} if math.isfinite(r.lr) else {}), "seed": s,
-                          "compute_to_target": math.exp(r.log_c), "total_units": math.exp(r.log_c), "censored": int(not r.measured)}
-                         for r in table.itertuples() for s in range(int(r.seeds) // unit)])
+    runs = pd.DataFrame(
+        [
+            {
+                "x": r.x,
+                "y": r.y,
+                **({"lr": r.lr} if math.isfinite(r.lr) else {}),
+                "seed": s,
+                "compute_to_target": math.exp(r.log_c),
+                "total_units": math.exp(r.log_c),
+                "censored": int(not r.measured),
+            }
+            for r in table.itertuples()
+            for s in range(int(r.seeds) // unit)
+        ]
+    )
     lrs = runs["lr"] if "lr" in runs else None  # reports from before lr was recorded: no lr, keyed as None
     committed = {m["model"]: m.get("loco", {}) for m in result.get("models") or []}
     out = []
@@ -207,10 +255,27 @@ def skill_from_report(result: dict, n_boot: int = N_BOOT, seed: int = 0, models:
         if (model.uses_lr and not varies_lr) or (models is not None and name not in models):
             continue
         with threadpool_limits(1):  # thousands of small L-BFGS-B solves: BLAS threads only slow them (analysis.report)
-            fit = fit_model(model, runs["x"], runs["y"], runs["compute_to_target"], runs["censored"], float(result["reference_mu"]),
-                            lrs, seed=seed)
-            loco = leave_one_configuration_out(model, runs, float(result["reference_mu"]), seed, init=fit.params, lr_ref=fit.lr_ref)
-        out.append({"model": name, "loco": loco, "committed_loco": committed.get(name), "skill": skill(loco["errors"], nulls, n_boot, seed)})
+            fit = fit_model(
+                model,
+                runs["x"],
+                runs["y"],
+                runs["compute_to_target"],
+                runs["censored"],
+                float(result["reference_mu"]),
+                lrs,
+                seed=seed,
+            )
+            loco = leave_one_configuration_out(
+                model, runs, float(result["reference_mu"]), seed, init=fit.params, lr_ref=fit.lr_ref
+            )
+        out.append(
+            {
+                "model": name,
+                "loco": loco,
+                "committed_loco": committed.get(name),
+                "skill": skill(loco["errors"], nulls, n_boot, seed),
+            }
+        )
     return {"null_models": nulls, "models": sorted(out, key=lambda m: m["loco"].get("median_abs_log_error", math.inf))}
 
 
@@ -230,30 +295,54 @@ def probe_against_sweep(predicted: dict, gradient_units: float | None = None) ->
     sweep_units, gradient_units, sweep_lr, sweep_compute, probe_compute, probe_path, sweep_path}."""
     sweep = predicted.get("lr_sweep") or []
     best = predicted.get("lr_optimum") or {}
-    out = {"sweep_units": float(sum(p.get("budget", 0.0) for p in sweep)), "gradient_units": gradient_units,
-           "sweep_lr": best.get("lr"), "sweep_compute": best.get("compute")}
+    out = {
+        "sweep_units": float(sum(p.get("budget", 0.0) for p in sweep)),
+        "gradient_units": gradient_units,
+        "sweep_lr": best.get("lr"),
+        "sweep_compute": best.get("compute"),
+    }
     if not sweep or "lr" not in best:
-        return out | {"claims": False, "reason": "no on-policy learning-rate sweep with an lr*: the probe's point is not"
-                      " compared with tuned on-policy, so it claims nothing against it"}
+        return out | {
+            "claims": False,
+            "reason": "no on-policy learning-rate sweep with an lr*: the probe's point is not"
+            " compared with tuned on-policy, so it claims nothing against it",
+        }
     if "x" not in predicted:
-        return out | {"claims": False, "reason": f"the probe refused a point ({predicted.get('refused', 'no point')}): what"
-                      f" it says is the sweep's, on-policy at lr {best['lr']:.3g}"}
+        return out | {
+            "claims": False,
+            "reason": f"the probe refused a point ({predicted.get('refused', 'no point')}): what"
+            f" it says is the sweep's, on-policy at lr {best['lr']:.3g}",
+        }
     if _is_on_policy(predicted["x"], predicted["y"]):
-        extra = f"; its gradient phase ({gradient_units:.1f} units) adds nothing to it" if gradient_units is not None else ""
-        return out | {"claims": False, "probe_compute": predicted.get("compute"),
-                      "reason": f"the probe's point is on-policy at lr {predicted.get('lr', best['lr']):.3g}: the answer of the"
-                      f" sweep alone (on-policy at lr* {best['lr']:.3g}){extra}"}
+        extra = (
+            f"; its gradient phase ({gradient_units:.1f} units) adds nothing to it"
+            if gradient_units is not None
+            else ""
+        )
+        return out | {
+            "claims": False,
+            "probe_compute": predicted.get("compute"),
+            "reason": f"the probe's point is on-policy at lr {predicted.get('lr', best['lr']):.3g}: the answer of the"
+            f" sweep alone (on-policy at lr* {best['lr']:.3g}){extra}",
+        }
     probe_compute = predicted.get("compute", predicted["relative_compute"] * best["compute"])
     probe_path = probe_compute + (gradient_units or 0.0)
     cheaper = probe_path < best["compute"]
     cost = f"{gradient_units:.1f} units of gradient phase + " if gradient_units is not None else ""
-    reason = (f"to reach the target once: {cost}{probe_compute:.1f} predicted at x {predicted['x']:g}, y {predicted['y']:.3g}"
-              f" = {probe_path:.1f}, against {best['compute']:.1f} for on-policy at the sweep's lr* {best['lr']:.3g}"
-              f" (the sweep's {out['sweep_units']:.1f} units paid by both)")
+    reason = (
+        f"to reach the target once: {cost}{probe_compute:.1f} predicted at x {predicted['x']:g}, y {predicted['y']:.3g}"
+        f" = {probe_path:.1f}, against {best['compute']:.1f} for on-policy at the sweep's lr* {best['lr']:.3g}"
+        f" (the sweep's {out['sweep_units']:.1f} units paid by both)"
+    )
     if gradient_units is None:
         reason += "; the gradient phase's cost not given"
-    return out | {"claims": bool(cheaper), "probe_compute": probe_compute, "probe_path": probe_path, "sweep_path": best["compute"],
-                  "reason": ("claims its point: " if cheaper else "no claim: ") + reason}
+    return out | {
+        "claims": bool(cheaper),
+        "probe_compute": probe_compute,
+        "probe_path": probe_path,
+        "sweep_path": best["compute"],
+        "reason": ("claims its point: " if cheaper else "no claim: ") + reason,
+    }
 
 
 def probe_arm_against_on_policy(runs: pd.DataFrame, probe_trial: int) -> dict:
@@ -265,10 +354,17 @@ def probe_arm_against_on_policy(runs: pd.DataFrame, probe_trial: int) -> dict:
     x, y = float(probe["x"].iloc[0]), float(probe["y"].iloc[0])
     lr = float(probe["lr"].iloc[0]) if "lr" in probe else math.nan
     if _is_on_policy(x, y):
-        return {"claims": False, "reason": f"the probe's point is on-policy (lr {lr:.3g}): what sweeping on-policy's lr and"
-                " staying on-policy gives; the probe's gradient phase adds nothing to it"}
-    on = runs[(runs["arm"] == "sampler") & (runs["strategy"] == "uniform") & (runs["x"].sub(1).abs() < 0.05)
-              & (runs["y"].sub(1).abs() < 0.05)]
+        return {
+            "claims": False,
+            "reason": f"the probe's point is on-policy (lr {lr:.3g}): what sweeping on-policy's lr and"
+            " staying on-policy gives; the probe's gradient phase adds nothing to it",
+        }
+    on = runs[
+        (runs["arm"] == "sampler")
+        & (runs["strategy"] == "uniform")
+        & (runs["x"].sub(1).abs() < 0.05)
+        & (runs["y"].sub(1).abs() < 0.05)
+    ]
     on = on.groupby("trial_number").filter(lambda g: g["censored"].astype(bool).mean() < CENSORED_SHARE)
     if on.empty:
         return {"claims": False, "reason": "no measured on-policy configuration to compare the probe's point with"}
@@ -276,25 +372,43 @@ def probe_arm_against_on_policy(runs: pd.DataFrame, probe_trial: int) -> dict:
     base = on[on["trial_number"] == best]
     iv = censoring.paired_ratio(censoring.from_frame(probe), censoring.from_frame(base))
     base_lr = float(base["lr"].iloc[0]) if "lr" in base else math.nan
-    return {"claims": stats.direction(iv) < 0, "ratio": iv.estimate, "low": iv.low, "high": iv.high, "on_policy_trial": int(best),
-            "on_policy_lr": base_lr,
-            "reason": f"the probe's point (x {x:g}, y {y:.3g}) against on-policy at its best measured lr ({base_lr:.3g}, trial"
-                      f" {best}, a selection estimate), paired by seed: {iv.fmt()}, {stats.verdict(iv)}; the probe's gradient"
-                      " phase and sweep are not counted here"}
+    return {
+        "claims": stats.direction(iv) < 0,
+        "ratio": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+        "on_policy_trial": int(best),
+        "on_policy_lr": base_lr,
+        "reason": f"the probe's point (x {x:g}, y {y:.3g}) against on-policy at its best measured lr ({base_lr:.3g}, trial"
+        f" {best}, a selection estimate), paired by seed: {iv.fmt()}, {stats.verdict(iv)}; the probe's gradient"
+        " phase and sweep are not counted here",
+    }
 
 
 def probe_record_against_on_policy(records: list[dict], probe: dict) -> dict:
     """`probe_arm_against_on_policy` from a report's records alone (analysis.json holds no per-seed values): the
     probe arm's geometric mean over the best measured on-policy configuration's, unpaired, no interval."""
     if _is_on_policy(probe["x"], probe["y"]):
-        return {"claims": False, "reason": f"the probe's point is on-policy (lr {probe.get('lr', math.nan):.3g}): what"
-                " sweeping on-policy's lr and staying on-policy gives; the probe's gradient phase adds nothing to it"}
-    on = [r for r in records if _is_on_policy(r["x"], r["y"]) and r.get("arm") == "sampler"
-          and r.get("strategy", "uniform") == "uniform" and r["censored_seeds"] < CENSORED_SHARE * r["seeds"]]
+        return {
+            "claims": False,
+            "reason": f"the probe's point is on-policy (lr {probe.get('lr', math.nan):.3g}): what"
+            " sweeping on-policy's lr and staying on-policy gives; the probe's gradient phase adds nothing to it",
+        }
+    on = [
+        r
+        for r in records
+        if _is_on_policy(r["x"], r["y"])
+        and r.get("arm") == "sampler"
+        and r.get("strategy", "uniform") == "uniform"
+        and r["censored_seeds"] < CENSORED_SHARE * r["seeds"]
+    ]
     if not on:
         return {"claims": False, "reason": "no measured on-policy configuration to compare the probe's point with"}
     best = min(on, key=lambda r: r["compute_to_target"])
     ratio = probe["compute_to_target"] / best["compute_to_target"]
-    return {"claims": False, "ratio": ratio, "reason": f"the probe's point measured {ratio:.2f}x on-policy at its best measured"
-            f" lr ({best.get('lr', math.nan):.3g}; geometric means, unpaired: no interval without the store, so no claim)"}
-
+    return {
+        "claims": False,
+        "ratio": ratio,
+        "reason": f"the probe's point measured {ratio:.2f}x on-policy at its best measured"
+        f" lr ({best.get('lr', math.nan):.3g}; geometric means, unpaired: no interval without the store, so no claim)",
+    }

@@ -75,7 +75,9 @@ def _ci_band(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, mean - half, mean + half
 
 
-def _xerr(configs: pd.DataFrame, col: str = "compute_to_target", low: str = "ci_low", high: str = "ci_high") -> np.ndarray | None:
+def _xerr(
+    configs: pd.DataFrame, col: str = "compute_to_target", low: str = "ci_low", high: str = "ci_high"
+) -> np.ndarray | None:
     """Asymmetric error bars from interval columns (zero where there is no interval)."""
     if low not in configs:
         return None
@@ -101,11 +103,18 @@ def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> F
         if g.empty:
             continue
         grid = np.linspace(0, g.groupby("run_id")["units"].max().min(), 60)
-        interp = np.array([np.interp(grid, r["units"], r["reading"]) for _, r in g.sort_values("step").groupby("run_id")])
+        interp = np.array(
+            [np.interp(grid, r["units"], r["reading"]) for _, r in g.sort_values("step").groupby("run_id")]
+        )
         mean, lo, hi = _ci_band(interp)
         for row in interp:
             ax.plot(grid, row, color=color, alpha=0.15, lw=0.6)
-        ax.plot(grid, mean, color=color, label=f"{label}: mean of {len(interp)} seed(s)" + (", 95% band" if len(interp) > 1 else ""))
+        ax.plot(
+            grid,
+            mean,
+            color=color,
+            label=f"{label}: mean of {len(interp)} seed(s)" + (", 95% band" if len(interp) > 1 else ""),
+        )
         if len(interp) > 1:
             ax.fill_between(grid, lo, hi, color=color, alpha=0.25)
     ax.axhline(data.target, color="k", ls=":", lw=1, label=f"target {data.target:g}")
@@ -114,9 +123,11 @@ def accuracy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> F
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(f"{data.metric} against compute")
     who = f"on-policy (gray) and the best replay setting, {best_label} (blue)" if best_label else "on-policy (gray)"
-    caption = (f"The study's curve, {_curve_name(data)}, against compute units at mu {data.reference_mu:.3g}: {who}. "
-               "Solid: the mean over seeds with its pointwise 95% band; faint: each seed. Dotted: the target "
-               f"{data.target:g}, where compute-to-target is read.")
+    caption = (
+        f"The study's curve, {_curve_name(data)}, against compute units at mu {data.reference_mu:.3g}: {who}. "
+        "Solid: the mean over seeds with its pointwise 95% band; faint: each seed. Dotted: the target "
+        f"{data.target:g}, where compute-to-target is read."
+    )
     return Figure(_save(fig, out / "accuracy_vs_compute.png"), caption)
 
 
@@ -131,19 +142,33 @@ def pareto_front(configs: pd.DataFrame, out: Path, metric: str) -> Figure:
             front.append(r)
             best = r["best_reading"]
     ax.errorbar(c["compute_to_target"], c["best_reading"], xerr=_xerr(c), fmt="none", ecolor="0.6", lw=1, capsize=2)
-    ax.scatter(c["compute_to_target"], c["best_reading"], c=np.where(c["censored_seeds"] > c["seeds"] / 2, "tab:red", "tab:blue"), s=30, zorder=3)
+    ax.scatter(
+        c["compute_to_target"],
+        c["best_reading"],
+        c=np.where(c["censored_seeds"] > c["seeds"] / 2, "tab:red", "tab:blue"),
+        s=30,
+        zorder=3,
+    )
     for _, r in c.iterrows():
-        ax.annotate(_label(r), (r["compute_to_target"], r["best_reading"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            _label(r),
+            (r["compute_to_target"], r["best_reading"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     f = pd.DataFrame(front)
     ax.plot(f["compute_to_target"], f["best_reading"], "k--", lw=1, label="Pareto front")
     ax.set_xlabel("compute to target (geometric mean over seeds, 95% CI)")
     ax.set_ylabel(f"best {metric} (mean over seeds)")
     ax.legend(fontsize=8)
     ax.set_title(f"Pareto front on {metric}")
-    caption = (f"Each configuration's best `{metric}` ({METRICS[metric]}, the study's curve; mean over seeds) against its "
-               "compute to target (geometric mean over seeds, with its 95% interval). Dashed: the Pareto front, the "
-               "configurations no other reaches a higher best with less compute than. Blue: most seeds reached the target; "
-               "red: most seeds never did (their level is a censored estimate, or none).")
+    caption = (
+        f"Each configuration's best `{metric}` ({METRICS[metric]}, the study's curve; mean over seeds) against its "
+        "compute to target (geometric mean over seeds, with its 95% interval). Dashed: the Pareto front, the "
+        "configurations no other reaches a higher best with less compute than. Blue: most seeds reached the target; "
+        "red: most seeds never did (their level is a censored estimate, or none)."
+    )
     return Figure(_save(fig, out / "pareto_front.png"), caption)
 
 
@@ -183,21 +208,42 @@ def heatmap(configs: pd.DataFrame, out: Path, predicted: tuple[float, float] | N
         (px, side_x), (py, side_y) = _grid_position(predicted[0], xs), _grid_position(predicted[1], ys)
         where = f"x*={predicted[0]:.3g}, y*={predicted[1]:.3g}"
         if side_x or side_y:
-            ax.plot(px, py, marker="*", color="tab:red", ms=16, mec="w", clip_on=False, zorder=5,
-                    label=f"fitted optimum ({where}), beyond the grid: on its edge")
-            ax.annotate("", xy=(px, py), xytext=(24 * side_x, 24 * side_y), textcoords="offset points", annotation_clip=False,
-                        arrowprops={"arrowstyle": "<-", "color": "tab:red", "lw": 2, "shrinkA": 0, "shrinkB": 8})
-            marker = (f" Star: the fitted model's optimum ({where}) lies beyond the grid; it is drawn on the frame's edge "
-                      "on its side, the arrow pointing towards it.")
+            ax.plot(
+                px,
+                py,
+                marker="*",
+                color="tab:red",
+                ms=16,
+                mec="w",
+                clip_on=False,
+                zorder=5,
+                label=f"fitted optimum ({where}), beyond the grid: on its edge",
+            )
+            ax.annotate(
+                "",
+                xy=(px, py),
+                xytext=(24 * side_x, 24 * side_y),
+                textcoords="offset points",
+                annotation_clip=False,
+                arrowprops={"arrowstyle": "<-", "color": "tab:red", "lw": 2, "shrinkA": 0, "shrinkB": 8},
+            )
+            marker = (
+                f" Star: the fitted model's optimum ({where}) lies beyond the grid; it is drawn on the frame's edge "
+                "on its side, the arrow pointing towards it."
+            )
         else:
             ax.plot(px, py, marker="*", color="tab:red", ms=16, mec="w", zorder=5, label=f"fitted optimum ({where})")
-            marker = (f" Star: the fitted model's optimum ({where}), placed between the cells on log axes.")
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)  # below: off the cells and the edge
+            marker = f" Star: the fitted model's optimum ({where}), placed between the cells on log axes."
+        ax.legend(
+            fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False
+        )  # below: off the cells and the edge
     fig.colorbar(im, ax=ax, label="log10 compute to target")
     ax.set_title("Compute to target over (x, y)", pad=34 if predicted is not None and side_y > 0 else 8)
-    caption = (f"Compute to target of each configuration over x = N/R (staleness horizon) and y = B/R (replay ratio), at "
-               f"mu {mu:.3g}: the geometric mean over seeds, in compute units, colour on a log scale (yellow: cheapest, dark purple: dearest); "
-               "blank: not run." + marker)
+    caption = (
+        f"Compute to target of each configuration over x = N/R (staleness horizon) and y = B/R (replay ratio), at "
+        f"mu {mu:.3g}: the geometric mean over seeds, in compute units, colour on a log scale (yellow: cheapest, dark purple: dearest); "
+        "blank: not run." + marker
+    )
     return Figure(_save(fig, out / "heatmap.png"), caption)
 
 
@@ -208,7 +254,13 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Figure:
     err = _xerr(configs)
     if err is not None:
         ax.errorbar(pred, configs["compute_to_target"], yerr=err, fmt="none", ecolor="0.6", lw=1, capsize=2)
-    ax.scatter(pred[~cens], configs["compute_to_target"][~cens], label="reached target (95% CI over seeds)", color="tab:blue", zorder=3)
+    ax.scatter(
+        pred[~cens],
+        configs["compute_to_target"][~cens],
+        label="reached target (95% CI over seeds)",
+        color="tab:blue",
+        zorder=3,
+    )
     ax.scatter(pred[cens], configs["compute_to_target"][cens], label="mostly censored", color="tab:red", marker="^")
     lo = min(pred.min(), configs["compute_to_target"].min()) * 0.8
     hi = max(pred.max(), configs["compute_to_target"].max()) * 1.25
@@ -223,9 +275,11 @@ def predicted_vs_measured(configs: pd.DataFrame, fit: Fit, out: Path) -> Figure:
     ax.set_ylabel("measured (geometric mean over seeds)")
     ax.legend(fontsize=8)
     ax.set_title(f"Fit: R² (log) = {fit.r2_log:.2f}")
-    caption = ("The fitted model's compute to target against the measured one, per configuration (log axes, compute units): "
-               "the geometric mean over seeds with its 95% interval. Dotted: prediction = measurement. Blue: most seeds "
-               "reached the target; red triangles: most never did (a censored estimate).")
+    caption = (
+        "The fitted model's compute to target against the measured one, per configuration (log axes, compute units): "
+        "the geometric mean over seeds with its 95% interval. Dotted: prediction = measurement. Blue: most seeds "
+        "reached the target; red triangles: most never did (a censored estimate)."
+    )
     return Figure(_save(fig, out / "predicted_vs_measured.png"), caption)
 
 
@@ -234,8 +288,12 @@ def savings(configs: pd.DataFrame, out: Path) -> Figure:
     difference is resolved only where the interval misses 1."""
     c = configs[np.isfinite(configs["ratio_to_baseline"].to_numpy(float))].sort_values("ratio_to_baseline")
     fig, ax = plt.subplots(figsize=(6.4, max(3.0, 1.6 + 0.35 * len(c))))
-    labels = [f"trial {int(r['trial_number'])} {_label(r)}" + (f" ({knob_label(strategy_shown(r))})" if strategy_shown(r) else "")
-              + (" [confirm]" if r.get("arm") == "confirm" else "") for _, r in c.iterrows()]
+    labels = [
+        f"trial {int(r['trial_number'])} {_label(r)}"
+        + (f" ({knob_label(strategy_shown(r))})" if strategy_shown(r) else "")
+        + (" [confirm]" if r.get("arm") == "confirm" else "")
+        for _, r in c.iterrows()
+    ]
     pos = np.arange(len(c))
     resolved = (c["ratio_ci_high"] < 1) | (c["ratio_ci_low"] > 1)
     err = _xerr(c, "ratio_to_baseline", "ratio_ci_low", "ratio_ci_high")
@@ -249,10 +307,12 @@ def savings(configs: pd.DataFrame, out: Path) -> Figure:
     ax.set_ylim(-0.7, len(c) - 0.3)
     ax.set_xlabel("compute to target / on-policy's, paired by seed (95% CI)")
     ax.set_title("Savings against on-policy")
-    caption = ("Each configuration's compute to target over on-policy's on the same seeds (paired; geometric mean of the "
-               "per-seed ratios, log axis), with its 95% interval. Left of the dotted line at 1: less compute than "
-               "on-policy. Blue: resolved (the interval misses 1); orange: unresolved (the study cannot tell it from "
-               "on-policy).")
+    caption = (
+        "Each configuration's compute to target over on-policy's on the same seeds (paired; geometric mean of the "
+        "per-seed ratios, log axis), with its 95% interval. Left of the dotted line at 1: less compute than "
+        "on-policy. Blue: resolved (the interval misses 1); orange: unresolved (the study cannot tell it from "
+        "on-policy)."
+    )
     return Figure(_save(fig, out / "savings.png"), caption)
 
 
@@ -266,14 +326,23 @@ def entropy_vs_compute(data: StudyData, out: Path, best_trial: int | None) -> Fi
         color = "tab:gray" if base else "tab:blue"
         for i, (_, r) in enumerate(g.sort_values("step").groupby("run_id")):
             smooth = r["entropy"].rolling(10, min_periods=1).mean()
-            ax.plot(r["units_logged"], smooth, color=color, alpha=0.7, lw=1, label=("on-policy" if base else f"best replay (trial {trial})") if i == 0 else None)
+            ax.plot(
+                r["units_logged"],
+                smooth,
+                color=color,
+                alpha=0.7,
+                lw=1,
+                label=("on-policy" if base else f"best replay (trial {trial})") if i == 0 else None,
+            )
     ax.set_xlabel("compute units")
     ax.set_ylabel("token entropy of fresh samples (nats)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     ax.set_title("Policy entropy against compute")
-    caption = ("Token entropy of the freshly generated samples (nats; a rolling mean over 10 steps) against compute units: "
-               "on-policy (gray) and the best replay setting (blue), one line per seed. A collapse shows as a fall towards 0.")
+    caption = (
+        "Token entropy of the freshly generated samples (nats; a rolling mean over 10 steps) against compute units: "
+        "on-policy (gray) and the best replay setting (blue), one line per seed. A collapse shows as a fall towards 0."
+    )
     return Figure(_save(fig, out / "entropy_vs_compute.png"), caption)
 
 
@@ -288,6 +357,8 @@ def staleness_histogram(data: StudyData, trial: int, out: Path) -> Figure:
     ax.set_xlabel("age of trained rollouts (optimizer steps)")
     ax.set_ylabel("rollouts trained")
     ax.set_title(f"Staleness of trial {trial}")
-    caption = (f"How old the rollouts trial {trial} trained on were: optimizer steps between a rollout's generation and "
-               "each step that trained on it, counted over all its seeds (age 0: trained in the step that generated it).")
+    caption = (
+        f"How old the rollouts trial {trial} trained on were: optimizer steps between a rollout's generation and "
+        "each step that trained on it, counted over all its seeds (age 0: trained in the step that generated it)."
+    )
     return Figure(_save(fig, out / "staleness_histogram.png"), caption)

@@ -20,9 +20,17 @@ FIT_PROVENANCE = ("alpha", "tau0", "rho", "scale", "mu", "r2_log")
 
 def measured(result: dict) -> tuple[Measured, ...]:
     """The study's configurations in an `analysis.report.analyze` result."""
-    return tuple(Measured(int(c["trial_number"]), float(c["y"]), int(c["capacity"]), float(c["compute_to_target"]),
-                          None if c.get("lr") is None else float(c["lr"]), bool(c.get("baseline", False)))
-                 for c in result["configurations"])
+    return tuple(
+        Measured(
+            int(c["trial_number"]),
+            float(c["y"]),
+            int(c["capacity"]),
+            float(c["compute_to_target"]),
+            None if c.get("lr") is None else float(c["lr"]),
+            bool(c.get("baseline", False)),
+        )
+        for c in result["configurations"]
+    )
 
 
 def fitted(result: dict, fit, batch_size: int) -> Prediction | None:
@@ -30,7 +38,9 @@ def fitted(result: dict, fit, batch_size: int) -> Prediction | None:
     p = result["predicted"]
     if not all(math.isfinite(p[k]) and p[k] > 0 for k in ("x", "y")):
         return None
-    return Prediction.at("predicted", p["x"], p["y"], batch_size, fit.predict, provenance={k: result["fit"][k] for k in FIT_PROVENANCE})
+    return Prediction.at(
+        "predicted", p["x"], p["y"], batch_size, fit.predict, provenance={k: result["fit"][k] for k in FIT_PROVENANCE}
+    )
 
 
 def of_model(summary: dict, point: dict, batch_size: int, ridge: bool = False) -> Prediction:
@@ -38,22 +48,56 @@ def of_model(summary: dict, point: dict, batch_size: int, ridge: bool = False) -
     simplest point of its ridge with `ridge`), at its own learning rate when it chose one."""
     fit = ModelFit.from_summary(summary)
     lr = point.get("lr")
-    provenance = {"model": summary["model"], "params": summary["params"], "mu": summary["mu"],
-                  "loco": summary.get("loco", {}).get("median_abs_log_error", math.nan), **({"ridge": True} if ridge else {})}
-    return Prediction.at("predicted", point["x"], point["y"], batch_size, lambda x, y: fit.predict(x, y, lr), lr=lr, provenance=provenance)
+    provenance = {
+        "model": summary["model"],
+        "params": summary["params"],
+        "mu": summary["mu"],
+        "loco": summary.get("loco", {}).get("median_abs_log_error", math.nan),
+        **({"ridge": True} if ridge else {}),
+    }
+    return Prediction.at(
+        "predicted",
+        point["x"],
+        point["y"],
+        batch_size,
+        lambda x, y: fit.predict(x, y, lr),
+        lr=lr,
+        provenance=provenance,
+    )
 
 
-def of_probe(predicted: dict, sweep: list[dict] | None, run_id: str, mu: float, units: float, baseline_compute: float,
-             batch_size: int) -> Prediction:
+def of_probe(
+    predicted: dict,
+    sweep: list[dict] | None,
+    run_id: str,
+    mu: float,
+    units: float,
+    baseline_compute: float,
+    batch_size: int,
+) -> Prediction:
     """The probe's optimum (`predicted`: `analysis.models.probe_lr`'s, with `x`) at the study's `mu`; its compute is the
     sweep's at lr* times the point's relative compute, else relative to the study's measured baseline
     (`baseline_compute`). `units`: the probe's cost, its sweep included; `claims_beyond_sweep`: whether the point beats
     the sweep alone at equal compute (`analysis.null_models.probe_against_sweep`, where the prediction carries it)."""
     compute = predicted["compute"] if "compute" in predicted else predicted["relative_compute"] * baseline_compute
-    provenance = {"probe_run": run_id, "rho": predicted["rho"], "c": predicted["c"], "mu": mu,
-                  "relative_compute": predicted["relative_compute"], "same_point": predicted.get("stability", {}).get("same_point"),
-                  "lr_source": predicted["lr_source"], "probe_units": units,
-                  **({"claims_beyond_sweep": bool(predicted["against_sweep"]["claims"])} if "against_sweep" in predicted else {}),
-                  **({"lr_sweep": [[p["lr"], p["compute_to_target"], p["censored"]] for p in sweep]} if sweep else {})}
-    return Prediction.at("probe", predicted["x"], predicted["y"], batch_size, lambda x, y: compute,
-                         lr=predicted["lr"] if sweep else None, provenance=provenance)
+    provenance = {
+        "probe_run": run_id,
+        "rho": predicted["rho"],
+        "c": predicted["c"],
+        "mu": mu,
+        "relative_compute": predicted["relative_compute"],
+        "same_point": predicted.get("stability", {}).get("same_point"),
+        "lr_source": predicted["lr_source"],
+        "probe_units": units,
+        **({"claims_beyond_sweep": bool(predicted["against_sweep"]["claims"])} if "against_sweep" in predicted else {}),
+        **({"lr_sweep": [[p["lr"], p["compute_to_target"], p["censored"]] for p in sweep]} if sweep else {}),
+    }
+    return Prediction.at(
+        "probe",
+        predicted["x"],
+        predicted["y"],
+        batch_size,
+        lambda x, y: compute,
+        lr=predicted["lr"] if sweep else None,
+        provenance=provenance,
+    )

@@ -46,9 +46,17 @@ def _on_policy(result: dict) -> dict | None:
     base = result.get("baseline")
     if not base:
         return None
-    return {"trial_number": base["trial_number"], "lr": base.get("lr"), "compute_to_target": base["compute_to_target"],
-            "ci_low": base["ci_low"], "ci_high": base["ci_high"], "tuned": False, "bounded": False,
-            "censored_seeds": base.get("censored_seeds", 0), "seeds": base.get("seeds", 0)}
+    return {
+        "trial_number": base["trial_number"],
+        "lr": base.get("lr"),
+        "compute_to_target": base["compute_to_target"],
+        "ci_low": base["ci_low"],
+        "ci_high": base["ci_high"],
+        "tuned": False,
+        "bounded": False,
+        "censored_seeds": base.get("censored_seeds", 0),
+        "seeds": base.get("seeds", 0),
+    }
 
 
 def _best_replay(result: dict) -> dict | None:
@@ -60,16 +68,33 @@ def _best_replay(result: dict) -> dict | None:
         if not rows:
             return None
         r = rows[0]
-        return {"trial_number": r["trial_number"], "pair": r["against_tuned"], "wall": r.get("against_tuned_device_time")}
-    rows = [c for c in result.get("configurations") or [] if not c["baseline"] and c.get("arm", "sampler") == "sampler"
-            and math.isfinite(c.get("ratio_to_baseline", math.nan))]
+        return {
+            "trial_number": r["trial_number"],
+            "pair": r["against_tuned"],
+            "wall": r.get("against_tuned_device_time"),
+        }
+    rows = [
+        c
+        for c in result.get("configurations") or []
+        if not c["baseline"]
+        and c.get("arm", "sampler") == "sampler"
+        and math.isfinite(c.get("ratio_to_baseline", math.nan))
+    ]
     if not rows:
         return None
     c = min(rows, key=lambda c: c["compute_to_target"])
-    return {"trial_number": c["trial_number"], "pair": {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"],
-                                                        "high": c["ratio_ci_high"], "seeds": c["seeds"], "verdict": c["verdict"],
-                                                        **{k: c[k] for k in censoring.counts_of(None) if k in c}},
-            "wall": None}
+    return {
+        "trial_number": c["trial_number"],
+        "pair": {
+            "ratio": c["ratio_to_baseline"],
+            "low": c["ratio_ci_low"],
+            "high": c["ratio_ci_high"],
+            "seeds": c["seeds"],
+            "verdict": c["verdict"],
+            **{k: c[k] for k in censoring.counts_of(None) if k in c},
+        },
+        "wall": None,
+    }
 
 
 def _config(result: dict, number: int) -> dict:
@@ -81,25 +106,32 @@ def _held(result: dict, number: int) -> str:
     for c in result.get("confirmations") or []:
         if c["selection"]["trial_number"] == number:
             r = c["replicated"]
-            return (f"re-run on seeds {', '.join(map(str, r.get('seed_list', [])))}: {r['ratio_to_baseline']:.2f}x"
-                    f" [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}] of on-policy there ({r['verdict']})")
+            return (
+                f"re-run on seeds {', '.join(map(str, r.get('seed_list', [])))}: {r['ratio_to_baseline']:.2f}x"
+                f" [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}] of on-policy there ({r['verdict']})"
+            )
     return "not re-run on fresh seeds (`workbench study confirm`)"
 
 
 def _skill(result: dict) -> tuple[bool, str]:
     models = [m for m in result.get("models") or [] if "skill" in m]
     if not models:
-        return False, ("no model compared with the null predictors (fewer configurations than a fit needs): the"
-                       " recommendation is a measured configuration")
+        return False, (
+            "no model compared with the null predictors (fewer configurations than a fit needs): the"
+            " recommendation is a measured configuration"
+        )
     selected = [m["model"] for m in models if m["skill"]["selected"]]
     if selected:
         return True, f"`{selected[0]}` beats every null predictor out of sample"
-    return False, ("no model beats the null predictors out of sample (a constant, the mean at the same lr, the nearest"
-                   " measured setting): the recommendation is a measured configuration, not a model's optimum")
+    return False, (
+        "no model beats the null predictors out of sample (a constant, the mean at the same lr, the nearest"
+        " measured setting): the recommendation is a measured configuration, not a model's optimum"
+    )
 
 
-def from_study(result: dict, mu: float | None = None, split: tuple[int, int] | None = None,
-               measured_mu: float | None = None) -> dict[str, Any]:
+def from_study(
+    result: dict, mu: float | None = None, split: tuple[int, int] | None = None, measured_mu: float | None = None
+) -> dict[str, Any]:
     """A recommendation from a study's analysis (`analysis.report.analyze`'s result, re-accounted at the user's mu
     for a synchronous study). Returns {recommended, on_policy, best_replay, saving, notes, lines, ...};
     `recommended` is None where the data cannot support one (`refused` says why)."""
@@ -107,38 +139,61 @@ def from_study(result: dict, mu: float | None = None, split: tuple[int, int] | N
     return out | {"lines": lines(out)}
 
 
-def _from_study(result: dict, mu: float | None, split: tuple[int, int] | None, measured_mu: float | None) -> dict[str, Any]:
+def _from_study(
+    result: dict, mu: float | None, split: tuple[int, int] | None, measured_mu: float | None
+) -> dict[str, Any]:
     study_mu = float(measured_mu if measured_mu is not None else result["reference_mu"])
     mu = float(mu if mu is not None else study_mu)
     asynchronous = bool(result.get("pipeline"))
     notes: list[str] = []
-    out: dict[str, Any] = {"source": "study", "study": result.get("study"), "mu": mu, "study_mu": study_mu,
-                           "metric": result.get("metric"), "target": result.get("target_accuracy"), "recommended": None,
-                           "saving": None, "notes": notes}
+    out: dict[str, Any] = {
+        "source": "study",
+        "study": result.get("study"),
+        "mu": mu,
+        "study_mu": study_mu,
+        "metric": result.get("metric"),
+        "target": result.get("target_accuracy"),
+        "recommended": None,
+        "saving": None,
+        "notes": notes,
+    }
     if max(mu, study_mu) / min(mu, study_mu) > SPLIT_MU_TOLERANCE:
-        notes.append(f"extrapolated: the study ran at mu {study_mu:.3g}, the asynchronous runs' staleness came from"
-                     f" that split; run it at mu {mu:.3g} (`pipeline.generator_slowdown`) to measure yours" if asynchronous else
-                     f"re-accounted: the study's runs priced at mu {mu:.3g} (measured at {study_mu:.3g}), their learning"
-                     " curves in steps taken as they were; the staleness a slow generator adds is not in them"
-                     " (an asynchronous study at your mu measures it)")
+        notes.append(
+            f"extrapolated: the study ran at mu {study_mu:.3g}, the asynchronous runs' staleness came from"
+            f" that split; run it at mu {mu:.3g} (`pipeline.generator_slowdown`) to measure yours"
+            if asynchronous
+            else f"re-accounted: the study's runs priced at mu {mu:.3g} (measured at {study_mu:.3g}), their learning"
+            " curves in steps taken as they were; the staleness a slow generator adds is not in them"
+            " (an asynchronous study at your mu measures it)"
+        )
     configs = [c for c in result.get("configurations") or [] if c.get("arm", "sampler") == "sampler"]
     on = _on_policy(result)
     if len(configs) < 2 or on is None:
-        return out | {"refused": f"the study has {len(configs)} configuration(s) and no on-policy baseline to compare"
-                                 " with: nothing to recommend against"}
+        return out | {
+            "refused": f"the study has {len(configs)} configuration(s) and no on-policy baseline to compare"
+            " with: nothing to recommend against"
+        }
     if max(c["seeds"] for c in configs) < 2:
-        return out | {"refused": "one seed per configuration: no interval, so no comparison is a claim (run more `seeds`)"}
+        return out | {
+            "refused": "one seed per configuration: no interval, so no comparison is a claim (run more `seeds`)"
+        }
     on_cfg = _config(result, on["trial_number"])
     if on_cfg["censored_seeds"] * 2 >= on_cfg["seeds"]:
-        return out | {"refused": f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg['censored_seeds']}"
-                                 f" of {on_cfg['seeds']} seeds: its compute to target is a bound, no saving can be read"
-                                 " against it (a lower target or a larger budget)"}
+        return out | {
+            "refused": f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg['censored_seeds']}"
+            f" of {on_cfg['seeds']} seeds: its compute to target is a bound, no saving can be read"
+            " against it (a lower target or a larger budget)"
+        }
     if not on["tuned"]:
-        notes.append(f"on-policy ran at one learning rate ({on['lr']:.3g}): a saving against it may be the learning rate's"
-                     " (give `lr` a few values in the study)")
+        notes.append(
+            f"on-policy ran at one learning rate ({on['lr']:.3g}): a saving against it may be the learning rate's"
+            " (give `lr` a few values in the study)"
+        )
     elif not on["bounded"]:
-        notes.append(f"on-policy's best learning rate ({on['lr']:.3g}) is at an end of the range tried: it may not be"
-                     " tuned, so a saving against it is an upper bound")
+        notes.append(
+            f"on-policy's best learning rate ({on['lr']:.3g}) is at an end of the range tried: it may not be"
+            " tuned, so a saving against it is an upper bound"
+        )
     has_skill, skill_line = _skill(result)
     best = _best_replay(result)
     out |= {"on_policy": on, "best_replay": best, "skill": skill_line, "model_has_skill": has_skill}
@@ -150,23 +205,51 @@ def _from_study(result: dict, mu: float | None, split: tuple[int, int] | None, m
     if resolved:
         c, p = best["configuration"], best["pair"]
         y = float(c["y"])
-        out["recommended"] = {"strategy": c.get("strategy", "uniform"), "capacity": int(c["capacity"]),
-                              "horizon": c.get("horizon"), "replay_ratio": y, "x": float(c["x"]), "lr": c.get("lr"),
-                              "trial_number": c["trial_number"], **_split(mu, y, split)}
-        out["saving"] = {"share": 1 - p["ratio"], "low": 1 - p["high"], "high": 1 - p["low"], "seeds": p["seeds"],
-                         "pairs": censoring.counts_text(p).strip(" ()"),
-                         "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr"}
+        out["recommended"] = {
+            "strategy": c.get("strategy", "uniform"),
+            "capacity": int(c["capacity"]),
+            "horizon": c.get("horizon"),
+            "replay_ratio": y,
+            "x": float(c["x"]),
+            "lr": c.get("lr"),
+            "trial_number": c["trial_number"],
+            **_split(mu, y, split),
+        }
+        out["saving"] = {
+            "share": 1 - p["ratio"],
+            "low": 1 - p["high"],
+            "high": 1 - p["low"],
+            "seeds": p["seeds"],
+            "pairs": censoring.counts_text(p).strip(" ()"),
+            "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr",
+        }
         if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
             w = best["wall"]
-            out["saving_device_time"] = {"share": 1 - w["ratio"], "low": 1 - w["high"], "high": 1 - w["low"], "seeds": w["seeds"]}
+            out["saving_device_time"] = {
+                "share": 1 - w["ratio"],
+                "low": 1 - w["high"],
+                "high": 1 - w["low"],
+                "seeds": w["seeds"],
+            }
     else:
-        out["recommended"] = {"strategy": "on-policy", "capacity": None, "horizon": None, "replay_ratio": 1.0, "x": 1.0,
-                              "lr": on["lr"], "trial_number": on["trial_number"], **_split(mu, 1.0, split)}
+        out["recommended"] = {
+            "strategy": "on-policy",
+            "capacity": None,
+            "horizon": None,
+            "replay_ratio": 1.0,
+            "x": 1.0,
+            "lr": on["lr"],
+            "trial_number": on["trial_number"],
+            **_split(mu, 1.0, split),
+        }
         out["saving"] = None
-        out["why_on_policy"] = ("no replay configuration ran" if best is None else
-                                f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
-                                f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
-                                f" {best['pair']['verdict']}")
+        out["why_on_policy"] = (
+            "no replay configuration ran"
+            if best is None
+            else f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
+            f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
+            f" {best['pair']['verdict']}"
+        )
     return out
 
 
@@ -183,24 +266,55 @@ def _from_probe(recorded: dict, mu: float | None, split: tuple[int, int] | None)
     mu = float(mu if mu is not None else probe_mu)
     p = recorded.get("predicted") or {}
     against = p.get("against_sweep") or {}
-    out: dict[str, Any] = {"source": "probe", "mu": mu, "study_mu": probe_mu, "recommended": None, "saving": None,
-                           "notes": [], "skill": "a probe's prediction is not scored against null predictors; it is held"
-                           " against its own lr sweep"}
+    out: dict[str, Any] = {
+        "source": "probe",
+        "mu": mu,
+        "study_mu": probe_mu,
+        "recommended": None,
+        "saving": None,
+        "notes": [],
+        "skill": "a probe's prediction is not scored against null predictors; it is held against its own lr sweep",
+    }
     if max(mu, probe_mu) / min(mu, probe_mu) > SPLIT_MU_TOLERANCE:
-        out["notes"].append(f"extrapolated: the probe measured mu {probe_mu:.3g}; probe at mu {mu:.3g} to measure yours")
+        out["notes"].append(
+            f"extrapolated: the probe measured mu {probe_mu:.3g}; probe at mu {mu:.3g} to measure yours"
+        )
     if not p.get("lr_sweep") or "lr" not in (p.get("lr_optimum") or {}):
-        return out | {"refused": "the probe ran no on-policy learning-rate sweep (`workbench probe --lr-sweep --target T`):"
-                                 " without tuned on-policy there is nothing to price its point against"}
+        return out | {
+            "refused": "the probe ran no on-policy learning-rate sweep (`workbench probe --lr-sweep --target T`):"
+            " without tuned on-policy there is nothing to price its point against"
+        }
     if against.get("claims"):
         y = float(p["y"])
-        out["recommended"] = {"strategy": "uniform", "capacity": int(p["capacity"]), "horizon": None, "replay_ratio": y,
-                              "x": float(p["x"]), "lr": p.get("lr"), **_split(mu, y, split)}
-        out["saving"] = {"share": 1 - against["probe_path"] / against["sweep_path"], "low": None, "high": None, "seeds": None,
-                         "against": "on-policy at the sweep's lr*"}
-        out["notes"].append("no interval: one probe run's prediction; `workbench study verify --probe` measures it on seeds")
+        out["recommended"] = {
+            "strategy": "uniform",
+            "capacity": int(p["capacity"]),
+            "horizon": None,
+            "replay_ratio": y,
+            "x": float(p["x"]),
+            "lr": p.get("lr"),
+            **_split(mu, y, split),
+        }
+        out["saving"] = {
+            "share": 1 - against["probe_path"] / against["sweep_path"],
+            "low": None,
+            "high": None,
+            "seeds": None,
+            "against": "on-policy at the sweep's lr*",
+        }
+        out["notes"].append(
+            "no interval: one probe run's prediction; `workbench study verify --probe` measures it on seeds"
+        )
     else:
-        out["recommended"] = {"strategy": "on-policy", "capacity": None, "horizon": None, "replay_ratio": 1.0, "x": 1.0,
-                              "lr": p["lr_optimum"]["lr"], **_split(mu, 1.0, split)}
+        out["recommended"] = {
+            "strategy": "on-policy",
+            "capacity": None,
+            "horizon": None,
+            "replay_ratio": 1.0,
+            "x": 1.0,
+            "lr": p["lr_optimum"]["lr"],
+            **_split(mu, 1.0, split),
+        }
         out["why_on_policy"] = against.get("reason", "the probe claims no point against its sweep")
     return out
 
@@ -226,10 +340,16 @@ def lines(rec: dict) -> list[str]:
         out.append(f"  why: {rec['why_on_policy']}")
     else:
         horizon = f", horizon {r['horizon']}" if r.get("horizon") not in (None, "") else ""
-        out.append(f"  run {r['strategy']} replay, buffer N {r['capacity']}{horizon}, replay ratio y {r['replay_ratio']:.3g}"
-                   f" (x {r['x']:.3g}), {lr}; {split}")
+        out.append(
+            f"  run {r['strategy']} replay, buffer N {r['capacity']}{horizon}, replay ratio y {r['replay_ratio']:.3g}"
+            f" (x {r['x']:.3g}), {lr}; {split}"
+        )
         s = rec["saving"]
-        iv = "" if s["low"] is None else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s.get('pairs') or str(s['seeds']) + ' paired seeds'})"
+        iv = (
+            ""
+            if s["low"] is None
+            else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s.get('pairs') or str(s['seeds']) + ' paired seeds'})"
+        )
         out.append(f"  predicted saving against {s['against']}: {_pct(s['share'])} of compute{iv}")
         if rec.get("saving_device_time"):
             w = rec["saving_device_time"]
@@ -238,7 +358,9 @@ def lines(rec: dict) -> list[str]:
             out.append(f"  fresh seeds: {rec['best_replay']['fresh_seeds']}")
     if "given" in r:
         g = r["given"]
-        out.append(f"  your split W {g['generators']} : T {g['trainers']} gives y about {g['replay_ratio']:.3g} at this mu")
+        out.append(
+            f"  your split W {g['generators']} : T {g['trainers']} gives y about {g['replay_ratio']:.3g} at this mu"
+        )
     out.append(f"  models: {rec['skill']}")
     out += [f"  note: {n}" for n in rec.get("notes", [])]
     return out

@@ -64,5 +64,5 @@ def check(markdown: Path, reports: Path) -> list[Check]:
             except (FileNotFoundError, KeyError) as err:
                 out.append(Check(i, claim, str(err).strip("'\""), False))
                 continue
-            out.append(Check(i, claim, got, got in text[:m.start()]))
+            out.append(Check(i, claim, got, got in text[: m.start()]))
     return out

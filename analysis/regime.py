@@ -32,25 +32,41 @@ MIN_FIT_CONFIGURATIONS = 4
 """Distinct (x, y) a study needs before its fitted optimum is shown: the closed form has three parameters."""
 
 
-def _device_pairs(runs, device: dict[str, float | Outcome], arm: int, base: int, what: str = "device time") -> dict | None:
+def _device_pairs(
+    runs, device: dict[str, float | Outcome], arm: int, base: int, what: str = "device time"
+) -> dict | None:
     """An arm's per-run values (device-seconds to the target, or compute) against the tuned queue's, paired by seed."""
+
     def per_seed(n):
         g = runs[runs["trial_number"] == n]
-        return {int(sd): device[r] for sd, r in zip(g["seed"], g["run_id"])
-                if r in device and (isinstance(device[r], Outcome) or math.isfinite(device[r]))}
+        return {
+            int(sd): device[r]
+            for sd, r in zip(g["seed"], g["run_id"])
+            if r in device and (isinstance(device[r], Outcome) or math.isfinite(device[r]))
+        }
+
     mine, theirs = per_seed(arm), per_seed(base)
     if not mine or not theirs:
         return None
     wrap = lambda d: {sd: v if isinstance(v, Outcome) else Outcome(float(v)) for sd, v in d.items()}  # noqa: E731
     iv = censoring.paired_ratio(wrap(mine), wrap(theirs))
     words = censoring.verdict(iv) if not math.isfinite(iv.estimate) else stats.verdict(iv, what)
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": words, **censoring.counts_of(iv)}
+    return {
+        "ratio": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+        "seeds": iv.n,
+        "verdict": words,
+        **censoring.counts_of(iv),
+    }
 
 
 def _compute_per_run(runs) -> dict[str, Outcome]:
     """Each run's compute to the target, a censored run as censored at its total (`workbench.censoring`), by run id."""
-    return {r.run_id: Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
-            for r in runs.itertuples()}
+    return {
+        r.run_id: Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
+        for r in runs.itertuples()
+    }
 
 
 def _study(data: StudyData) -> dict:
@@ -61,7 +77,9 @@ def _study(data: StudyData) -> dict:
     device = device_time_to_target(data)
     tuned = result.get("tuned_lr") or {}
     against = {r["trial_number"]: r for r in tuned.get("tuned", [])}
-    base_number = tuned.get("on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None))
+    base_number = tuned.get(
+        "on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None)
+    )
     arms = []
     for c in result["configurations"]:
         if c.get("arm", "sampler") not in ("sampler", "predicted", "probe"):
@@ -71,32 +89,70 @@ def _study(data: StudyData) -> dict:
         on_policy = bool(c["x"] == 1 and c["y"] == 1)
         pair = against.get(c["trial_number"], {}).get("against_tuned")
         if pair is None and not on_policy and not tuned:  # the queue ran at one lr (its best elsewhere): the baseline
-            pair = {"ratio": c["ratio_to_baseline"], "low": c["ratio_ci_low"], "high": c["ratio_ci_high"], "seeds": c["seeds"],
-                    "verdict": c["verdict"]}
+            pair = {
+                "ratio": c["ratio_to_baseline"],
+                "low": c["ratio_ci_low"],
+                "high": c["ratio_ci_high"],
+                "seeds": c["seeds"],
+                "verdict": c["verdict"],
+            }
         W, T = int(g["generators"].iloc[0]), int(g["trainers"].iloc[0])
-        arms.append({
-            "trial_number": c["trial_number"], "strategy": str(g["strategy_run"].iloc[0]), "capacity": c["capacity"],
-            "lr": c.get("lr"), "generators": W, "trainers": T, "y": c["y"], "x": c["x"],
-            "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
-            "seeds": c["seeds"], "censored_seeds": c["censored_seeds"],
-            "compute_to_target": c["compute_to_target"], "compute_ci": [c["ci_low"], c["ci_high"]],
-            "wall_to_target": s.get("wall_to_target"), "wall_ci": s.get("wall_ci"),
-            "against_tuned": pair,
-            "against_tuned_device_time": None if on_policy or base_number is None else _device_pairs(runs, device, c["trial_number"], base_number),
-            "baseline": c["baseline"], "on_policy": on_policy, "tuned_queue": c["trial_number"] == base_number,
-            "arm": c.get("arm", "sampler"),
-        })
+        arms.append(
+            {
+                "trial_number": c["trial_number"],
+                "strategy": str(g["strategy_run"].iloc[0]),
+                "capacity": c["capacity"],
+                "lr": c.get("lr"),
+                "generators": W,
+                "trainers": T,
+                "y": c["y"],
+                "x": c["x"],
+                "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
+                "seeds": c["seeds"],
+                "censored_seeds": c["censored_seeds"],
+                "compute_to_target": c["compute_to_target"],
+                "compute_ci": [c["ci_low"], c["ci_high"]],
+                "wall_to_target": s.get("wall_to_target"),
+                "wall_ci": s.get("wall_ci"),
+                "against_tuned": pair,
+                "against_tuned_device_time": None
+                if on_policy or base_number is None
+                else _device_pairs(runs, device, c["trial_number"], base_number),
+                "baseline": c["baseline"],
+                "on_policy": on_policy,
+                "tuned_queue": c["trial_number"] == base_number,
+                "arm": c.get("arm", "sampler"),
+            }
+        )
         if arms[-1]["arm"] != "sampler" and base_number is not None:  # `study verify`'s run: not in tuned_lr's cells
-            arms[-1]["against_tuned"] = _device_pairs(runs, _compute_per_run(runs), c["trial_number"], base_number, "compute")
+            arms[-1]["against_tuned"] = _device_pairs(
+                runs, _compute_per_run(runs), c["trial_number"], base_number, "compute"
+            )
     slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
-    return {"study": data.name, "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns, "mu": data.reference_mu,
-            "target": data.target, "metric": data.metric,
-            "on_policy_best_lr": tuned.get("on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)),
-            "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"), "queue_lr_tuned_here": bool(tuned),
-            "predicted": {"x": result["predicted"]["x"], "y": result["predicted"]["y"],
-                          "configurations": fitted_configurations, "identified": fitted_configurations >= MIN_FIT_CONFIGURATIONS},
-            "recommendation": {k: v for k, v in recommend.from_study(result).items() if k in ("recommended", "saving", "saving_device_time", "refused", "lines")},
-            "arms": arms}
+    return {
+        "study": data.name,
+        "slowdown": slowdowns[0] if len(slowdowns) == 1 else slowdowns,
+        "mu": data.reference_mu,
+        "target": data.target,
+        "metric": data.metric,
+        "on_policy_best_lr": tuned.get(
+            "on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)
+        ),
+        "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"),
+        "queue_lr_tuned_here": bool(tuned),
+        "predicted": {
+            "x": result["predicted"]["x"],
+            "y": result["predicted"]["y"],
+            "configurations": fitted_configurations,
+            "identified": fitted_configurations >= MIN_FIT_CONFIGURATIONS,
+        },
+        "recommendation": {
+            k: v
+            for k, v in recommend.from_study(result).items()
+            if k in ("recommended", "saving", "saving_device_time", "refused", "lines")
+        },
+        "arms": arms,
+    }
 
 
 def reaccounted(sync: StudyData, mu: float) -> list[dict]:
@@ -105,9 +161,20 @@ def reaccounted(sync: StudyData, mu: float) -> list[dict]:
     tuned = tuned_lr(reaccount(sync, mu).runs)
     if not tuned:
         return []
-    return [{"trial_number": r["trial_number"], "strategy": r["strategy"], "x": r["x"], "y": r["y"], "lr": r["lr"],
-             "capacity": int(round(r["x"] * sync.runs["batch_size"].iloc[0] / r["y"])), "compute_to_target": r["compute_to_target"],
-             "compute_ci": [r["ci_low"], r["ci_high"]], "against_tuned": r["against_tuned"]} for r in tuned["tuned"]]
+    return [
+        {
+            "trial_number": r["trial_number"],
+            "strategy": r["strategy"],
+            "x": r["x"],
+            "y": r["y"],
+            "lr": r["lr"],
+            "capacity": int(round(r["x"] * sync.runs["batch_size"].iloc[0] / r["y"])),
+            "compute_to_target": r["compute_to_target"],
+            "compute_ci": [r["ci_low"], r["ci_high"]],
+            "against_tuned": r["against_tuned"],
+        }
+        for r in tuned["tuned"]
+    ]
 
 
 def _resolved(pair: dict | None) -> bool:
@@ -125,12 +192,28 @@ def crossover(studies: list[dict]) -> dict:
                 return {"slowdown": s["slowdown"], "mu": s["mu"]}
         return None
 
-    theory = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered
-                   if any(a["y_of_split"] > 1 for a in s["arms"] if not a["on_policy"])), None)
-    sync = next(({"slowdown": s["slowdown"], "mu": s["mu"]} for s in ordered
-                 if any(_resolved(a.get("against_tuned")) for a in s.get("reaccounted", []))), None)
-    return {"compute": first("against_tuned"), "device_time": first("against_tuned_device_time"), "theory": theory,
-            "reaccounted": sync if any(s.get("reaccounted") for s in ordered) else None}
+    theory = next(
+        (
+            {"slowdown": s["slowdown"], "mu": s["mu"]}
+            for s in ordered
+            if any(a["y_of_split"] > 1 for a in s["arms"] if not a["on_policy"])
+        ),
+        None,
+    )
+    sync = next(
+        (
+            {"slowdown": s["slowdown"], "mu": s["mu"]}
+            for s in ordered
+            if any(_resolved(a.get("against_tuned")) for a in s.get("reaccounted", []))
+        ),
+        None,
+    )
+    return {
+        "compute": first("against_tuned"),
+        "device_time": first("against_tuned_device_time"),
+        "theory": theory,
+        "reaccounted": sync if any(s.get("reaccounted") for s in ordered) else None,
+    }
 
 
 def _confirmed(confirm: StudyData | None) -> list[dict]:
@@ -140,8 +223,13 @@ def _confirmed(confirm: StudyData | None) -> list[dict]:
     return [{**a, "study": c["study"], "mu": c["mu"]} for a in c["arms"]]
 
 
-def build(names: list[str], tracking_uri: str, confirm: str | None = None, target: float | None = None,
-          sync: str | None = None) -> dict:
+def build(
+    names: list[str],
+    tracking_uri: str,
+    confirm: str | None = None,
+    target: float | None = None,
+    sync: str | None = None,
+) -> dict:
     """Every study of `names` read and analysed (at `target` where given), the synchronous study `sync` re-accounted
     at each one's mu, the crossover, and the confirmation."""
     studies = []
@@ -157,8 +245,13 @@ def build(names: list[str], tracking_uri: str, confirm: str | None = None, targe
     if confirm:
         fresh = load_study(confirm, tracking_uri)
         fresh = retarget(fresh, target) if target is not None else fresh
-    return {"studies": sorted(studies, key=lambda s: s["mu"]), "crossover": crossover(studies), "confirmed": _confirmed(fresh),
-            "confirm_study": confirm, "sync_study": sync}
+    return {
+        "studies": sorted(studies, key=lambda s: s["mu"]),
+        "crossover": crossover(studies),
+        "confirmed": _confirmed(fresh),
+        "confirm_study": confirm,
+        "sync_study": sync,
+    }
 
 
 def _pair(p: dict | None) -> str:
@@ -175,59 +268,108 @@ def _arm(a: dict) -> str:
 
 
 def markdown(r: dict) -> str:
-    lines = ["# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer", "",
-             "Each study is the asynchronous pipeline at one generator slowdown s; mu is measured on its queue baseline (the"
-             " emulated extra time counted as generation). Ratios are paired by seed against the queue at its best learning"
-             " rate in the same study (geometric mean, 95% interval); below 1 saves, and a ratio whose interval contains 1 is"
-             " unresolved. Compute is in units at the study's mu. Device time is the wall time to the target (evaluations and"
-             " start-up excluded) x the W + T devices a split uses, the paper's count: arms with more generators are not"
-             " cheaper for finishing sooner on more devices. `y` emerged (K_train/K_gen); `mu·T/W` is what the theory's"
-             " no-stall mapping expects of the split.", ""]
+    lines = [
+        "# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer",
+        "",
+        "Each study is the asynchronous pipeline at one generator slowdown s; mu is measured on its queue baseline (the"
+        " emulated extra time counted as generation). Ratios are paired by seed against the queue at its best learning"
+        " rate in the same study (geometric mean, 95% interval); below 1 saves, and a ratio whose interval contains 1 is"
+        " unresolved. Compute is in units at the study's mu. Device time is the wall time to the target (evaluations and"
+        " start-up excluded) x the W + T devices a split uses, the paper's count: arms with more generators are not"
+        " cheaper for finishing sooner on more devices. `y` emerged (K_train/K_gen); `mu·T/W` is what the theory's"
+        " no-stall mapping expects of the split.",
+        "",
+    ]
     for s in r["studies"]:
-        lines += [f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`)", "",
-                  f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
-                  + (" (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
-                     if not s.get("queue_lr_tuned_here", True) else
-                     "" if s.get("on_policy_best_lr_bounded") else " (at an end of the range tried: an upper bound on any saving)")
-                  + (f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f} (no model beats the null"
-                     " predictors: not a recommendation)." if s["predicted"].get("identified", True) else
-                     f"; no fitted optimum: {s['predicted'].get('configurations')} distinct (x, y) cannot identify the model."), "",
-                  "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
-                  " | wall to target, s [95% CI] | / tuned queue, device time |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`)",
+            "",
+            f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
+            + (
+                " (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
+                if not s.get("queue_lr_tuned_here", True)
+                else ""
+                if s.get("on_policy_best_lr_bounded")
+                else " (at an end of the range tried: an upper bound on any saving)"
+            )
+            + (
+                f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f} (no model beats the null"
+                " predictors: not a recommendation)."
+                if s["predicted"].get("identified", True)
+                else f"; no fitted optimum: {s['predicted'].get('configurations')} distinct (x, y) cannot identify the model."
+            ),
+            "",
+            "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
+            " | wall to target, s [95% CI] | / tuned queue, device time |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for a in s["arms"]:
-            wall = "-" if a["wall_to_target"] is None else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
+            wall = (
+                "-"
+                if a["wall_to_target"] is None
+                else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
+            )
             own = "tuned queue" if a.get("tuned_queue") else "-"
-            lines.append(f"| {a['trial_number']} | {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {a['y_of_split']:.2f} "
-                         f"| {a['seeds']} ({a['censored_seeds']}) "
-                         f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
-                         f"| {own if a['on_policy'] else _pair(a['against_tuned'])} | {wall} "
-                         f"| {own if a['on_policy'] else _pair(a['against_tuned_device_time'])} |")
+            lines.append(
+                f"| {a['trial_number']} | {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {a['y_of_split']:.2f} "
+                f"| {a['seeds']} ({a['censored_seeds']}) "
+                f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
+                f"| {own if a['on_policy'] else _pair(a['against_tuned'])} | {wall} "
+                f"| {own if a['on_policy'] else _pair(a['against_tuned_device_time'])} |"
+            )
         if s.get("reaccounted"):
-            lines += ["", f"The synchronous study `{r['sync_study']}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
-                      " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:", "",
-                      "| trial | arm | y (set) | x | compute to target [95% CI] | / tuned on-policy, compute |", "|---|---|---|---|---|---|"]
-            lines += [f"| {a['trial_number']} | {a['strategy']} N {a['capacity']}, lr {a['lr']:.3g} | {a['y']:g} | {a['x']:g} "
-                      f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] | {_pair(a['against_tuned'])} |"
-                      for a in s["reaccounted"]]
-        lines += ["", "`workbench recommend` on this study:", "", "```", *s["recommendation"].get("lines", []), "```", ""]
+            lines += [
+                "",
+                f"The synchronous study `{r['sync_study']}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
+                " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:",
+                "",
+                "| trial | arm | y (set) | x | compute to target [95% CI] | / tuned on-policy, compute |",
+                "|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {a['trial_number']} | {a['strategy']} N {a['capacity']}, lr {a['lr']:.3g} | {a['y']:g} | {a['x']:g} "
+                f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] | {_pair(a['against_tuned'])} |"
+                for a in s["reaccounted"]
+            ]
+        lines += [
+            "",
+            "`workbench recommend` on this study:",
+            "",
+            "```",
+            *s["recommendation"].get("lines", []),
+            "```",
+            "",
+        ]
     c = r["crossover"]
 
     def where(p):
         return "none of the slowdowns measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"
 
-    lines += ["## The crossover", "",
-              f"- The smallest slowdown at which a buffer resolvably beats the tuned queue in compute: {where(c['compute'])};"
-              f" in device time: {where(c['device_time'])}.",
-              *([f"- Re-accounting the synchronous runs at each mu puts it at {where(c['reaccounted'])}."] if r.get("sync_study") else []),
-              f"- The theory's: replay pays once a split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.", ""]
+    lines += [
+        "## The crossover",
+        "",
+        f"- The smallest slowdown at which a buffer resolvably beats the tuned queue in compute: {where(c['compute'])};"
+        f" in device time: {where(c['device_time'])}.",
+        *(
+            [f"- Re-accounting the synchronous runs at each mu puts it at {where(c['reaccounted'])}."]
+            if r.get("sync_study")
+            else []
+        ),
+        f"- The theory's: replay pays once a split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.",
+        "",
+    ]
     if r["confirmed"]:
-        lines += [f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)", "",
-                  "| arm | W:T | y | / tuned queue, compute [95% CI] | / tuned queue, device time [95% CI] | seeds (censored) |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)",
+            "",
+            "| arm | W:T | y | / tuned queue, compute [95% CI] | / tuned queue, device time [95% CI] | seeds (censored) |",
+            "|---|---|---|---|---|---|",
+        ]
         for a in r["confirmed"]:
-            lines.append(f"| {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned'])} "
-                         f"| {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned_device_time'])} | {a['seeds']} ({a['censored_seeds']}) |")
+            lines.append(
+                f"| {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned'])} "
+                f"| {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned_device_time'])} | {a['seeds']} ({a['censored_seeds']}) |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -239,10 +381,18 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
         for a in s["arms"]:
             c, lo, hi = a["compute_to_target"], *a["compute_ci"]
             marker = "s" if a["strategy"] == "queue" else "o"
-            ax.errorbar([a["y"]], [c], yerr=[[c - lo], [hi - c]], fmt=marker, capsize=3,
-                        label=_arm(a) + f", W {a['generators']}" + (" *" if a["censored_seeds"] else ""))
+            ax.errorbar(
+                [a["y"]],
+                [c],
+                yerr=[[c - lo], [hi - c]],
+                fmt=marker,
+                capsize=3,
+                label=_arm(a) + f", W {a['generators']}" + (" *" if a["censored_seeds"] else ""),
+            )
         if s["predicted"].get("identified", True):
-            ax.axvline(s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}")
+            ax.axvline(
+                s["predicted"]["y"], color="grey", ls="--", lw=1, label=f"fitted optimum y {s['predicted']['y']:.2f}"
+            )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -258,7 +408,10 @@ def plot_compute_vs_y(r: dict, path: Path) -> None:
 def plot_crossover(r: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     plotted = False
-    for key, label, color in (("against_tuned", "compute", "tab:blue"), ("against_tuned_device_time", "device time", "tab:orange")):
+    for key, label, color in (
+        ("against_tuned", "compute", "tab:blue"),
+        ("against_tuned_device_time", "device time", "tab:orange"),
+    ):
         xs, ys, errs = [], [], [[], []]
         for s in r["studies"]:
             measured = [a for a in s["arms"] if not a["on_policy"] and a.get(key) and math.isfinite(a[key]["ratio"])]
@@ -272,10 +425,19 @@ def plot_crossover(r: dict, path: Path) -> None:
             errs[1].append(min(p["high"], 1e6) - p["ratio"])  # an end the censored pairs leave open: drawn to the edge
         if xs:
             plotted = True
-            ax.errorbar(xs, ys, yerr=errs, fmt="o-", capsize=3, color=color, label=f"best buffer / tuned queue, {label}")
+            ax.errorbar(
+                xs, ys, yerr=errs, fmt="o-", capsize=3, color=color, label=f"best buffer / tuned queue, {label}"
+            )
     ax.axhline(1, color="grey", lw=1)
     if not plotted:
-        ax.text(0.5, 0.6, "no arm has an estimate (too few runs reached the target)", ha="center", transform=ax.transAxes, fontsize=8)
+        ax.text(
+            0.5,
+            0.6,
+            "no arm has an estimate (too few runs reached the target)",
+            ha="center",
+            transform=ax.transAxes,
+            fontsize=8,
+        )
     ax.set_xscale("log" if plotted else "linear")
     ax.set_xticks([s["mu"] for s in r["studies"]])
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: f"{v:.3g}"))

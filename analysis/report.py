@@ -34,8 +34,15 @@ from analysis.sharpness import skill_or_sharpness
 from analysis.theory import to_knobs
 from analysis.tuned_lr import tuned_lr
 
-FIGURES = ("savings", "accuracy_vs_compute", "heatmap", "pareto_front", "predicted_vs_measured", "entropy_vs_compute",
-           "staleness_histogram")
+FIGURES = (
+    "savings",
+    "accuracy_vs_compute",
+    "heatmap",
+    "pareto_front",
+    "predicted_vs_measured",
+    "entropy_vs_compute",
+    "staleness_histogram",
+)
 """The report's figures, in the order it shows them (each `analysis.plots.<name>`, written as `<name>.png`)."""
 OUTPUT_FILES = ("report.md", "report.html", "analysis.json", "runs.csv", *(f"{name}.png" for name in FIGURES))
 """Every file `write_report` writes into its folder (`analysis.destination` checks none of them is tracked)."""
@@ -43,13 +50,25 @@ OUTPUT_FILES = ("report.md", "report.html", "analysis.json", "runs.csv", *(f"{na
 
 def _config_record(row) -> dict:
     return {
-        "trial_number": int(row["trial_number"]), "x": float(row["x"]), "y": float(row["y"]), "capacity": int(row["capacity"]),
-        "ratio": float(row["ratio"]), "baseline": bool(row["baseline"]), "strategy": str(row.get("strategy", "uniform")),
+        "trial_number": int(row["trial_number"]),
+        "x": float(row["x"]),
+        "y": float(row["y"]),
+        "capacity": int(row["capacity"]),
+        "ratio": float(row["ratio"]),
+        "baseline": bool(row["baseline"]),
+        "strategy": str(row.get("strategy", "uniform")),
         **({"variant": str(row["variant"])} if isinstance(row.get("variant"), str) and row["variant"] else {}),
-        "compute_to_target": float(row["compute_to_target"]), "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
-        "ratio_to_baseline": float(row["ratio_to_baseline"]), "ratio_ci_low": float(row["ratio_ci_low"]),
-        "ratio_ci_high": float(row["ratio_ci_high"]), "verdict": str(row["verdict"]),
-        "best_accuracy": float(row["best_accuracy"]), "best_reading": float(row["best_reading"]), "seeds": int(row["seeds"]), "censored_seeds": int(row["censored_seeds"]),
+        "compute_to_target": float(row["compute_to_target"]),
+        "ci_low": float(row["ci_low"]),
+        "ci_high": float(row["ci_high"]),
+        "ratio_to_baseline": float(row["ratio_to_baseline"]),
+        "ratio_ci_low": float(row["ratio_ci_low"]),
+        "ratio_ci_high": float(row["ratio_ci_high"]),
+        "verdict": str(row["verdict"]),
+        "best_accuracy": float(row["best_accuracy"]),
+        "best_reading": float(row["best_reading"]),
+        "seeds": int(row["seeds"]),
+        "censored_seeds": int(row["censored_seeds"]),
         "arm": str(row.get("arm", "sampler")),
         **{k: int(row[k]) for k in ("informative_pairs", "one_censored_pairs", "both_censored_pairs") if k in row},
         **({"lr": float(row["lr"])} if "lr" in row and pd.notna(row["lr"]) else {}),
@@ -87,7 +106,9 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False
     fit = fit_runs(uniform, data.reference_mu, bootstrap=bootstrap, seed=seed, bar=bar)
     xb, yb = _bounds(configs)
     x_star, y_star, c_star = predicted_optimum(fit, xb, yb)
-    ranked = selection.assign(censored_share=selection["censored_seeds"] / selection["seeds"]).sort_values(["censored_share", "compute_to_target"])
+    ranked = selection.assign(censored_share=selection["censored_seeds"] / selection["seeds"]).sort_values(
+        ["censored_share", "compute_to_target"]
+    )
     best = ranked.iloc[0]
     base = selection[selection["baseline"]]
     nearest = _nearest(selection, x_star, y_star)
@@ -97,22 +118,33 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False
         "fit_configurations": int(uniform.groupby(["x", "y"]).ngroups),
         "other_strategies": sorted(set(data.runs["strategy"]) - {"uniform"}),
         "predicted": {
-            "x": x_star, "y": y_star, "compute_to_target": c_star,
+            "x": x_star,
+            "y": y_star,
+            "compute_to_target": c_star,
             "knobs": to_knobs(x_star, y_star, batch, data.reference_mu).__dict__,
             "nearest_measured": _config_record(nearest),
             "on_policy_optimal": y_star < 1.05 and x_star < 1.05,
         },
         "empirical": {**_config_record(best), "predicted_compute_to_target": float(fit.predict(best["x"], best["y"]))},
-        "measured_ratio_nearest_predicted_to_empirical": float(nearest["compute_to_target"] / best["compute_to_target"]),
+        "measured_ratio_nearest_predicted_to_empirical": float(
+            nearest["compute_to_target"] / best["compute_to_target"]
+        ),
         "pareto_front": _pareto(selection),
         "verified": [
-            {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]), "predicted_now": float(fit.predict(r["x"], r["y"]))}
+            {
+                **_config_record(r),
+                "predicted_when_run": float(r["predicted_when_run"]),
+                "predicted_now": float(fit.predict(r["x"], r["y"])),
+            }
             for _, r in configs[configs["arm"] == "predicted"].iterrows()
         ],
         "probe_verified": [  # `study verify --probe`: the probe's optimum, measured against the empirical best
-            {**_config_record(r), "predicted_when_run": float(r["predicted_when_run"]),
-             "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"]),
-             "against_sweep": null_models.probe_arm_against_on_policy(data.runs, int(r["trial_number"]))}
+            {
+                **_config_record(r),
+                "predicted_when_run": float(r["predicted_when_run"]),
+                "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"]),
+                "against_sweep": null_models.probe_arm_against_on_policy(data.runs, int(r["trial_number"])),
+            }
             for _, r in configs[configs["arm"] == "probe"].iterrows()
         ],
         "models": [],
@@ -123,7 +155,9 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False
         block["savings_vs_on_policy"] = {
             # Paired by seed (geometric mean of per-seed ratios), with its 95% interval and verdict.
             "measured": 1 - float(best["ratio_to_baseline"]) if not best["baseline"] else 0.0,
-            "measured_ci": [1 - float(best["ratio_ci_high"]), 1 - float(best["ratio_ci_low"])] if not best["baseline"] else [0.0, 0.0],
+            "measured_ci": [1 - float(best["ratio_ci_high"]), 1 - float(best["ratio_ci_low"])]
+            if not best["baseline"]
+            else [0.0, 0.0],
             "verdict": str(best["verdict"]),
             "predicted": 1 - c_star / float(fit.predict(b["x"], b["y"])),
         }
@@ -142,10 +176,13 @@ def _models(uniform: pd.DataFrame, mu: float, xb, yb, bootstrap: int, seed: int,
     optimum or the reason it refuses one."""
     if uniform.groupby(["x", "y"]).ngroups < MODEL_MIN_CONFIGURATIONS:
         return []
-    lr_bounds = (float(uniform["lr"].min()), float(uniform["lr"].max())) if "lr" in uniform else None  # never extrapolated
-    return [{**f.summary(), "optimum": optimum(f, xb, yb, lr_bounds=lr_bounds)} for f in compare(uniform, mu, bootstrap=min(bootstrap, MODEL_BOOTSTRAP), seed=seed, bar=bar)]
-
-
+    lr_bounds = (
+        (float(uniform["lr"].min()), float(uniform["lr"].max())) if "lr" in uniform else None
+    )  # never extrapolated
+    return [
+        {**f.summary(), "optimum": optimum(f, xb, yb, lr_bounds=lr_bounds)}
+        for f in compare(uniform, mu, bootstrap=min(bootstrap, MODEL_BOOTSTRAP), seed=seed, bar=bar)
+    ]
 
 
 def _laws(data: StudyData, models: list[dict]) -> list[dict]:
@@ -159,22 +196,47 @@ def _laws(data: StudyData, models: list[dict]) -> list[dict]:
 def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
     """Each configuration re-run on fresh seeds (`study confirm`): its selection record beside its replication."""
     out = []
+
     def by_knobs(r) -> tuple:  # NaN (no horizon) never equals itself: key it as None
-        return tuple(None if isinstance(v, float) and math.isnan(v) else v
-                     for v in (r["x"], r["y"], r["capacity"], r["ratio"], r["horizon"], r["strategy"], r.get("variant") or "", bool(r["baseline"]), r.get("lr")))
+        return tuple(
+            None if isinstance(v, float) and math.isnan(v) else v
+            for v in (
+                r["x"],
+                r["y"],
+                r["capacity"],
+                r["ratio"],
+                r["horizon"],
+                r["strategy"],
+                r.get("variant") or "",
+                bool(r["baseline"]),
+                r.get("lr"),
+            )
+        )
 
     selection = {by_knobs(r): r for _, r in configs[configs["arm"] != "confirm"].iterrows()}
     for _, r in configs[configs["arm"] == "confirm"].iterrows():
         sel = selection.get(by_knobs(r))
         if sel is not None:  # the baseline too: its replication is what every other replication is paired against
             seeds = lambda n: sorted(int(s) for s in data.runs.loc[data.runs["trial_number"] == n, "seed"])  # noqa: E731
-            out.append({"selection": {**_config_record(sel), "seed_list": seeds(sel["trial_number"])},
-                        "replicated": {**_config_record(r), "seed_list": seeds(r["trial_number"])}})
+            out.append(
+                {
+                    "selection": {**_config_record(sel), "seed_list": seeds(sel["trial_number"])},
+                    "replicated": {**_config_record(r), "seed_list": seeds(r["trial_number"])},
+                }
+            )
     return out
 
 
-def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0,
-            target: float | None = None, estimator: str | None = None, bar: bool = False) -> tuple[dict, StudyData, Fit]:
+def analyze(
+    name: str,
+    tracking_uri: str,
+    whatif_mu: list[float] = (5.28,),
+    bootstrap: int = 200,
+    seed: int = 0,
+    target: float | None = None,
+    estimator: str | None = None,
+    bar: bool = False,
+) -> tuple[dict, StudyData, Fit]:
     """Everything the report needs, as a JSON-able dict; also returns the data and the fit for plotting.
     `target`, `estimator`: read compute-to-target at this accuracy, with this estimator, instead of the study's.
     Each phase is logged as it starts and ends; the refits are counted (a bar when `bar`)."""
@@ -185,27 +247,42 @@ def analyze(name: str, tracking_uri: str, whatif_mu: list[float] = (5.28,), boot
     return analyze_data(data, whatif_mu, bootstrap, seed, bar)
 
 
-def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0,
-                 bar: bool = False) -> tuple[dict, StudyData, Fit]:
+def analyze_data(
+    data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0, bar: bool = False
+) -> tuple[dict, StudyData, Fit]:
     """`analyze` on a study already read (`analysis.data.StudyData`)."""
     # One BLAS thread: the fits are thousands of small L-BFGS-B solves, which OpenBLAS's threads only slow down
     # (20 refits on 2 shared cores: 35 s with its default threads, 12 s with one).
     with threadpool_limits(1):
         configs = data.configs()
         uniform = data.runs[data.runs["strategy"] == "uniform"]
-        with phases.phase(f"fitting the model to {len(uniform)} runs ({bootstrap} bootstrap refits, then one per configuration left out)"):
+        with phases.phase(
+            f"fitting the model to {len(uniform)} runs ({bootstrap} bootstrap refits, then one per configuration left out)"
+        ):
             block, fit = _optimum_block(data, bootstrap, seed, bar)
         if uniform.groupby(["x", "y"]).ngroups >= MODEL_MIN_CONFIGURATIONS:
-            with phases.phase(f"comparing the registered models ({min(bootstrap, MODEL_BOOTSTRAP)} bootstrap refits each)"):
+            with phases.phase(
+                f"comparing the registered models ({min(bootstrap, MODEL_BOOTSTRAP)} bootstrap refits each)"
+            ):
                 block["models"] = _models(uniform, data.reference_mu, *_bounds(configs), bootstrap, seed, bar)
-                block["null_models"] = null_models.against_nulls(uniform, block["models"], seed=seed)  # each model's `skill`
+                block["null_models"] = null_models.against_nulls(
+                    uniform, block["models"], seed=seed
+                )  # each model's `skill`
         with phases.phase("per-run noise by estimator and by curve"):
-            noise = {"resolution": resolution(data.runs), "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
-                     "by_reading": by_reading(data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction),
-                     "by_checkpoint": by_checkpoint(data.curves, data.runs, data.estimator, data.gain_fraction)}
-        with phases.phase("skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"):
-            noise["skill_or_sharpness"] = skill_or_sharpness(data.curves, data.entropy, data.runs, data.metric, data.estimator,
-                                                             noise["by_reading"])
+            noise = {
+                "resolution": resolution(data.runs),
+                "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
+                "by_reading": by_reading(
+                    data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction
+                ),
+                "by_checkpoint": by_checkpoint(data.curves, data.runs, data.estimator, data.gain_fraction),
+            }
+        with phases.phase(
+            "skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"
+        ):
+            noise["skill_or_sharpness"] = skill_or_sharpness(
+                data.curves, data.entropy, data.runs, data.metric, data.estimator, noise["by_reading"]
+            )
             noise["skill_or_sharpness_tuned"] = _sharpness_against_tuned(data)
         with phases.phase(f"the paper's laws ({laws.N_BOOT} bootstrap draws over seeds)"):
             verdicts = _laws(data, block["models"])
@@ -230,8 +307,12 @@ def analyze_data(data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: i
             "pipeline": split_table(data),
         }
         if result["pipeline"]:  # the predicted optimum as an asynchronous split (W/T ≈ mu / y*, N = x*·B / y*)
-            result["pipeline_mapped"] = mapped_split(block["predicted"]["x"], block["predicted"]["y"], data.reference_mu,
-                                                     int(data.runs["batch_size"].iloc[0]))
+            result["pipeline_mapped"] = mapped_split(
+                block["predicted"]["x"],
+                block["predicted"]["y"],
+                data.reference_mu,
+                int(data.runs["batch_size"].iloc[0]),
+            )
         prediction = predictions.fitted(result, fit, int(data.runs["batch_size"].iloc[0]))  # what `study verify` runs
         result["prediction"] = prediction.to_json() if prediction is not None else None
         if whatif_mu:
@@ -251,14 +332,20 @@ def _sharpness_against_tuned(data: StudyData) -> dict | None:
     sampler = data.runs["arm"] == "sampler"
     if data.runs.loc[sampler & data.runs["baseline"].astype(bool), "trial_number"].eq(best).all():
         return None
-    runs = data.runs.assign(baseline=np.where(sampler, data.runs["trial_number"] == best, data.runs["baseline"].astype(bool)))
+    runs = data.runs.assign(
+        baseline=np.where(sampler, data.runs["trial_number"] == best, data.runs["baseline"].astype(bool))
+    )
     readings = by_reading(data.curves, runs, data.metric, data.target, data.estimator, data.gain_fraction)
     result = skill_or_sharpness(data.curves, data.entropy, runs, data.metric, data.estimator, readings)
     on_policy = {a["trial_number"] for a in tuned["on_policy_by_lr"]}
     replay = set(data.runs.loc[sampler, "trial_number"].astype(int)) - on_policy
     result["comparisons"] = [c for c in result["comparisons"] if c["trial_number"] in replay]
-    return {**result, "baseline_trial": int(best), "baseline_lr": float(tuned["on_policy_best_lr"]),
-            "bounded": bool(tuned["on_policy_best_lr_bounded"])}
+    return {
+        **result,
+        "baseline_trial": int(best),
+        "baseline_lr": float(tuned["on_policy_best_lr"]),
+        "bounded": bool(tuned["on_policy_best_lr_bounded"]),
+    }
 
 
 def write_figures(data: StudyData, fit: Fit, result: dict, out: Path) -> dict[str, plots.Figure]:
@@ -271,7 +358,9 @@ def write_figures(data: StudyData, fit: Fit, result: dict, out: Path) -> dict[st
     drawn = {
         "savings": lambda: plots.savings(configs, out),
         "accuracy_vs_compute": lambda: plots.accuracy_vs_compute(data, out, best_trial),
-        "heatmap": lambda: plots.heatmap(selection, out, (result["predicted"]["x"], result["predicted"]["y"]), data.reference_mu),
+        "heatmap": lambda: plots.heatmap(
+            selection, out, (result["predicted"]["x"], result["predicted"]["y"]), data.reference_mu
+        ),
         "pareto_front": lambda: plots.pareto_front(selection, out, data.metric),
         "predicted_vs_measured": lambda: plots.predicted_vs_measured(configs, fit, out),
         "entropy_vs_compute": lambda: plots.entropy_vs_compute(data, out, best_trial),
@@ -292,11 +381,13 @@ def markdown(result: dict, figures: dict[str, plots.Figure], spec: str | None = 
     return "\n".join(lines) + "\n" + tables(result)
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}"
-         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}"
-         "#bottom-line{font-size:17px;background:#f3f6fa;border-left:4px solid #2a6ebb;padding:.2em 1em}"
-         "figure{margin:1.5em 0}figure img{max-width:100%;height:auto;display:block}"
-         "figcaption{font-size:14px;color:#444;max-width:760px;margin-top:.4em}")
+STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px}"
+    "#bottom-line{font-size:17px;background:#f3f6fa;border-left:4px solid #2a6ebb;padding:.2em 1em}"
+    "figure{margin:1.5em 0}figure img{max-width:100%;height:auto;display:block}"
+    "figcaption{font-size:14px;color:#444;max-width:760px;margin-top:.4em}"
+)
 
 
 def html_page(result: dict, figures: dict[str, plots.Figure], spec: str | None = None) -> str:
@@ -307,14 +398,18 @@ def html_page(result: dict, figures: dict[str, plots.Figure], spec: str | None =
     shown = []
     for i, (name, f) in enumerate(figures.items(), 1):
         data = base64.b64encode(f.path.read_bytes()).decode()
-        shown.append(f'<figure id="figure-{html.escape(name)}"><img src="data:image/png;base64,{data}" alt="{html.escape(name.replace("_", " "))}">'
-                     f"<figcaption><b>Figure {i}.</b> {md.renderInline(f.caption)}</figcaption></figure>")
+        shown.append(
+            f'<figure id="figure-{html.escape(name)}"><img src="data:image/png;base64,{data}" alt="{html.escape(name.replace("_", " "))}">'
+            f"<figcaption><b>Figure {i}.</b> {md.renderInline(f.caption)}</figcaption></figure>"
+        )
     title = html.escape(f"replay-workbench: {result['study']}")
     heading = md.render(f"# Study `{result['study']}`")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{heading}"
-            f'<section id="bottom-line">{md.render(_head(result, spec))}</section>'
-            f'<section id="figures"><h2>Figures</h2>{"".join(shown)}</section>'
-            f'<section id="tables">{md.render(tables(result))}</section></body></html>\n')
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{heading}"
+        f'<section id="bottom-line">{md.render(_head(result, spec))}</section>'
+        f'<section id="figures"><h2>Figures</h2>{"".join(shown)}</section>'
+        f'<section id="tables">{md.render(tables(result))}</section></body></html>\n'
+    )
 
 
 def write_report(result: dict, data: StudyData, fit: Fit, out: Path, spec: str | None = None) -> dict[str, Path]:
@@ -325,5 +420,9 @@ def write_report(result: dict, data: StudyData, fit: Fit, out: Path, spec: str |
     (out / "report.html").write_text(html_page(result, figures, spec))
     (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
     write_runs_table(data, out)
-    return {"markdown": out / "report.md", "html": out / "report.html", "json": out / "analysis.json",
-            **{name: f.path for name, f in figures.items()}}
+    return {
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+        "json": out / "analysis.json",
+        **{name: f.path for name, f in figures.items()},
+    }

@@ -28,9 +28,13 @@ CONFIG = ["trial_number", "arm", "baseline", "strategy", "variant", "x", "y", "c
 def runs_table(data: StudyData) -> pd.DataFrame:
     """One row per seed run of `data` (column order fixed; floats as measured)."""
     runs = data.runs
-    out = runs[[c for c in CONFIG if c in runs] + ["seed"] + (["checkpoint"] if "checkpoint" in runs else []) + ["run_id"]].copy()
+    out = runs[
+        [c for c in CONFIG if c in runs] + ["seed"] + (["checkpoint"] if "checkpoint" in runs else []) + ["run_id"]
+    ].copy()
     if "checkpoint" not in out:
-        out.insert(out.columns.get_loc("seed") + 1, "checkpoint", 0)  # a study from before warm starts were recorded: the first
+        out.insert(
+            out.columns.get_loc("seed") + 1, "checkpoint", 0
+        )  # a study from before warm starts were recorded: the first
     out.insert(0, "study", data.name)
     out["curve"] = data.metric
     out["target"] = data.target
@@ -66,5 +70,7 @@ def outcomes(table: pd.DataFrame, trial: int, estimator: str | None = None) -> d
     if g.empty:
         raise KeyError(f"no runs of trial {trial}")
     ctt, cens = (f"ctt_{estimator}", f"censored_{estimator}") if estimator else ("compute_to_target", "censored")
-    return censoring.outcomes({int(s): (t if c else v) for s, v, c, t in zip(g["seed"], g[ctt], g[cens], g["total_units"])},
-                              {int(s) for s, c in zip(g["seed"], g[cens]) if c})
+    return censoring.outcomes(
+        {int(s): (t if c else v) for s, v, c, t in zip(g["seed"], g[ctt], g[cens], g["total_units"])},
+        {int(s) for s, c in zip(g["seed"], g[cens]) if c},
+    )

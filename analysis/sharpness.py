@@ -92,7 +92,9 @@ def _against_entropy(h: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return (frame.index.to_numpy(float), frame.to_numpy(float)) if len(frame) >= MIN_POINTS else None
 
 
-def seed_difference(arm: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray]) -> tuple[float, float, float] | None:
+def seed_difference(
+    arm: tuple[np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray]
+) -> tuple[float, float, float] | None:
     """The mean over the entropy range both runs cover of arm's metric minus the baseline's at the same entropy
     (each linear between its evaluations), and that range; None where the ranges do not overlap."""
     (ha, ma), (hb, mb) = arm, base
@@ -113,8 +115,14 @@ def _baseline_for(runs: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame | Non
 def equal_entropy(curves: pd.DataFrame, h: pd.Series, runs: pd.DataFrame, column: str) -> list[dict]:
     """Per non-baseline configuration: its difference from the baseline on `column` at equal entropy `h` (aligned
     with `curves`), paired by seed, with a 95% interval over the seeds whose runs' entropy ranges overlap."""
-    per_run = {run_id: _against_entropy(h.loc[g.index].to_numpy(float), g[column].to_numpy(float))
-               for run_id, g in curves.groupby("run_id")} if column in curves else {}
+    per_run = (
+        {
+            run_id: _against_entropy(h.loc[g.index].to_numpy(float), g[column].to_numpy(float))
+            for run_id, g in curves.groupby("run_id")
+        }
+        if column in curves
+        else {}
+    )
     out = []
     for number, g in runs.groupby("trial_number", sort=True):
         base = _baseline_for(runs, g)
@@ -132,8 +140,19 @@ def equal_entropy(curves: pd.DataFrame, h: pd.Series, runs: pd.DataFrame, column
             ranges.append(d[1:])
         iv = stats.mean_interval(diffs)
         span = [float(np.median([r[0] for r in ranges])), float(np.median([r[1] for r in ranges]))] if ranges else None
-        out.append({"trial_number": int(number), "reading": column, "difference": iv.estimate, "low": iv.low, "high": iv.high,
-                    "seeds": iv.n, "seeds_unread": unread, "entropy_range": span, "direction": _direction(iv)})
+        out.append(
+            {
+                "trial_number": int(number),
+                "reading": column,
+                "difference": iv.estimate,
+                "low": iv.low,
+                "high": iv.high,
+                "seeds": iv.n,
+                "seeds_unread": unread,
+                "entropy_range": span,
+                "direction": _direction(iv),
+            }
+        )
     return out
 
 
@@ -147,7 +166,9 @@ def _direction(iv: stats.Interval) -> int:
 # ---------------------------------------------------------------- at each arm's best decoding temperature
 
 
-def compute_to_target(curves: pd.DataFrame, column: str, target: float, estimator: str) -> dict[str, tuple[float, bool]]:
+def compute_to_target(
+    curves: pd.DataFrame, column: str, target: float, estimator: str
+) -> dict[str, tuple[float, bool]]:
     """Per run: compute to `target` on `column` by `estimator`, read on the evaluations that logged it, and whether
     it is censored (then its total compute, a bound, as `StudyData.configs` counts it); runs with fewer than two
     such evaluations left out."""
@@ -179,10 +200,16 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
         if not means:
             continue
         best = min(means, key=lambda t: (censored[t], stats.finite_or_inf(means[t]), t))
-        per_config[number] = {"trial_number": int(number), "baseline": bool(g["baseline"].iloc[0]), "runs": len(g),
-                              "by_temperature": {f"{t:g}": v for t, v in means.items()},
-                              "censored_by_temperature": {f"{t:g}": n for t, n in censored.items()},
-                              "best_temperature": best, "compute_to_target": means[best], "censored_seeds": censored[best]}
+        per_config[number] = {
+            "trial_number": int(number),
+            "baseline": bool(g["baseline"].iloc[0]),
+            "runs": len(g),
+            "by_temperature": {f"{t:g}": v for t, v in means.items()},
+            "censored_by_temperature": {f"{t:g}": n for t, n in censored.items()},
+            "best_temperature": best,
+            "compute_to_target": means[best],
+            "censored_seeds": censored[best],
+        }
         per_seed[number] = {int(s): censoring.Outcome(*by_t[best][r]) for s, r in zip(g["seed"], g["run_id"])}
     for number, row in per_config.items():
         base = _baseline_for(runs, runs[runs["trial_number"] == number])
@@ -191,9 +218,17 @@ def best_temperature(curves: pd.DataFrame, runs: pd.DataFrame, target: float, es
         b = int(base["trial_number"].iloc[0])
         iv = censoring.paired_ratio(per_seed[number], per_seed[b])
         bound = any(r["censored_seeds"] >= r["runs"] for r in (row, per_config[b]))
-        row.update(baseline_trial=b, baseline_best_temperature=per_config[b]["best_temperature"], ratio=iv.estimate,
-                   ratio_ci_low=iv.low, ratio_ci_high=iv.high, seeds=iv.n, verdict=censoring.verdict(iv), bound=bound,
-                   **censoring.counts_of(iv))
+        row.update(
+            baseline_trial=b,
+            baseline_best_temperature=per_config[b]["best_temperature"],
+            ratio=iv.estimate,
+            ratio_ci_low=iv.low,
+            ratio_ci_high=iv.high,
+            seeds=iv.n,
+            verdict=censoring.verdict(iv),
+            bound=bound,
+            **censoring.counts_of(iv),
+        )
     return list(per_config.values())
 
 
@@ -226,8 +261,14 @@ def difference_text(row: dict | None, missing: str = "not read", one_seed: str =
     return f"{row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]"
 
 
-def verdict(study: dict | None, greedy: dict | None, entropy_study: dict | None, entropy_greedy: dict | None,
-            best_t: dict | None, metric: str) -> tuple[str, str]:
+def verdict(
+    study: dict | None,
+    greedy: dict | None,
+    entropy_study: dict | None,
+    entropy_greedy: dict | None,
+    best_t: dict | None,
+    metric: str,
+) -> tuple[str, str]:
     """`skill`, `sharpness` or `unresolved`, and why, for one comparison with the baseline.
 
     - skill: a resolved saving on the study's curve that also holds where sharpening cannot make it (on greedy
@@ -237,60 +278,98 @@ def verdict(study: dict | None, greedy: dict | None, entropy_study: dict | None,
       reading of the study's curve was made (the saving vanishes when entropy is held equal);
     - unresolved: no resolved saving to explain, readings that disagree, or too little read to tell."""
     if study and study.get("bound"):
-        return "unresolved", f"every seed of one side is censored on the study's curve ({_ratio_text(study)}): nothing measured"
+        return (
+            "unresolved",
+            f"every seed of one side is censored on the study's curve ({_ratio_text(study)}): nothing measured",
+        )
     if not _resolved(study, -1):
         return "unresolved", "no resolved saving on the study's curve to explain"
     greedy_is_study = metric == GREEDY
-    for_skill = [(f"on greedy accuracy it saves too ({_ratio_text(greedy)})", _resolved(greedy, -1)),
-                 (f"at its best decoding temperature it saves too ({_ratio_text(best_t)})", _resolved(best_t, -1)),
-                 (f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
-                  bool(entropy_study) and entropy_study["direction"] > 0),
-                 (f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
-                  bool(entropy_greedy) and entropy_greedy["direction"] > 0)]
-    against = [(f"greedy accuracy needs more compute ({_ratio_text(greedy)})", _resolved(greedy, 1)),
-               (f"at the arms' best temperatures it needs more ({_ratio_text(best_t)})", _resolved(best_t, 1)),
-               (f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
-                bool(entropy_study) and entropy_study["direction"] < 0),
-               (f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
-                bool(entropy_greedy) and entropy_greedy["direction"] < 0)]
+    for_skill = [
+        (f"on greedy accuracy it saves too ({_ratio_text(greedy)})", _resolved(greedy, -1)),
+        (f"at its best decoding temperature it saves too ({_ratio_text(best_t)})", _resolved(best_t, -1)),
+        (
+            f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
+            bool(entropy_study) and entropy_study["direction"] > 0,
+        ),
+        (
+            f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
+            bool(entropy_greedy) and entropy_greedy["direction"] > 0,
+        ),
+    ]
+    against = [
+        (f"greedy accuracy needs more compute ({_ratio_text(greedy)})", _resolved(greedy, 1)),
+        (f"at the arms' best temperatures it needs more ({_ratio_text(best_t)})", _resolved(best_t, 1)),
+        (
+            f"at equal entropy it reads {difference_text(entropy_study)} on {metric}",
+            bool(entropy_study) and entropy_study["direction"] < 0,
+        ),
+        (
+            f"at equal entropy it reads {difference_text(entropy_greedy)} on greedy accuracy",
+            bool(entropy_greedy) and entropy_greedy["direction"] < 0,
+        ),
+    ]
     pro = [why for why, holds in for_skill if holds]
     con = [why for why, holds in against if holds]
     if greedy_is_study:  # a saving on greedy accuracy is what a greedy decoder deploys: no temperature makes it
-        return ("skill", "the saving is on greedy accuracy, which no decoding temperature moves") if not con else \
-            ("unresolved", "the saving is on greedy accuracy, but " + "; ".join(con))
+        return (
+            ("skill", "the saving is on greedy accuracy, which no decoding temperature moves")
+            if not con
+            else ("unresolved", "the saving is on greedy accuracy, but " + "; ".join(con))
+        )
     if pro and not con:
         return "skill", "; ".join(pro)
     if pro and con:
         return "unresolved", "the readings disagree: " + "; ".join(pro + con)
     if entropy_study and entropy_study["seeds"] >= 2:
-        gone = [f"at equal entropy the arms read {difference_text(entropy_study)} on {metric}",
-                f"on greedy accuracy {_ratio_text(greedy)}"] + con
+        gone = [
+            f"at equal entropy the arms read {difference_text(entropy_study)} on {metric}",
+            f"on greedy accuracy {_ratio_text(greedy)}",
+        ] + con
         return "sharpness", "the saving vanishes where entropy is held equal: " + "; ".join(gone)
-    return "unresolved", (f"greedy accuracy gives {_ratio_text(greedy)} and the equal-entropy reading of {metric} "
-                          "was not made (no entropy logged, or the runs' entropy ranges do not overlap)")
+    return "unresolved", (
+        f"greedy accuracy gives {_ratio_text(greedy)} and the equal-entropy reading of {metric} "
+        "was not made (no entropy logged, or the runs' entropy ranges do not overlap)"
+    )
 
 
-def skill_or_sharpness(curves: pd.DataFrame, entropy: pd.DataFrame, runs: pd.DataFrame, metric: str, estimator: str,
-                       readings: list[dict]) -> dict:
+def skill_or_sharpness(
+    curves: pd.DataFrame, entropy: pd.DataFrame, runs: pd.DataFrame, metric: str, estimator: str, readings: list[dict]
+) -> dict:
     """Every reading of this module for each comparison with the baseline, with its verdict (`verdict`), and what
     the runs did not log. `readings`: `analysis.resolution.by_reading`'s rows (the study's curve at its target and
     greedy accuracy at its own), whose greedy target the best-temperature reading shares."""
     readings = _with_bounds(readings)
     h, source = entropy_at_evaluations(curves, entropy)
     logged_t = temperatures(curves)
-    columns = [c for c in dict.fromkeys([metric, GREEDY, "demo_prob", "mean_at_k", *map(pass_at_1, logged_t)])
-               if c in curves and curves[c].notna().any()]
-    by_column = {c: {r["trial_number"]: r for r in equal_entropy(curves, h, runs, c)} for c in columns} if source != "none" else {}
+    columns = [
+        c
+        for c in dict.fromkeys([metric, GREEDY, "demo_prob", "mean_at_k", *map(pass_at_1, logged_t)])
+        if c in curves and curves[c].notna().any()
+    ]
+    by_column = (
+        {c: {r["trial_number"]: r for r in equal_entropy(curves, h, runs, c)} for c in columns}
+        if source != "none"
+        else {}
+    )
     study_rows = {r["trial_number"]: r for r in readings if r["study_reading"]}
     greedy_rows = {r["trial_number"]: r for r in readings if r["reading"] == GREEDY}
     greedy_target = next((r["target"] for r in readings if r["reading"] == GREEDY), None)
-    best = {r["trial_number"]: r for r in best_temperature(curves, runs, greedy_target, estimator)} if greedy_target is not None else {}
+    best = (
+        {r["trial_number"]: r for r in best_temperature(curves, runs, greedy_target, estimator)}
+        if greedy_target is not None
+        else {}
+    )
     missing = []
     if source == "none":
-        missing.append("the sampling entropy (neither `policy/entropy` nor `eval/sample_entropy`): no equal-entropy reading")
+        missing.append(
+            "the sampling entropy (neither `policy/entropy` nor `eval/sample_entropy`): no equal-entropy reading"
+        )
     if not logged_t:
-        missing.append("sampled pass@1 at other decoding temperatures (`eval.temperatures`): the best-temperature reading"
-                       " is greedy accuracy alone")
+        missing.append(
+            "sampled pass@1 at other decoding temperatures (`eval.temperatures`): the best-temperature reading"
+            " is greedy accuracy alone"
+        )
     if greedy_target is None:
         missing.append("greedy accuracy as a rising curve with a target: no ratio on it, no best-temperature reading")
     comparisons = []
@@ -298,14 +377,30 @@ def skill_or_sharpness(curves: pd.DataFrame, entropy: pd.DataFrame, runs: pd.Dat
         if study["baseline"]:
             continue
         at_entropy = {c: by_column[c][number] for c in by_column if number in by_column[c]}
-        kind, why = verdict(study, greedy_rows.get(number), at_entropy.get(metric), at_entropy.get(GREEDY),
-                            best.get(number), metric)
-        comparisons.append({"trial_number": number, "study_curve": _ratio_only(study), "greedy": _ratio_only(greedy_rows.get(number)),
-                            "equal_entropy": list(at_entropy.values()), "best_temperature": best.get(number),
-                            "verdict": kind, "why": why})
-    return {"metric": metric, "entropy_source": source, "temperatures": logged_t, "greedy_target": greedy_target,
-            "estimator": estimator, "baseline_best_temperature": [r for r in best.values() if r["baseline"]],
-            "comparisons": comparisons, "missing": missing}
+        kind, why = verdict(
+            study, greedy_rows.get(number), at_entropy.get(metric), at_entropy.get(GREEDY), best.get(number), metric
+        )
+        comparisons.append(
+            {
+                "trial_number": number,
+                "study_curve": _ratio_only(study),
+                "greedy": _ratio_only(greedy_rows.get(number)),
+                "equal_entropy": list(at_entropy.values()),
+                "best_temperature": best.get(number),
+                "verdict": kind,
+                "why": why,
+            }
+        )
+    return {
+        "metric": metric,
+        "entropy_source": source,
+        "temperatures": logged_t,
+        "greedy_target": greedy_target,
+        "estimator": estimator,
+        "baseline_best_temperature": [r for r in best.values() if r["baseline"]],
+        "comparisons": comparisons,
+        "missing": missing,
+    }
 
 
 def _with_bounds(readings: list[dict]) -> list[dict]:
@@ -315,7 +410,9 @@ def _with_bounds(readings: list[dict]) -> list[dict]:
     for r in readings:
         if r["baseline"]:
             baselines_gone.setdefault(r["reading"], []).append(r["censored"] >= r["seeds"])
-    return [{**r, "bound": r["censored"] >= r["seeds"] or all(baselines_gone.get(r["reading"], [False]))} for r in readings]
+    return [
+        {**r, "bound": r["censored"] >= r["seeds"] or all(baselines_gone.get(r["reading"], [False]))} for r in readings
+    ]
 
 
 def _ratio_only(row: dict | None) -> dict | None:

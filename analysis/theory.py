@@ -54,7 +54,9 @@ def sigma_bar_sq_discrete(sigma_sq: Callable[[int], float], horizon: int) -> flo
 # ---------------------------------------------------------------- Theorem 4.4 and 4.5
 
 
-def variance_term(x: float, y: float, rho: float, sigma_bar_sq: NoiseFn, batch_size: float = 1.0, with_replacement: bool = True) -> float:
+def variance_term(
+    x: float, y: float, rho: float, sigma_bar_sq: NoiseFn, batch_size: float = 1.0, with_replacement: bool = True
+) -> float:
     """Theorem 4.4's V = sigma_bar²(N/R)·(1/B + 1/N + rho/R), written with x = N/R, y = B/R and B."""
     R, N = knobs.fresh_per_step(batch_size, y), knobs.exact_capacity(x, y, batch_size)
     dup = 1.0 / N if with_replacement else 0.0
@@ -98,7 +100,9 @@ def reduced_objective_I(x, mu: float, rho: float, sigma_bar_sq: NoiseFn, with_re
     return sigma_bar_sq(x) * (1 / np.sqrt(mu) + np.sqrt(a)) ** 2
 
 
-def x_star_numeric(mu: float, rho: float, sigma_bar_sq: NoiseFn, bounds=(1e-6, 1e8), with_replacement: bool = True) -> float:
+def x_star_numeric(
+    mu: float, rho: float, sigma_bar_sq: NoiseFn, bounds=(1e-6, 1e8), with_replacement: bool = True
+) -> float:
     """Theorem 4.5: x* = argmin_x I(x) for any noise-growth function (bounded search in log x)."""
     f = lambda t: float(reduced_objective_I(math.exp(t), mu, rho, sigma_bar_sq, with_replacement))  # noqa: E731
     lo, hi = math.log(bounds[0]), math.log(bounds[1])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from workbench import censoring, stats
@@ -35,8 +34,12 @@ def _per_seed(g: pd.DataFrame) -> dict[int, Outcome]:
 
 
 def _on_policy(r: pd.Series | dict) -> bool:
-    return bool(r["baseline"]) or bool(r["x"] == 1 and r["y"] == 1 and r.get("strategy", "uniform") == "uniform"
-                                   and (r.get("horizon") is None or (isinstance(r.get("horizon"), float) and math.isnan(r["horizon"]))))
+    return bool(r["baseline"]) or bool(
+        r["x"] == 1
+        and r["y"] == 1
+        and r.get("strategy", "uniform") == "uniform"
+        and (r.get("horizon") is None or (isinstance(r.get("horizon"), float) and math.isnan(r["horizon"])))
+    )
 
 
 def _ratio(mine: dict[int, Outcome | float], theirs: dict[int, Outcome | float]) -> dict:
@@ -44,13 +47,22 @@ def _ratio(mine: dict[int, Outcome | float], theirs: dict[int, Outcome | float])
     uncensored outcomes."""
     wrap = lambda d: {s: v if isinstance(v, Outcome) else Outcome(float(v)) for s, v in d.items()}  # noqa: E731
     iv = censoring.paired_ratio(wrap(mine), wrap(theirs))
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "seeds": iv.n, "verdict": censoring.verdict(iv),
-            **censoring.counts_of(iv)}
+    return {
+        "ratio": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+        "seeds": iv.n,
+        "verdict": censoring.verdict(iv),
+        **censoring.counts_of(iv),
+    }
 
 
 def _wall_per_seed(g: pd.DataFrame, wall: dict[str, Outcome | float]) -> dict[int, Outcome | float]:
-    return {int(s): wall[r] for s, r in zip(g["seed"], g["run_id"])
-            if r in wall and (isinstance(wall[r], Outcome) or math.isfinite(wall[r]))}
+    return {
+        int(s): wall[r]
+        for s, r in zip(g["seed"], g["run_id"])
+        if r in wall and (isinstance(wall[r], Outcome) or math.isfinite(wall[r]))
+    }
 
 
 def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict | None:
@@ -66,12 +78,25 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         first = g.iloc[0]
         values = _per_seed(g)
         est = censoring.level_interval(list(values.values()))
-        arms.append({"trial_number": int(number), "lr": float(first["lr"]), "on_policy": _on_policy(first),
-                     "cell": tuple(None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL),
-                     "x": float(first["x"]), "y": float(first["y"]), "strategy": first.get("strategy", "uniform"),
-                     "variant": first.get("variant", "") if isinstance(first.get("variant", ""), str) else "",
-                     "compute_to_target": est.estimate, "ci_low": est.low, "ci_high": est.high, "values": values,
-                     "wall": _wall_per_seed(g, wall) if wall else {}})
+        arms.append(
+            {
+                "trial_number": int(number),
+                "lr": float(first["lr"]),
+                "on_policy": _on_policy(first),
+                "cell": tuple(
+                    None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL
+                ),
+                "x": float(first["x"]),
+                "y": float(first["y"]),
+                "strategy": first.get("strategy", "uniform"),
+                "variant": first.get("variant", "") if isinstance(first.get("variant", ""), str) else "",
+                "compute_to_target": est.estimate,
+                "ci_low": est.low,
+                "ci_high": est.high,
+                "values": values,
+                "wall": _wall_per_seed(g, wall) if wall else {},
+            }
+        )
     on_policy = {a["lr"]: a for a in arms if a["on_policy"]}
     if len(on_policy) < 2:
         return None
@@ -80,30 +105,62 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         if a["on_policy"]:
             continue
         base = on_policy.get(a["lr"])
-        rows.append({k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
-                    | {"same_lr": _ratio(a["values"], base["values"]) if base else None})
+        rows.append(
+            {k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
+            | {"same_lr": _ratio(a["values"], base["values"]) if base else None}
+        )
     best_base = min(on_policy.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
     cells = {}
     for a in arms:
-        if not a["on_policy"] and (a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]):
+        if not a["on_policy"] and (
+            a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]
+        ):
             cells[a["cell"]] = a
-    tuned = [{k: v for k, v in a.items() if k not in ("values", "cell", "wall")} | {"against_tuned": _ratio(a["values"], best_base["values"])}
-             | ({"against_tuned_device_time": _ratio(a["wall"], best_base["wall"])} if a["wall"] and best_base["wall"] else {})
-             for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])]
+    tuned = [
+        {k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
+        | {"against_tuned": _ratio(a["values"], best_base["values"])}
+        | (
+            {"against_tuned_device_time": _ratio(a["wall"], best_base["wall"])}
+            if a["wall"] and best_base["wall"]
+            else {}
+        )
+        for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])
+    ]
     ranked = sorted(cells.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
     # Best against best between the replay cells too: where a study splits one strategy into parts (prioritized
     # replay against the same strategy with replay_fraction 0, the zero-variance skip alone), this is the split.
-    between = [{"trial_number": a["trial_number"], "against_trial": b["trial_number"], "lr": a["lr"], "against_lr": b["lr"],
+    between = (
+        [
+            {
+                "trial_number": a["trial_number"],
+                "against_trial": b["trial_number"],
+                "lr": a["lr"],
+                "against_lr": b["lr"],
                 **{k: a[k] for k in ("x", "y", "strategy", "variant")},
-                "against": {k: b[k] for k in ("x", "y", "strategy", "variant")}, "ratio": _ratio(a["values"], b["values"])}
-               for i, a in enumerate(ranked) for b in ranked[i + 1:]] if len(ranked) <= MAX_CELLS_PAIRED else []
+                "against": {k: b[k] for k in ("x", "y", "strategy", "variant")},
+                "ratio": _ratio(a["values"], b["values"]),
+            }
+            for i, a in enumerate(ranked)
+            for b in ranked[i + 1 :]
+        ]
+        if len(ranked) <= MAX_CELLS_PAIRED
+        else []
+    )
     lrs = sorted(on_policy)
     bounded = lrs[0] < best_base["lr"] < lrs[-1]
-    return {"on_policy_by_lr": [{k: v for k, v in a.items() if k in ("trial_number", "lr", "compute_to_target", "ci_low", "ci_high")}
-                                for a in sorted(on_policy.values(), key=lambda a: a["lr"])],
-            "on_policy_best_lr": best_base["lr"], "on_policy_best_trial": best_base["trial_number"],
-            # A best lr at an end of the range tried is a bound, not a tuned baseline: the next lr out might be better.
-            "on_policy_best_lr_bounded": bounded,
-            "protocol": "per-arm lr (each arm at its own best lr, the paper's protocol)" if len({a["lr"] for a in arms if not a["on_policy"]}) > 1
-                        else "shared lr (the replay arms ran at one lr; on-policy tuned over its own sweep)",
-            "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])), "tuned": tuned, "between_tuned": between}
+    return {
+        "on_policy_by_lr": [
+            {k: v for k, v in a.items() if k in ("trial_number", "lr", "compute_to_target", "ci_low", "ci_high")}
+            for a in sorted(on_policy.values(), key=lambda a: a["lr"])
+        ],
+        "on_policy_best_lr": best_base["lr"],
+        "on_policy_best_trial": best_base["trial_number"],
+        # A best lr at an end of the range tried is a bound, not a tuned baseline: the next lr out might be better.
+        "on_policy_best_lr_bounded": bounded,
+        "protocol": "per-arm lr (each arm at its own best lr, the paper's protocol)"
+        if len({a["lr"] for a in arms if not a["on_policy"]}) > 1
+        else "shared lr (the replay arms ran at one lr; on-policy tuned over its own sweep)",
+        "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])),
+        "tuned": tuned,
+        "between_tuned": between,
+    }

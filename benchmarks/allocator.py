@@ -44,17 +44,26 @@ def child(args) -> None:
     gen_s, train_s = [], []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        fresh, _ = generate_groups(policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0)
+        fresh, _ = generate_groups(
+            policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0
+        )
         t1 = time.perf_counter()
         train_step(policy, opt, fresh, cfg, step)
         t2 = time.perf_counter()
         if step >= args.warmup:
             gen_s.append(t1 - t0)
             train_s.append(t2 - t1)
-    print(json.dumps({"tuned": keep_freed_memory(), "generation_s": statistics.median(gen_s),
-                      "training_s": statistics.median(train_s),
-                      "step_s": statistics.median(g + t for g, t in zip(gen_s, train_s)),
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                "tuned": keep_freed_memory(),
+                "generation_s": statistics.median(gen_s),
+                "training_s": statistics.median(train_s),
+                "step_s": statistics.median(g + t for g, t in zip(gen_s, train_s)),
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def run(setting: str, args) -> dict:
@@ -62,7 +71,17 @@ def run(setting: str, args) -> dict:
     env.pop("WORKBENCH_MALLOC", None)
     if setting == "default":
         env["WORKBENCH_MALLOC"] = "default"
-    cmd = [sys.executable, __file__, "--child", "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(args.threads),
+    ]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     if result["tuned"] != (setting == "tuned"):
@@ -82,17 +101,28 @@ def main() -> None:
         return child(args)
     results: dict[str, list[dict]] = {"default": [], "tuned": []}
     for i in range(args.pairs):
-        for setting in (("default", "tuned") if i % 2 == 0 else ("tuned", "default")):
+        for setting in ("default", "tuned") if i % 2 == 0 else ("tuned", "default"):
             results[setting].append(run(setting, args))
     med = statistics.median
-    summary = {s: {k: round(med(r[k] for r in rs), 4) for k in ("generation_s", "training_s", "step_s", "peak_rss_mb")}
-               for s, rs in results.items()}
-    ratios = {k: [d[k] / t[k] for d, t in zip(results["default"], results["tuned"])] for k in ("generation_s", "training_s", "step_s")}
-    summary["default_over_tuned"] = {k: {"median": round(med(v), 3), "min": round(min(v), 3), "max": round(max(v), 3)} for k, v in ratios.items()}
-    print(f"# {args.pairs} pairs of processes, {args.steps} steps each after {args.warmup} warm-up, {args.threads} threads")
+    summary = {
+        s: {k: round(med(r[k] for r in rs), 4) for k in ("generation_s", "training_s", "step_s", "peak_rss_mb")}
+        for s, rs in results.items()
+    }
+    ratios = {
+        k: [d[k] / t[k] for d, t in zip(results["default"], results["tuned"])]
+        for k in ("generation_s", "training_s", "step_s")
+    }
+    summary["default_over_tuned"] = {
+        k: {"median": round(med(v), 3), "min": round(min(v), 3), "max": round(max(v), 3)} for k, v in ratios.items()
+    }
+    print(
+        f"# {args.pairs} pairs of processes, {args.steps} steps each after {args.warmup} warm-up, {args.threads} threads"
+    )
     for s in ("default", "tuned"):
         r = summary[s]
-        print(f"{s:>8}: generation {r['generation_s']:.4f} s, training {r['training_s']:.4f} s, step {r['step_s']:.4f} s, peak RSS {r['peak_rss_mb']:.0f} MB")
+        print(
+            f"{s:>8}: generation {r['generation_s']:.4f} s, training {r['training_s']:.4f} s, step {r['step_s']:.4f} s, peak RSS {r['peak_rss_mb']:.0f} MB"
+        )
     for k, v in summary["default_over_tuned"].items():
         print(f"default / tuned, {k[:-2]}: {v['median']:.3f} (pairs {v['min']:.3f} to {v['max']:.3f})")
     print(json.dumps(summary))

@@ -48,7 +48,9 @@ def main() -> None:
     batches, outs, gen_s = [], [], []
     for step in range(args.batches + 2):
         t0 = time.perf_counter()
-        fresh, out = generate_groups(policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0)
+        fresh, out = generate_groups(
+            policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0
+        )
         gen_s.append(time.perf_counter() - t0)
         batches.append(fresh)
         outs.append(out)
@@ -78,19 +80,35 @@ def main() -> None:
     med = statistics.median
     q = statistics.quantiles(ratios, n=4)
     weights = matmul_weights(policy.model)
-    peak = max(gemm_gflops(m, w.shape[1], w.shape[0]) for w in weights for m in (cfg.batch_size, cfg.batch_size * 40)) * 1e9
+    peak = (
+        max(gemm_gflops(m, w.shape[1], w.shape[0]) for w in weights for m in (cfg.batch_size, cfg.batch_size * 40))
+        * 1e9
+    )
     flops = [sum(step_flops(policy.model, o.prompt_ids, [len(c) for c in o.completion_ids]).values()) for o in outs]
-    shape = sorted((sum(len(p) for p in {tuple(p) for p in o.prompt_ids}), len(o.completion_ids),
-                    max(len(c) for c in o.completion_ids), sum(len(c) for c in o.completion_ids)) for o in outs)[len(outs) // 2]
+    shape = sorted(
+        (
+            sum(len(p) for p in {tuple(p) for p in o.prompt_ids}),
+            len(o.completion_ids),
+            max(len(c) for c in o.completion_ids),
+            sum(len(c) for c in o.completion_ids),
+        )
+        for o in outs
+    )[len(outs) // 2]
     gemm = gemm_only_seconds(policy.model, shape[0], shape[1], shape[2] - 1, shape[3])
     floor = med(flops) / peak
-    print(f"# torch {torch.__version__}, {args.threads} threads, {args.rounds} alternating rounds of {len(batches)} training steps")
-    print(f"training step: eager {med(eager):.4f} s, compiled {med(compiled):.4f} s; eager / compiled {med(ratios):.3f}"
-          f" (quartiles over rounds {q[0]:.3f}-{q[2]:.3f})")
+    print(
+        f"# torch {torch.__version__}, {args.threads} threads, {args.rounds} alternating rounds of {len(batches)} training steps"
+    )
+    print(
+        f"training step: eager {med(eager):.4f} s, compiled {med(compiled):.4f} s; eager / compiled {med(ratios):.3f}"
+        f" (quartiles over rounds {q[0]:.3f}-{q[2]:.3f})"
+    )
     print(f"compile in this process (cache {args.cache}): {compile_s:.1f} s")
-    print(f"FLOP fraction (ceiling {peak / 1e9:.0f} GFLOP/s, floor {floor:.4f} s): generation as measured ({med(gen_s):.4f} s)"
-          f" + training eager {floor / (med(gen_s) + med(eager)):.0%}, + training compiled {floor / (med(gen_s) + med(compiled)):.0%};"
-          f" generation cut to its GEMMs ({gemm['generation']:.4f} s) + training compiled {floor / (gemm['generation'] + med(compiled)):.0%}")
+    print(
+        f"FLOP fraction (ceiling {peak / 1e9:.0f} GFLOP/s, floor {floor:.4f} s): generation as measured ({med(gen_s):.4f} s)"
+        f" + training eager {floor / (med(gen_s) + med(eager)):.0%}, + training compiled {floor / (med(gen_s) + med(compiled)):.0%};"
+        f" generation cut to its GEMMs ({gemm['generation']:.4f} s) + training compiled {floor / (gemm['generation'] + med(compiled)):.0%}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,12 +48,30 @@ def main() -> None:
     storage, tracking = f"sqlite:///{work / 'optuna.db'}", f"sqlite:///{work / 'mlflow.db'}"
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "workbench.cli", "study", "run", args.spec, "--n-trials", str(args.n_trials),
-         "--workers", str(args.workers), "--storage", storage, "--tracking-uri", tracking],
-        cwd=work, check=True, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "study",
+            "run",
+            args.spec,
+            "--n-trials",
+            str(args.n_trials),
+            "--workers",
+            str(args.workers),
+            "--storage",
+            storage,
+            "--tracking-uri",
+            tracking,
+        ],
+        cwd=work,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     study_wall = time.perf_counter() - t0
-    worker_start = process_start_seconds("import workbench.cli, workbench.study.worker, workbench.trial.loop, mlflow, optuna, torch, transformers")
+    worker_start = process_start_seconds(
+        "import workbench.cli, workbench.study.worker, workbench.trial.loop, mlflow, optuna, torch, transformers"
+    )
     driver_start = process_start_seconds("import workbench.cli, workbench.study.driver")
 
     name = next(s.study_name for s in optuna.get_all_study_summaries(storage))
@@ -63,12 +81,16 @@ def main() -> None:
     for t in study.get_trials(states=(TrialState.COMPLETE,)):
         trial_s = (t.datetime_complete - t.datetime_start).total_seconds()
         run = client.get_run(t.user_attrs["mlflow_run_id"])
-        seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        seeds = client.search_runs(
+            [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'"
+        )
         train_s = sum(s.data.metrics["final/wall_seconds"] for s in seeds)
         rows.append((t.number, trial_s, train_s, trial_s - train_s))
 
-    print(f"# {Path(args.spec).name}: {len(rows)} trials, {args.workers} worker(s), study wall {study_wall:.1f} s, "
-          f"torch threads per worker {max(1, (os.cpu_count() or 1) // args.workers)}")
+    print(
+        f"# {Path(args.spec).name}: {len(rows)} trials, {args.workers} worker(s), study wall {study_wall:.1f} s, "
+        f"torch threads per worker {max(1, (os.cpu_count() or 1) // args.workers)}"
+    )
     print("| trial | trial s | training s | driver overhead s | overhead / trial |")
     print("|---|---|---|---|---|")
     for n, trial_s, train_s, over in rows:
@@ -77,11 +99,15 @@ def main() -> None:
     mean_over = statistics.mean(r[3] for r in rows)
     # processes started: the driver (Optuna only) and K workers (torch, transformers, MLflow)
     per_trial_start = (driver_start + worker_start * args.workers) / max(len(rows), 1)
-    print(f"process start (imports): driver {driver_start:.2f} s, worker {worker_start:.2f} s x {args.workers};"
-          f" {per_trial_start:.2f} s per trial here")
+    print(
+        f"process start (imports): driver {driver_start:.2f} s, worker {worker_start:.2f} s x {args.workers};"
+        f" {per_trial_start:.2f} s per trial here"
+    )
     total = mean_over + per_trial_start
-    print(f"driver overhead per trial: {mean_over:.3f} s in-trial + {per_trial_start:.2f} s process start = {total:.2f} s"
-          f" = {total / mean_trial:.2%} of a {mean_trial:.1f} s trial")
+    print(
+        f"driver overhead per trial: {mean_over:.3f} s in-trial + {per_trial_start:.2f} s process start = {total:.2f} s"
+        f" = {total / mean_trial:.2%} of a {mean_trial:.1f} s trial"
+    )
 
 
 if __name__ == "__main__":

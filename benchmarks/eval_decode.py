@@ -60,12 +60,18 @@ def main() -> None:
                 passes[mode].append(time.perf_counter() - t0)
             elif mode == "compiled":
                 step_s.clear()
-    result = {"threads": args.threads, "rows": len(prompts), "rounds": args.rounds,
-              **{f"{mode}_pass_s": round(statistics.median(v), 4) for mode, v in passes.items()},
-              "compiled_step_ms": round(1e3 * statistics.median(step_s), 3)}
+    result = {
+        "threads": args.threads,
+        "rows": len(prompts),
+        "rounds": args.rounds,
+        **{f"{mode}_pass_s": round(statistics.median(v), 4) for mode, v in passes.items()},
+        "compiled_step_ms": round(1e3 * statistics.median(step_s), 3),
+    }
     print(f"# torch {torch.__version__}, {args.threads} threads, {len(prompts)} greedy rows, {args.rounds} rounds")
-    print(f"greedy pass: static {result['static_pass_s']:.3f} s, compiled {result['compiled_pass_s']:.3f} s"
-          f" ({result['compiled_step_ms']:.2f} ms a decode step)")
+    print(
+        f"greedy pass: static {result['static_pass_s']:.3f} s, compiled {result['compiled_pass_s']:.3f} s"
+        f" ({result['compiled_step_ms']:.2f} ms a decode step)"
+    )
     print(json.dumps(result))
 
 

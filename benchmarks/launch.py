@@ -39,6 +39,7 @@ def child(tracking_uri: str, threads: int) -> None:
                 marks[name] = marks.get(name, 0.0) + time.perf_counter() - start
                 marks[name + "_end"] = time.perf_counter() - T0
             return out
+
         return wrapper
 
     start_helper = run_process.RunProcess.__init__
@@ -57,8 +58,22 @@ def child(tracking_uri: str, threads: int) -> None:
 
     run_process.RunProcess.__init__ = started
     run_process.RunProcess._answer = timed("mlflow_run", run_process.RunProcess._answer)  # the first: the run's id
-    cli.main(["train", "--tracking-uri", tracking_uri, "--quiet", "--set", "budget.compute_units=null",
-              "--set", "budget.steps=1", "--set", f"threads={threads}", "--set", f"tracking.experiment=launch-{os.getpid()}"])
+    cli.main(
+        [
+            "train",
+            "--tracking-uri",
+            tracking_uri,
+            "--quiet",
+            "--set",
+            "budget.compute_units=null",
+            "--set",
+            "budget.steps=1",
+            "--set",
+            f"threads={threads}",
+            "--set",
+            f"tracking.experiment=launch-{os.getpid()}",
+        ]
+    )
     launch = marks["first_step_end"] - marks["eval0"]
     print(json.dumps({**{k: round(v, 3) for k, v in marks.items()}, "launch_to_first_step": round(launch, 3)}))
 
@@ -77,18 +92,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds + 1):
             uri = f"sqlite:///{tmp}/mlflow-{r if args.fresh_store else 0}.db"
-            proc = subprocess.run([sys.executable, __file__, "--child", uri, "--threads", str(args.threads)],
-                                  capture_output=True, text=True, check=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", uri, "--threads", str(args.threads)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             if r > 0:  # the first round warms the store, the checkpoint and the compile cache
                 rows.append(row)
                 print(f"round {r}: {row}")
     med = lambda key: statistics.median(x[key] for x in rows)  # noqa: E731
     print(f"# {args.rounds} rounds, {args.threads} threads, {'fresh' if args.fresh_store else 'existing'} MLflow store")
-    print("| imports | waiting for the MLflow run | policy load | launch to first step (step-0 evaluation excluded) | step-0 evaluation |")
+    print(
+        "| imports | waiting for the MLflow run | policy load | launch to first step (step-0 evaluation excluded) | step-0 evaluation |"
+    )
     print("|---|---|---|---|---|")
-    print(f"| {med('imports'):.2f} | {med('mlflow_run'):.2f} | {med('policy_load'):.2f} | {med('launch_to_first_step'):.2f} |"
-          f" {med('eval0'):.2f} |")
+    print(
+        f"| {med('imports'):.2f} | {med('mlflow_run'):.2f} | {med('policy_load'):.2f} | {med('launch_to_first_step'):.2f} |"
+        f" {med('eval0'):.2f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -70,7 +70,10 @@ def main() -> None:
         for b in args.batch:
             r = profile(d, b, args.steps)
             rows.append(r)
-            print(f"| {d} | {b} | {r['completion_tokens']} | {r['gen_ms_per_rollout']} | {r['train_ms_per_rollout']} | {r['mu']} | {r['step_seconds']} |", flush=True)
+            print(
+                f"| {d} | {b} | {r['completion_tokens']} | {r['gen_ms_per_rollout']} | {r['train_ms_per_rollout']} | {r['mu']} | {r['step_seconds']} |",
+                flush=True,
+            )
     print(json.dumps(rows))
 
 

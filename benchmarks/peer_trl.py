@@ -57,7 +57,9 @@ def run_project(args) -> dict:
     times, first = [], None
     for step in range(args.warmup + args.steps):
         t = time.perf_counter()
-        fresh, _ = generate_groups(policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0)
+        fresh, _ = generate_groups(
+            policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0
+        )
         train_step(policy, opt, fresh, cfg, step)
         if first is None:
             first = time.perf_counter() - T0
@@ -100,16 +102,39 @@ def run_trl(args) -> dict:
     clock = Clock()
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=cfg.batch_size, num_generations=cfg.group_size,
-            max_completion_length=task.max_new_tokens, temperature=cfg.generation.temperature, learning_rate=cfg.lr,
-            beta=0.0, num_iterations=1, max_steps=args.warmup + args.steps, lr_scheduler_type="constant", warmup_steps=0,
-            max_grad_norm=cfg.grad_clip, bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
-            report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0, dataloader_num_workers=0,
+            output_dir=out,
+            per_device_train_batch_size=cfg.batch_size,
+            num_generations=cfg.group_size,
+            max_completion_length=task.max_new_tokens,
+            temperature=cfg.generation.temperature,
+            learning_rate=cfg.lr,
+            beta=0.0,
+            num_iterations=1,
+            max_steps=args.warmup + args.steps,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            max_grad_norm=cfg.grad_clip,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            seed=0,
+            dataloader_num_workers=0,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=data, processing_class=tokenizer,
-                              callbacks=[clock])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=config,
+            train_dataset=data,
+            processing_class=tokenizer,
+            callbacks=[clock],
+        )
         trainer.train()
-    times = clock.times[args.warmup:]
+    times = clock.times[args.warmup :]
     return {"side": "trl", "step_s": statistics.median(times), "launch_to_first_step_s": clock.first, "times": times}
 
 
@@ -132,29 +157,59 @@ def main() -> None:
         return child(args)
     results = {"project": [], "trl": []}
     for pair in range(args.pairs):
-        for side in (["project", "trl"] if pair % 2 == 0 else ["trl", "project"]):
-            cmd = [sys.executable, __file__, "--side", side, "--steps", str(args.steps), "--warmup", str(args.warmup),
-                   "--threads", str(args.threads), "--decode", args.decode]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        for side in ["project", "trl"] if pair % 2 == 0 else ["trl", "project"]:
+            cmd = [
+                sys.executable,
+                __file__,
+                "--side",
+                side,
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--threads",
+                str(args.threads),
+                "--decode",
+                args.decode,
+            ]
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+            )
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
                 sys.exit(f"peer_trl: the {side} process failed:\n{proc.stderr[-3000:]}")
-            results[side].append(json.loads(line[len("RESULT "):]))
+            results[side].append(json.loads(line[len("RESULT ") :]))
             r = results[side][-1]
-            print(f"pair {pair} {side:7s}: {r['step_s']:.3f} s/step, first step at {r['launch_to_first_step_s']:.1f} s,"
-                  f" peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)
+            print(
+                f"pair {pair} {side:7s}: {r['step_s']:.3f} s/step, first step at {r['launch_to_first_step_s']:.1f} s,"
+                f" peak RSS {r['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
     ratios = [t["step_s"] / p["step_s"] for p, t in zip(results["project"], results["trl"])]
     med = statistics.median
-    print(f"\n# {args.pairs} process pairs x {args.steps} timed steps ({args.warmup} warm-up), {args.threads} threads,"
-          f" project decode {args.decode}")
+    print(
+        f"\n# {args.pairs} process pairs x {args.steps} timed steps ({args.warmup} warm-up), {args.threads} threads,"
+        f" project decode {args.decode}"
+    )
     print("| | median s/step | launch to first step (s) | peak RSS (MB) |")
     print("|---|---|---|---|")
     for side in ("project", "trl"):
         rs = results[side]
-        print(f"| {side} | {med(r['step_s'] for r in rs):.3f} | {med(r['launch_to_first_step_s'] for r in rs):.1f} |"
-              f" {med(r['peak_rss_mb'] for r in rs):.0f} |")
-    print(f"TRL / project step time, median of paired ratios: {med(ratios):.2f} [min {min(ratios):.2f}, max {max(ratios):.2f}]")
-    print(json.dumps({"ratios": ratios, **{k: [{kk: vv for kk, vv in r.items() if kk != 'times'} for r in v] for k, v in results.items()}}))
+        print(
+            f"| {side} | {med(r['step_s'] for r in rs):.3f} | {med(r['launch_to_first_step_s'] for r in rs):.1f} |"
+            f" {med(r['peak_rss_mb'] for r in rs):.0f} |"
+        )
+    print(
+        f"TRL / project step time, median of paired ratios: {med(ratios):.2f} [min {min(ratios):.2f}, max {max(ratios):.2f}]"
+    )
+    print(
+        json.dumps(
+            {
+                "ratios": ratios,
+                **{k: [{kk: vv for kk, vv in r.items() if kk != "times"} for r in v] for k, v in results.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ def _f1(result: dict) -> str | None:
     n = f1["numbers"]
     mus = [r["mu"] for r in f1["rows"]]
     e = laws.exponent_reading([r["y"] for r in f1["rows"]], mus, n["grid_y"], n["slope_low"], n["slope_high"])
-    return (f"F1 (committed verdict: {f1['verdict']}; slope {n['slope']:.2f} [{n['slope_low']:.2f}, {n['slope_high']:.2f}]):"
-            f" {'separates' if e['separates'] else 'cannot separate'} 0.5 from 1; {e['words']}.")
+    return (
+        f"F1 (committed verdict: {f1['verdict']}; slope {n['slope']:.2f} [{n['slope_low']:.2f}, {n['slope_high']:.2f}]):"
+        f" {'separates' if e['separates'] else 'cannot separate'} 0.5 from 1; {e['words']}."
+    )
 
 
 def main() -> None:
@@ -58,24 +60,46 @@ def main() -> None:
     for path in args.reports:
         result = _load(path)
         table = null_models.configuration_table_from_records(result["configurations"])
-        names = [] if len(table) < MODEL_MIN_CONFIGURATIONS else args.models.split(",") if args.models else None  # as the report
+        names = (
+            [] if len(table) < MODEL_MIN_CONFIGURATIONS else args.models.split(",") if args.models else None
+        )  # as the report
         out = null_models.skill_from_report(result, seed=args.seed, models=names)
-        probes = [{**v, "against_sweep": null_models.probe_record_against_on_policy(result["configurations"], v)}
-                  for v in result.get("probe_verified") or []]
-        print(f"# {result['study']} ({path}): {len(result['configurations'])} configuration records, mu {result['reference_mu']:.3g}\n")
-        print("\n".join(skill_section({"null_models": out["null_models"], "models": out["models"], "probe_verified": probes})))
+        probes = [
+            {**v, "against_sweep": null_models.probe_record_against_on_policy(result["configurations"], v)}
+            for v in result.get("probe_verified") or []
+        ]
+        print(
+            f"# {result['study']} ({path}): {len(result['configurations'])} configuration records, mu {result['reference_mu']:.3g}\n"
+        )
+        print(
+            "\n".join(
+                skill_section({"null_models": out["null_models"], "models": out["models"], "probe_verified": probes})
+            )
+        )
         for m in out["models"]:
             c = m["committed_loco"] or {}
-            committed = (f"{c['median_abs_log_error']:.3f} in the committed report (per-seed fit, {c['n']} configurations)"
-                         if c.get("n") else "not in the committed report")
-            print(f"- `{m['model']}`: LOCO median |log error| {m['loco'].get('median_abs_log_error', math.nan):.3f} refitted to the"
-                  f" configurations, {committed}")
+            committed = (
+                f"{c['median_abs_log_error']:.3f} in the committed report (per-seed fit, {c['n']} configurations)"
+                if c.get("n")
+                else "not in the committed report"
+            )
+            print(
+                f"- `{m['model']}`: LOCO median |log error| {m['loco'].get('median_abs_log_error', math.nan):.3f} refitted to the"
+                f" configurations, {committed}"
+            )
         for v in result.get("probe_verified") or []:
-            print(f"- the probe's point (trial {v['trial_number']}) costs {v['ratio_to_empirical_best']:.2f}x the grid's best at the"
-                  f" study's mu" + "".join(f"; {p['ratio_to_empirical_best']:.2f}x the best re-accounted at mu {mu} ((x {w['empirical']['x']:g},"
-                                           f" y {w['empirical']['y']:g}) there)"
-                                           for mu, w in (result.get("whatif") or {}).items() for p in w.get("probe_verified") or []
-                                           if p["trial_number"] == v["trial_number"]) + " (selection estimates)")
+            print(
+                f"- the probe's point (trial {v['trial_number']}) costs {v['ratio_to_empirical_best']:.2f}x the grid's best at the"
+                f" study's mu"
+                + "".join(
+                    f"; {p['ratio_to_empirical_best']:.2f}x the best re-accounted at mu {mu} ((x {w['empirical']['x']:g},"
+                    f" y {w['empirical']['y']:g}) there)"
+                    for mu, w in (result.get("whatif") or {}).items()
+                    for p in w.get("probe_verified") or []
+                    if p["trial_number"] == v["trial_number"]
+                )
+                + " (selection estimates)"
+            )
         f1 = _f1(result)
         if f1:
             print(f"\n{f1}")

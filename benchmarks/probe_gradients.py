@@ -21,7 +21,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=256, help="rollouts (a multiple of the group size, 8)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads inside the gradient phase (the probe uses 1)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads inside the gradient phase (the probe uses 1)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -48,14 +50,17 @@ def main() -> None:
     cfg = probe_config({})
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
-    rollouts, _ = generate_groups(policy, task, list(range(args.n // cfg.group_size)), cfg.group_size, 0,
-                                  torch.Generator().manual_seed(0), 0)
+    rollouts, _ = generate_groups(
+        policy, task, list(range(args.n // cfg.group_size)), cfg.group_size, 0, torch.Generator().manual_seed(0), 0
+    )
     n_params = sum(p.numel() for p in policy.model.parameters())
     idx, sign = noise.count_sketch(n_params, 2048, seed=0)
     sketch = torch.from_numpy(idx), torch.from_numpy(sign), 2048
     tokens = np.mean([len(r.prompt_ids) + len(r.completion_ids) for r in rollouts])
-    print(f"{len(rollouts)} rollouts of {tokens:.1f} tokens on average, {n_params / 1e6:.2f} M parameters,"
-          f" {args.threads} thread(s), chunks of {rollout_gradients.chunk_size(n_params)}")
+    print(
+        f"{len(rollouts)} rollouts of {tokens:.1f} tokens on average, {n_params / 1e6:.2f} M parameters,"
+        f" {args.threads} thread(s), chunks of {rollout_gradients.chunk_size(n_params)}"
+    )
     out = {}
     for _ in range(args.rounds):
         for name, vectorised in (("one backward per rollout", False), ("vectorised", True)):

@@ -53,7 +53,9 @@ def matmul_weights(model) -> list[torch.Tensor]:
     return [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def step_flops(model, prompt_ids: list[list[int]], completion_lens: list[int], share_prompts: bool = True) -> dict[str, float]:
+def step_flops(
+    model, prompt_ids: list[list[int]], completion_lens: list[int], share_prompts: bool = True
+) -> dict[str, float]:
     """Useful FLOPs of generating and training on these rollouts. With `share_prompts`, a prompt repeated across
     rows (a GRPO group) counts once, prefill and training alike: its keys and values serve every completion, and
     the step computes it once (`hf.score`, the static decoder's prefill); without, every row pays its prompt."""
@@ -72,7 +74,9 @@ def step_flops(model, prompt_ids: list[list[int]], completion_lens: list[int], s
     return {"generation": gen, "training": train}
 
 
-def gemm_only_seconds(model, prompt_tokens: int, rows: int, decode_steps: int, completion_tokens: int, reps: int = 5) -> dict[str, float]:
+def gemm_only_seconds(
+    model, prompt_tokens: int, rows: int, decode_steps: int, completion_tokens: int, reps: int = 5
+) -> dict[str, float]:
     """Seconds the step's own GEMMs take alone, at the shapes the step runs them, run back to back in this
     process: the prefill over the distinct prompts' tokens, `decode_steps` decode steps of `rows` rows, and the
     packed training forward (prompts and completions) with its backward (the input's and the weight's gradient
@@ -89,8 +93,11 @@ def gemm_only_seconds(model, prompt_tokens: int, rows: int, decode_steps: int, c
             if backward:
                 g @ w.t()  # the input's gradient
                 a.t() @ g  # the weight's gradient
-    inputs = {"generation": [(prompt_tokens, False)] + [(rows, False)] * decode_steps,
-              "training": [(prompt_tokens, True), (completion_tokens, True)]}
+
+    inputs = {
+        "generation": [(prompt_tokens, False)] + [(rows, False)] * decode_steps,
+        "training": [(prompt_tokens, True), (completion_tokens, True)],
+    }
     out = {}
     for part, calls in inputs.items():
         times = []
@@ -109,7 +116,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--decode", default="auto")
-    ap.add_argument("--gemm-seconds", type=float, default=0.3, help="GEMM timing beside each step (the ceiling's sample)")
+    ap.add_argument(
+        "--gemm-seconds", type=float, default=0.3, help="GEMM timing beside each step (the ceiling's sample)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = build_config({"generation": {"decode": args.decode}})
@@ -126,7 +135,9 @@ def main() -> None:
     rows = []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        fresh, out = generate_groups(policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0)
+        fresh, out = generate_groups(
+            policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, step, gen, 0
+        )
         t1 = time.perf_counter()
         train_step(policy, opt, fresh, cfg, step)
         t2 = time.perf_counter()
@@ -137,8 +148,21 @@ def main() -> None:
             lens = [len(c) for c in out.completion_ids]
             f = step_flops(policy.model, out.prompt_ids, lens)
             f["per_row_prompts"] = sum(step_flops(policy.model, out.prompt_ids, lens, share_prompts=False).values())
-            rows.append({"gen_s": t1 - t0, "train_s": t2 - t1, "peak": peak, **f,
-                         "shape": (len({tuple(p) for p in out.prompt_ids}), sum(len(p) for p in {tuple(p) for p in out.prompt_ids}), len(lens), max(lens), sum(lens))})
+            rows.append(
+                {
+                    "gen_s": t1 - t0,
+                    "train_s": t2 - t1,
+                    "peak": peak,
+                    **f,
+                    "shape": (
+                        len({tuple(p) for p in out.prompt_ids}),
+                        sum(len(p) for p in {tuple(p) for p in out.prompt_ids}),
+                        len(lens),
+                        max(lens),
+                        sum(lens),
+                    ),
+                }
+            )
     med = statistics.median
     frac = [(r["generation"] + r["training"]) / r["peak"] / (r["gen_s"] + r["train_s"]) for r in rows]
     frac_gen = [r["generation"] / r["peak"] / r["gen_s"] for r in rows]
@@ -152,31 +176,51 @@ def main() -> None:
     gemm = gemm_only_seconds(policy.model, prompt_tokens, n_rows, longest - 1, completion_tokens)
     gemm_s = gemm["generation"] + gemm["training"]
     result = {
-        "threads": args.threads, "decode": args.decode, "gemm_gflops_by_shape": {k: round(v, 1) for k, v in ceiling.items()},
-        "ceiling_gflops": round(peak / 1e9, 1), "ceiling_gflops_range": [round(min(r["peak"] for r in rows) / 1e9, 1), round(max(r["peak"] for r in rows) / 1e9, 1)],
+        "threads": args.threads,
+        "decode": args.decode,
+        "gemm_gflops_by_shape": {k: round(v, 1) for k, v in ceiling.items()},
+        "ceiling_gflops": round(peak / 1e9, 1),
+        "ceiling_gflops_range": [
+            round(min(r["peak"] for r in rows) / 1e9, 1),
+            round(max(r["peak"] for r in rows) / 1e9, 1),
+        ],
         "step_gflop": round((gen_f + train_f) / 1e9, 2),
         "step_gflop_every_row_its_prompt": round(med(r["per_row_prompts"] for r in rows) / 1e9, 2),
-        "floor_s": round((gen_f + train_f) / peak, 4), "measured_s": round(gen_s + train_s, 4),
-        "fraction_of_ceiling": round(med(frac), 3), "fraction_quartiles": [round(q[0], 3), round(q[2], 3)],
+        "floor_s": round((gen_f + train_f) / peak, 4),
+        "measured_s": round(gen_s + train_s, 4),
+        "fraction_of_ceiling": round(med(frac), 3),
+        "fraction_quartiles": [round(q[0], 3), round(q[2], 3)],
         "generation": {"gflop": round(gen_f / 1e9, 2), "s": round(gen_s, 4), "fraction": round(med(frac_gen), 3)},
         "training": {"gflop": round(train_f / 1e9, 2), "s": round(train_s, 4), "fraction": round(med(frac_train), 3)},
-        "gemm_only_s": {"generation": round(gemm["generation"], 4), "training": round(gemm["training"], 4), "step": round(gemm_s, 4)},
+        "gemm_only_s": {
+            "generation": round(gemm["generation"], 4),
+            "training": round(gemm["training"], 4),
+            "step": round(gemm_s, 4),
+        },
         "fraction_if_only_gemms": round((gen_f + train_f) / peak / gemm_s, 3),
         # one half of the step cut to its GEMMs, the other as measured: what each half alone can contribute
         "fraction_if_training_only_gemms": round((gen_f + train_f) / peak / (gen_s + gemm["training"]), 3),
         "fraction_if_generation_only_gemms": round((gen_f + train_f) / peak / (gemm["generation"] + train_s), 3),
     }
     print(f"# torch {torch.__version__}, {args.threads} threads, decode {args.decode}, {args.steps} timed steps")
-    print(f"fp32 GEMM ceiling at the model's shapes: best {'x'.join(map(str, best_shape))}, {result['ceiling_gflops']:.0f} GFLOP/s"
-          f" beside the steps (range {result['ceiling_gflops_range']}; by shape at the start: {result['gemm_gflops_by_shape']})")
-    print(f"one step: {result['step_gflop']} GFLOP useful -> floor {result['floor_s']:.3f} s; measured {result['measured_s']:.3f} s;"
-          f" {result['fraction_of_ceiling']:.0%} of the ceiling (median over steps, quartiles {q[0]:.0%}-{q[2]:.0%};"
-          f" generation {result['generation']['fraction']:.0%}, training {result['training']['fraction']:.0%})")
-    print(f"the step's GEMMs alone, at its shapes: {gemm_s:.3f} s (generation {gemm['generation']:.3f}, training"
-          f" {gemm['training']:.3f}): a step of nothing else would reach {result['fraction_if_only_gemms']:.0%} of the ceiling;"
-          f" the rest of the measured step is {result['measured_s'] - gemm_s:.3f} s")
-    print(f"with training cut to its GEMMs and generation as measured: {result['fraction_if_training_only_gemms']:.0%};"
-          f" with generation cut to its GEMMs and training as measured: {result['fraction_if_generation_only_gemms']:.0%}")
+    print(
+        f"fp32 GEMM ceiling at the model's shapes: best {'x'.join(map(str, best_shape))}, {result['ceiling_gflops']:.0f} GFLOP/s"
+        f" beside the steps (range {result['ceiling_gflops_range']}; by shape at the start: {result['gemm_gflops_by_shape']})"
+    )
+    print(
+        f"one step: {result['step_gflop']} GFLOP useful -> floor {result['floor_s']:.3f} s; measured {result['measured_s']:.3f} s;"
+        f" {result['fraction_of_ceiling']:.0%} of the ceiling (median over steps, quartiles {q[0]:.0%}-{q[2]:.0%};"
+        f" generation {result['generation']['fraction']:.0%}, training {result['training']['fraction']:.0%})"
+    )
+    print(
+        f"the step's GEMMs alone, at its shapes: {gemm_s:.3f} s (generation {gemm['generation']:.3f}, training"
+        f" {gemm['training']:.3f}): a step of nothing else would reach {result['fraction_if_only_gemms']:.0%} of the ceiling;"
+        f" the rest of the measured step is {result['measured_s'] - gemm_s:.3f} s"
+    )
+    print(
+        f"with training cut to its GEMMs and generation as measured: {result['fraction_if_training_only_gemms']:.0%};"
+        f" with generation cut to its GEMMs and training as measured: {result['fraction_if_generation_only_gemms']:.0%}"
+    )
     print(json.dumps(result))
 
 

@@ -49,7 +49,11 @@ def main() -> None:
         syncs.append(time.perf_counter() - t1)
     rows = []
     for batch in args.batch:
-        prompts = [p for p in encode_prompts(policy.tokenizer, [e.prompt for e in task.train[: batch // cfg.group_size]]) for _ in range(cfg.group_size)]
+        prompts = [
+            p
+            for p in encode_prompts(policy.tokenizer, [e.prompt for e in task.train[: batch // cfg.group_size]])
+            for _ in range(cfg.group_size)
+        ]
         rates: dict[str, list[tuple[float, float]]] = {"hf": [], "vllm": []}
         for r in range(args.repeats + 1):  # round 0 warms up both and is not counted
             for backend in ("hf", "vllm"):
@@ -57,23 +61,42 @@ def main() -> None:
                 t1 = time.perf_counter()
                 if backend == "hf":
                     with torch.no_grad():
-                        out = sample(policy.model, policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=1.0, generator=gen)
+                        out = sample(
+                            policy.model,
+                            policy.tokenizer,
+                            prompts,
+                            max_new_tokens=policy.max_new_tokens,
+                            temperature=1.0,
+                            generator=gen,
+                        )
                 else:
-                    out = policy.engine.sample(policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=1.0, generator=gen)
+                    out = policy.engine.sample(
+                        policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=1.0, generator=gen
+                    )
                 dt = time.perf_counter() - t1
                 if r:
                     rates[backend].append((out.generated_tokens / dt, len(prompts) / dt))
         for backend, vals in rates.items():
-            rows.append({"backend": backend, "batch": batch, "tokens_per_s": statistics.median(v[0] for v in vals),
-                         "rollouts_per_s": statistics.median(v[1] for v in vals)})
-    print(f"model: {sum(p.numel() for p in policy.model.parameters())} params, {policy.path}; threads {args.threads}; "
-          f"engine start {start_s:.1f} s (incl. checkpoint); weight sync median {statistics.median(syncs) * 1000:.0f} ms")
+            rows.append(
+                {
+                    "backend": backend,
+                    "batch": batch,
+                    "tokens_per_s": statistics.median(v[0] for v in vals),
+                    "rollouts_per_s": statistics.median(v[1] for v in vals),
+                }
+            )
+    print(
+        f"model: {sum(p.numel() for p in policy.model.parameters())} params, {policy.path}; threads {args.threads}; "
+        f"engine start {start_s:.1f} s (incl. checkpoint); weight sync median {statistics.median(syncs) * 1000:.0f} ms"
+    )
     print("| batch | backend | tokens/s | rollouts/s | vllm / hf |")
     print("|---|---|---|---|---|")
     for batch in args.batch:
         hf = next(r for r in rows if r["batch"] == batch and r["backend"] == "hf")
         for r in (x for x in rows if x["batch"] == batch):
-            print(f"| {batch} | {r['backend']} | {r['tokens_per_s']:.0f} | {r['rollouts_per_s']:.1f} | {r['tokens_per_s'] / hf['tokens_per_s']:.2f} |")
+            print(
+                f"| {batch} | {r['backend']} | {r['tokens_per_s']:.0f} | {r['rollouts_per_s']:.1f} | {r['tokens_per_s'] / hf['tokens_per_s']:.2f} |"
+            )
     print(json.dumps({"engine_start_s": start_s, "sync_ms": statistics.median(syncs) * 1000, "rows": rows}))
 
 

@@ -33,15 +33,29 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=args.vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=args.vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )
+    ).eval()
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, args.vocab, (12,), generator=g).tolist() for _ in range(args.rows // 4)]
     rows = [p for p in prompts for _ in range(4)]
     completions = [torch.randint(1, args.vocab, (args.tokens,), generator=g).tolist() for _ in rows]
     tokens = sum(len(c) for c in completions)
-    out = {"vocab": args.vocab, "tokens": tokens, "batch_fp32_logits_mib": round(tokens * args.vocab * 4 / 2**20, 1),
-           "threads": torch.get_num_threads(), "settings": []}
+    out = {
+        "vocab": args.vocab,
+        "tokens": tokens,
+        "batch_fp32_logits_mib": round(tokens * args.vocab * 4 / 2**20, 1),
+        "threads": torch.get_num_threads(),
+        "settings": [],
+    }
     for mib in [None, *args.mib]:
         with torch.no_grad():
             score(model, rows, completions, with_entropy=True, scoring_mib=mib)  # warm-up
@@ -52,7 +66,13 @@ def main() -> None:
                 t0 = time.perf_counter()
                 score(model, rows, completions, with_entropy=True, scoring_mib=mib)
                 times.append(time.perf_counter() - t0)
-        out["settings"].append({"scoring_mib": mib, "peak_mib": round(live.peak / 2**20, 1), "seconds_median": round(sorted(times)[len(times) // 2], 3)})
+        out["settings"].append(
+            {
+                "scoring_mib": mib,
+                "peak_mib": round(live.peak / 2**20, 1),
+                "seconds_median": round(sorted(times)[len(times) // 2], 3),
+            }
+        )
     whole = out["settings"][0]["seconds_median"]
     for s in out["settings"]:
         s["time_vs_whole"] = round(s["seconds_median"] / whole, 2)

@@ -48,7 +48,9 @@ def main() -> None:
     policy = Policy(cfg, task)
     prompts, gen = PromptStream(len(task.train), 0), torch.Generator().manual_seed(0)
     groups = cfg.batch_size // cfg.group_size
-    batches = [generate_groups(policy, task, prompts.take(groups), cfg.group_size, i, gen, 0)[0] for i in range(args.batches)]
+    batches = [
+        generate_groups(policy, task, prompts.take(groups), cfg.group_size, i, gen, 0)[0] for i in range(args.batches)
+    ]
     lengths = [len(r.completion_ids) for b in batches for r in b]
     padded_tokens = sum(len(b) * max(len(r.completion_ids) for r in b) for b in batches)
     paths = {"packed": True, "padded": False, "packed_model_rope": True}
@@ -73,21 +75,29 @@ def main() -> None:
     ratios = [p / q for p, q in zip(times["padded"], times["packed"])]
     rope = [p / q for p, q in zip(times["packed_model_rope"], times["packed"])]
     result = {
-        "threads": args.threads, "steps_per_path": len(ratios),
+        "threads": args.threads,
+        "steps_per_path": len(ratios),
         "padding_share": round(1 - sum(lengths) / padded_tokens, 3),
-        "packed_s": round(statistics.median(times["packed"]), 4), "padded_s": round(statistics.median(times["padded"]), 4),
+        "packed_s": round(statistics.median(times["packed"]), 4),
+        "padded_s": round(statistics.median(times["padded"]), 4),
         "padded_over_packed": round(statistics.median(ratios), 3),
         "ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)[::2]],
         "packed_model_rope_s": round(statistics.median(times["packed_model_rope"]), 4),
         "model_rope_over_complex": round(statistics.median(rope), 3),
         "rope_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(rope, n=4)[::2]],
     }
-    print(f"# torch {torch.__version__}, {args.threads} threads, {args.batches} batches x {args.rounds} rounds per path;"
-          f" completion padding {result['padding_share']:.0%}")
-    print(f"training step: packed {result['packed_s']:.4f} s, padded {result['padded_s']:.4f} s;"
-          f" padded / packed {result['padded_over_packed']:.2f} (quartiles {result['ratio_quartiles']})")
-    print(f"RoPE: the model's rotation {result['packed_model_rope_s']:.4f} s; model's / complex {result['model_rope_over_complex']:.3f}"
-          f" (quartiles {result['rope_ratio_quartiles']})")
+    print(
+        f"# torch {torch.__version__}, {args.threads} threads, {args.batches} batches x {args.rounds} rounds per path;"
+        f" completion padding {result['padding_share']:.0%}"
+    )
+    print(
+        f"training step: packed {result['packed_s']:.4f} s, padded {result['padded_s']:.4f} s;"
+        f" padded / packed {result['padded_over_packed']:.2f} (quartiles {result['ratio_quartiles']})"
+    )
+    print(
+        f"RoPE: the model's rotation {result['packed_model_rope_s']:.4f} s; model's / complex {result['model_rope_over_complex']:.3f}"
+        f" (quartiles {result['rope_ratio_quartiles']})"
+    )
     print(json.dumps(result))
 
 

@@ -50,8 +50,15 @@ def main() -> None:
         samplers[name] = make_sampler(policy.model, name, cache_root(cfg.model))
     opt = make_optimizer(policy.model, cfg.lr)
     prompts = PromptStream(len(task.train), 0)
-    evaluator = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
-                          max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=0)
+    evaluator = Evaluator(
+        task,
+        policy.tokenizer,
+        k=cfg.eval.k,
+        pass_k_prompts=cfg.eval.pass_k_prompts,
+        max_new_tokens=policy.max_new_tokens,
+        temperature=policy.temperature,
+        seed=0,
+    )
     gen = {n: [] for n in samplers}
     train = {n: [] for n in samplers}
     evals = {n: [] for n in samplers}
@@ -61,7 +68,9 @@ def main() -> None:
         for name, fn in samplers.items():
             policy.sample = fn
             t0 = time.perf_counter()
-            fresh, _ = generate_groups(policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, r, generator, 0)
+            fresh, _ = generate_groups(
+                policy, task, prompts.take(cfg.batch_size // cfg.group_size), cfg.group_size, r, generator, 0
+            )
             t1 = time.perf_counter()
             train_step(policy, opt, fresh, cfg, r)
             t2 = time.perf_counter()
@@ -77,15 +86,25 @@ def main() -> None:
                 if r >= args.warmup:
                     evals[name].append(time.perf_counter() - t3)
     med = statistics.median
-    print(f"# torch {torch.__version__}, {args.threads} threads, B {cfg.batch_size} = {cfg.batch_size // cfg.group_size} x {cfg.group_size},"
-          f" {args.rounds} timed rounds after {args.warmup} warm-up")
-    print("| decoder | first generation (s, incl. compile) | gen s/step | train s/step | step s | eval s | step speed-up vs hf [min, max] | eval speed-up vs hf |")
+    print(
+        f"# torch {torch.__version__}, {args.threads} threads, B {cfg.batch_size} = {cfg.batch_size // cfg.group_size} x {cfg.group_size},"
+        f" {args.rounds} timed rounds after {args.warmup} warm-up"
+    )
+    print(
+        "| decoder | first generation (s, incl. compile) | gen s/step | train s/step | step s | eval s | step speed-up vs hf [min, max] | eval speed-up vs hf |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for name in samplers:
         steps = [g + t for g, t in zip(gen[name], train[name])]
-        row = {"decoder": name, "first_generation_s": first_call[name], "gen_s": med(gen[name]), "train_s": med(train[name]),
-               "step_s": med(steps), "eval_s": med(evals[name]) if evals[name] else None}
+        row = {
+            "decoder": name,
+            "first_generation_s": first_call[name],
+            "gen_s": med(gen[name]),
+            "train_s": med(train[name]),
+            "step_s": med(steps),
+            "eval_s": med(evals[name]) if evals[name] else None,
+        }
         if "hf" in samplers:
             base = [g + t for g, t in zip(gen["hf"], train["hf"])]
             ratios = [b / s for b, s in zip(base, steps)]
@@ -93,8 +112,10 @@ def main() -> None:
             row["eval_speedup"] = med([b / s for b, s in zip(evals["hf"], evals[name])]) if evals[name] else None
         rows.append(row)
         sp = row.get("step_speedup", (float("nan"),) * 3)
-        print(f"| {name} | {row['first_generation_s']:.2f} | {row['gen_s']:.3f} | {row['train_s']:.3f} | {row['step_s']:.3f} |"
-              f" {row['eval_s'] or float('nan'):.3f} | {sp[0]:.2f} [{sp[1]:.2f}, {sp[2]:.2f}] | {row.get('eval_speedup') or float('nan'):.2f} |")
+        print(
+            f"| {name} | {row['first_generation_s']:.2f} | {row['gen_s']:.3f} | {row['train_s']:.3f} | {row['step_s']:.3f} |"
+            f" {row['eval_s'] or float('nan'):.3f} | {sp[0]:.2f} [{sp[1]:.2f}, {sp[2]:.2f}] | {row.get('eval_speedup') or float('nan'):.2f} |"
+        )
     print(json.dumps(rows))
 
 

@@ -45,7 +45,9 @@ def test_pairs_where_neither_run_reached_the_target_never_narrow_the_interval():
             arm[extra] = other[extra] = Outcome(cap, True)
         after = paired_ratio(arm, other)
         assert after.both_censored == before.both_censored + 4 and after.n == before.n
-        assert (after.estimate, after.low, after.high) == pytest.approx((before.estimate, before.low, before.high), nan_ok=True)
+        assert (after.estimate, after.low, after.high) == pytest.approx(
+            (before.estimate, before.low, before.high), nan_ok=True
+        )
 
 
 def test_without_censoring_it_is_the_paired_interval_of_the_per_seed_ratios():

@@ -30,8 +30,13 @@ def _declarations(flag: str) -> int:
     n = 0
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args
-                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == flag):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "add_argument"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == flag
+            ):
                 n += 1
     return n
 

@@ -53,7 +53,9 @@ def test_to_target_is_the_first_evaluation_reaching_it_else_a_penalised_total():
     assert missed.censored and missed.total == 30
     assert missed.value == pytest.approx(30 * (1 + (0.8 - 0.6) / 0.8))
     closer = to_target([0, 10, 20, 30], [0.1, 0.5, 0.7, 0.4], 0.8)
-    assert reached.value < 30 < closer.value < missed.value  # censored runs rank after reached ones, closer misses better
+    assert (
+        reached.value < 30 < closer.value < missed.value
+    )  # censored runs rank after reached ones, closer misses better
 
 
 # The paper's Tables 1 (Qwen2.5-7B, mu 5.28) and 3 (Qwen3-0.6B, mu 6.84): gamma for each (W, T) split of 8 GPUs.

@@ -11,11 +11,15 @@ def test_default_config_is_on_policy_grpo():
     assert cfg.replay.ratio == 1 and cfg.replay.capacity == cfg.batch_size and cfg.replay.horizon is None
     assert cfg.fresh_per_step == cfg.batch_size
     flat = flatten(cfg)
-    assert flat["replay.capacity"] == 128 and flat["objective.name"] == "ppo_clip" and flat["budget.compute_units"] == 300
+    assert (
+        flat["replay.capacity"] == 128 and flat["objective.name"] == "ppo_clip" and flat["budget.compute_units"] == 300
+    )
 
 
 def test_overrides_are_typed_and_dotted():
-    cfg = load_config(None, ["replay.ratio=2", "replay.capacity=512", "replay.horizon=null", "lr=3e-4", "task.scratchpad=false"])
+    cfg = load_config(
+        None, ["replay.ratio=2", "replay.capacity=512", "replay.horizon=null", "lr=3e-4", "task.scratchpad=false"]
+    )
     assert cfg.replay.ratio == 2.0 and cfg.replay.capacity == 512 and cfg.replay.horizon is None
     assert cfg.lr == pytest.approx(3e-4) and cfg.task.scratchpad is False
 
@@ -75,7 +79,11 @@ def test_bad_yaml_names_file_and_line(tmp_path):
 )
 def test_cli_bad_config_exits_2_with_one_line(args, field, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "workbench.cli", "train", *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [sys.executable, "-m", "workbench.cli", "train", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

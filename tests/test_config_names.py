@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_mistyped_key_on_the_command_line_says_the_key_it_meant(tmp_path):
     proc = run_cli(["train", "--set", "replay.ratoi=2"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"]
+    assert proc.stderr.strip().splitlines() == [
+        "workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"
+    ]
     assert not (tmp_path / "mlflow.db").exists()  # stopped at the edge: nothing recorded
 
 
@@ -63,8 +65,14 @@ def test_nothing_close_gives_no_guess():
     [
         ("num_iterations=2", "num_iterations: unknown key (TRL's num_iterations is replay.ratio here"),
         ("num_generations=4", "num_generations: unknown key (TRL's num_generations is group_size here"),
-        ("actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_epochs: unknown key (verl's ppo_epochs is replay.ratio here"),
-        ("actor_rollout_ref.actor.clip_ratio_c=3", "actor_rollout_ref.actor.clip_ratio_c: unknown key (verl's clip_ratio_c is objective.dual_clip here"),
+        (
+            "actor_rollout_ref.actor.ppo_epochs=2",
+            "actor_rollout_ref.actor.ppo_epochs: unknown key (verl's ppo_epochs is replay.ratio here",
+        ),
+        (
+            "actor_rollout_ref.actor.clip_ratio_c=3",
+            "actor_rollout_ref.actor.clip_ratio_c: unknown key (verl's clip_ratio_c is objective.dual_clip here",
+        ),
         ("beta=0.04", "beta: unknown key (TRL's beta has no equivalent here"),
     ],
 )
@@ -111,12 +119,19 @@ def test_a_study_spec_with_seed_suggests_seeds(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"search_space": {"replay.ratoi": {"choices": [1, 2]}}},
-         "search_space.replay.ratoi: unknown key (did you mean replay.ratio?)"),
-        ({"search_space": {"replay.ratio": {"lo": 1, "high": 2}}},
-         "search_space.replay.ratio.lo: unknown key (did you mean search_space.replay.ratio.low?)"),
+        (
+            {"search_space": {"replay.ratoi": {"choices": [1, 2]}}},
+            "search_space.replay.ratoi: unknown key (did you mean replay.ratio?)",
+        ),
+        (
+            {"search_space": {"replay.ratio": {"lo": 1, "high": 2}}},
+            "search_space.replay.ratio.lo: unknown key (did you mean search_space.replay.ratio.low?)",
+        ),
         ({"sampler": "tpee"}, "sampler: unknown 'tpee' (did you mean 'tpe'?); known: "),
-        ({"objective": "compute_to_targt"}, "objective: unknown 'compute_to_targt' (did you mean 'compute_to_target'?)"),
+        (
+            {"objective": "compute_to_targt"},
+            "objective: unknown 'compute_to_targt' (did you mean 'compute_to_target'?)",
+        ),
     ],
 )
 def test_study_specs_name_the_closest_key_or_value(tmp_path, change, message):
@@ -137,8 +152,10 @@ def test_closest_key_prefers_the_section_typed():
     "argv, overrides",
     [
         (["train", "replay.ratio=2"], ["replay.ratio=2"]),
-        (["train", "--set", "budget.steps=1", "replay.ratio=2", "--quiet", "replay.capacity=512"],
-         ["budget.steps=1", "replay.ratio=2", "replay.capacity=512"]),
+        (
+            ["train", "--set", "budget.steps=1", "replay.ratio=2", "--quiet", "replay.capacity=512"],
+            ["budget.steps=1", "replay.ratio=2", "replay.capacity=512"],
+        ),
         (["probe", "replay.ratio=2"], ["replay.ratio=2"]),
         (["rlep-pool", "--out", "pool.jsonl", "replay.rlep.samples=4"], ["replay.rlep.samples=4"]),
     ],
@@ -149,7 +166,14 @@ def test_bare_overrides_are_taken_beside_set(argv, overrides):
     assert load_config(None, args.set).replay.ratio == (2.0 if "replay.ratio=2" in overrides else 1.0)
 
 
-@pytest.mark.parametrize("argv", [["train", "foo"], ["study", "run", "spec.yaml", "n_trials=3"], ["theory", "--mu", "1", "--rho", "0", "--alpha", "0.3", "mu=2"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "foo"],
+        ["study", "run", "spec.yaml", "n_trials=3"],
+        ["theory", "--mu", "1", "--rho", "0", "--alpha", "0.3", "mu=2"],
+    ],
+)
 def test_other_stray_arguments_stay_one_line_errors(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(build_parser(), argv)
@@ -161,7 +185,9 @@ def test_other_stray_arguments_stay_one_line_errors(argv, capsys):
 def test_a_bare_override_with_a_typo_is_caught_like_set(tmp_path):
     proc = run_cli(["train", "replay.ratoi=2"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"]
+    assert proc.stderr.strip().splitlines() == [
+        "workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"
+    ]
 
 
 def test_workbench_config_lists_every_key_with_its_default_and_doc(tmp_path):
@@ -173,14 +199,31 @@ def test_workbench_config_lists_every_key_with_its_default_and_doc(tmp_path):
     for key, value in flat.items():
         assert listed[key]["default"] == listed[key]["value"] == value, key
         assert len(listed[key]["doc"]) > 10, f"{key} has no doc"
-    assert {k for k in listed if k.startswith("replay.")} >= {"replay.dgg.tau", "replay.prioritized.tau_max", "replay.rlep.m"}
+    assert {k for k in listed if k.startswith("replay.")} >= {
+        "replay.dgg.tau",
+        "replay.prioritized.tau_max",
+        "replay.rlep.m",
+    }
     assert listed["generation.backend"]["choices"] == ["hf", "vllm"]
 
 
 def test_workbench_config_text_shows_resolved_values_and_what_changed(tmp_path):
     (tmp_path / "trial.yaml").write_text("batch_size: 64\n")
-    proc = run_cli(["config", "--config", "trial.yaml", "replay", "replay.ratio=2", "--set", "objective.eps_high=0.28",
-                    "objective.eps_high", "batch_size"], cwd=tmp_path, timeout=120)
+    proc = run_cli(
+        [
+            "config",
+            "--config",
+            "trial.yaml",
+            "replay",
+            "replay.ratio=2",
+            "--set",
+            "objective.eps_high=0.28",
+            "objective.eps_high",
+            "batch_size",
+        ],
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "  replay.ratio = 2.0  (default 1.0)  [float]" in lines
@@ -193,7 +236,9 @@ def test_workbench_config_text_shows_resolved_values_and_what_changed(tmp_path):
 def test_workbench_config_with_an_unknown_key_is_one_line(tmp_path):
     proc = run_cli(["config", "replay.ratoi"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"]
+    assert proc.stderr.strip().splitlines() == [
+        "workbench: error: replay.ratoi: unknown key (did you mean replay.ratio?)"
+    ]
 
 
 def test_workbench_config_study_lists_the_spec_keys(tmp_path):

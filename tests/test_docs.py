@@ -16,16 +16,25 @@ from workbench.study.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "studies").rglob("*.yaml"))
-DOCS = sorted({ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "reports").rglob("README.md"),
-               *(ROOT / "studies").rglob("README.md")})
+DOCS = sorted(
+    {
+        ROOT / "README.md",
+        *(ROOT / "docs").rglob("*.md"),
+        *(ROOT / "reports").rglob("README.md"),
+        *(ROOT / "studies").rglob("README.md"),
+    }
+)
 
 MD_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 """A Markdown link or image: `[text](target)` or `[text](target "title")`; group 1 is the target."""
 REPO_PATH = re.compile(r"(?<![\w./-])((?:docs|reports|studies|benchmarks|workbench|analysis|tests)/[\w./-]*)")
 """A path from the repository's root as the docs write them (`docs/theory.md`, `reports/quickstart/`), in code or
 prose; not one inside a longer path (`../docs/x.md`, `.workbench/x/`)."""
-OUTSIDE = re.compile(r"design\s*§|design\.md|replay-papers|\.\./shared|anchors\.md|environment\.md|prototype\.md"
-                     r"|\bissues?\s+#?\d+", re.IGNORECASE)
+OUTSIDE = re.compile(
+    r"design\s*§|design\.md|replay-papers|\.\./shared|anchors\.md|environment\.md|prototype\.md"
+    r"|\bissues?\s+#?\d+",
+    re.IGNORECASE,
+)
 """What cites a document outside the repository: the design notes, the paper notes, the shared folder, issue numbers."""
 
 
@@ -42,7 +51,7 @@ def repo_paths(text: str) -> list[str]:
     found = []
     for match in REPO_PATH.finditer(text):
         path = match.group(1).rstrip(".,:;")
-        if not _placeholder(path, text[match.end():match.end() + 1]):
+        if not _placeholder(path, text[match.end() : match.end() + 1]):
             found.append(path)
     return found
 
@@ -58,10 +67,12 @@ def link_targets(text: str) -> list[str]:
 
 
 def test_the_path_readers_find_what_a_doc_names():
-    text = ("See [the theory](theory.md#the-probe), ![fig](../reports/x/a.png), [site](https://example.org/a.md), "
-            "[top](#bottom); `docs/results.md`, (docs/trial.md, \"Tasks\"), reports/quickstart/. "
-            "Not: reports/NAME/report.md, studies/*.yaml, reports/<study>/, report.{md,html}, ../docs/x.md, "
-            ".workbench/replay_grid/, workbench.trial.probe")
+    text = (
+        "See [the theory](theory.md#the-probe), ![fig](../reports/x/a.png), [site](https://example.org/a.md), "
+        '[top](#bottom); `docs/results.md`, (docs/trial.md, "Tasks"), reports/quickstart/. '
+        "Not: reports/NAME/report.md, studies/*.yaml, reports/<study>/, report.{md,html}, ../docs/x.md, "
+        ".workbench/replay_grid/, workbench.trial.probe"
+    )
     assert link_targets(text) == ["theory.md", "../reports/x/a.png"]
     assert repo_paths(text) == ["docs/results.md", "docs/trial.md", "reports/quickstart/"]
 

@@ -23,8 +23,9 @@ except KeyboardInterrupt:
 
 
 def run(setup: str, inside: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", SCRIPT.format(setup=setup, inside=inside)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(setup=setup, inside=inside)], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_without_the_hook_python_swallows_the_interrupt_and_prints_a_traceback():
@@ -40,8 +41,10 @@ def test_a_swallowed_keyboard_interrupt_is_delivered_again_without_a_traceback()
 
 
 def test_a_sigterm_made_an_interrupt_is_delivered_again_when_it_lands_in_a_callback():
-    done = run("interrupts.interrupt_on(signal.SIGTERM)",
-               "os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(1000): pass")
+    done = run(
+        "interrupts.interrupt_on(signal.SIGTERM)",
+        "os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(1000): pass",
+    )
     assert done.stdout.strip() == "delivered", done.stderr
     assert done.stderr == ""
 

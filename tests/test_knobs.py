@@ -63,7 +63,7 @@ def test_a_trial_config_reads_its_fresh_rollouts_per_step_from_the_same_rule():
 # The spellings the conversion had before it had a home (8 places), each with a line it was written in.
 OLD_SPELLINGS = {
     r"round \( \w+( \[ STR \])* \* [\w. ]*?(batch|fresh|\bB\b|\bR\b)":  # N = x·B/y by hand
-        "capacity = max ( batch , round ( result [ STR ] [ STR ] * batch / ratio ) )",
+    "capacity = max ( batch , round ( result [ STR ] [ STR ] * batch / ratio ) )",
     r"\bx( \[ STR \])? \* (fresh|R|k \. fresh_per_step|batch\w*|B)\b": "N = x * R",
     r"capacity \* (ratio|y) /": "STR : float ( STR capacity * ratio / B ) ,",  # x = N·y/B by hand
     r"capacity / (cfg \. )?fresh": "x = cfg . replay . capacity / cfg . fresh_per_step ,",

@@ -45,8 +45,16 @@ def test_noise_by_age_recovers_the_computable_truth():
 def test_the_growth_fit_recovers_a_shifted_power_law():
     rng = np.random.default_rng(0)
     truth = dict(sigma0_sq=2.0, tau0=3.0, alpha=0.4)
-    points = [noise.AgeNoise(t, 500, truth["sigma0_sq"] * (1 + t / truth["tau0"]) ** (2 * truth["alpha"]) * (1 + 0.01 * rng.normal()),
-                             0.02 * truth["sigma0_sq"], np.zeros(3)) for t in range(0, 17)]
+    points = [
+        noise.AgeNoise(
+            t,
+            500,
+            truth["sigma0_sq"] * (1 + t / truth["tau0"]) ** (2 * truth["alpha"]) * (1 + 0.01 * rng.normal()),
+            0.02 * truth["sigma0_sq"],
+            np.zeros(3),
+        )
+        for t in range(0, 17)
+    ]
     got = noise.fit_noise_growth(points)
     assert got.alpha == pytest.approx(0.4, rel=0.15) and got.tau0 == pytest.approx(3.0, rel=0.3)
     assert got.sigma0_sq == pytest.approx(2.0, rel=0.05) and got.non_decreasing
@@ -105,7 +113,9 @@ def test_the_staleness_bias_is_corrected_for_the_noise_of_few_rollouts():
 def test_horizon_terms_are_unbiased_for_the_computable_truth():
     now, ages = 10, range(6)
     means = {a: DECAY ** (now - a) * DELTA0 for a in ages}  # the mean gradient of a sample born at now - age
-    reps = [noise.horizon_terms(noise.noise_by_age(*_stale_gradients(now, ages, per_age=8, seed=s))) for s in range(300)]
+    reps = [
+        noise.horizon_terms(noise.noise_by_age(*_stale_gradients(now, ages, per_age=8, seed=s))) for s in range(300)
+    ]
     assert [t.x for t in reps[0]] == [1, 2, 3, 4, 5, 6]
     for x in (1, 3, 6):
         bar = sum(means[a] for a in range(x)) / x
@@ -113,7 +123,9 @@ def test_horizon_terms_are_unbiased_for_the_computable_truth():
         se = {k: np.std([getattr(r[x - 1], k) for r in reps]) / math.sqrt(len(reps)) for k in got}
         for key, want in (("signal", means[0] @ means[0]), ("mixed", bar @ bar), ("cross", means[0] @ bar)):
             assert abs(got[key] - want) < 4 * se[key], (x, key, got[key], want)
-        assert np.mean([r[x - 1].sigma2_bar for r in reps]) == pytest.approx(np.mean([_truth(now, a) for a in range(x)]), rel=0.05)
+        assert np.mean([r[x - 1].sigma2_bar for r in reps]) == pytest.approx(
+            np.mean([_truth(now, a) for a in range(x)]), rel=0.05
+        )
     # uncorrected, 8 rollouts a mean read |m_0|² several times its truth: the correction is what makes it usable
     naive = np.mean([float(r[0].signal) + _truth(now, 0) / 8 for r in reps])
     assert naive > 3 * float(means[0] @ means[0])

@@ -24,13 +24,27 @@ def test_its_compute_is_read_at_the_knobs_it_runs_not_at_the_unrounded_point():
 
 
 def test_it_round_trips_through_json_as_analysis_json_holds_it():
-    p = Prediction.at("probe", 12.0, 2.5, 64, lambda x, y: 3.0 * x / y, lr=7.5e-5,
-                      provenance={"probe_run": "abc", "lr_sweep": [[5e-5, 80.0, False]], "rho": math.nan})
+    p = Prediction.at(
+        "probe",
+        12.0,
+        2.5,
+        64,
+        lambda x, y: 3.0 * x / y,
+        lr=7.5e-5,
+        provenance={"probe_run": "abc", "lr_sweep": [[5e-5, 80.0, False]], "rho": math.nan},
+    )
     text = json.dumps({"prediction": p.to_json()})  # as `workbench analyze` writes it
     data = json.loads(text)["prediction"]
     assert data["knobs"] == {"replay.ratio": 2.5, "replay.capacity": 307, "replay.horizon": None, "lr": 7.5e-5}
     back = Prediction.from_json(data)
-    assert (back.arm, back.x, back.y, back.batch_size, back.compute, back.lr) == (p.arm, p.x, p.y, p.batch_size, p.compute, p.lr)
+    assert (back.arm, back.x, back.y, back.batch_size, back.compute, back.lr) == (
+        p.arm,
+        p.x,
+        p.y,
+        p.batch_size,
+        p.compute,
+        p.lr,
+    )
     assert back.provenance["lr_sweep"] == [[5e-5, 80.0, False]] and math.isnan(back.provenance["rho"])
     # what a reader sees (knobs, run_x) is derived again, never trusted from the file
     assert Prediction.from_json({**data, "knobs": {"replay.capacity": 1}}).knobs == p.knobs
@@ -52,7 +66,10 @@ def test_a_measured_twin_has_the_same_knobs_at_the_learning_rate_the_prediction_
     # a study that searches lr: a prediction without its own lr runs at the base lr, so only that twin counts
     by_lr = (Measured(8, 1.0, 128, 60.0, lr=5e-5), Measured(0, 1.0, 128, 50.0, lr=1e-4))
     on_policy = Prediction("predicted", 1.0, 1.0, 128, 40.0)
-    assert twin(by_lr, on_policy.knobs, base_lr=1e-4).trial_number == 0 and twin(by_lr, on_policy.knobs, base_lr=2e-4) is None
+    assert (
+        twin(by_lr, on_policy.knobs, base_lr=1e-4).trial_number == 0
+        and twin(by_lr, on_policy.knobs, base_lr=2e-4) is None
+    )
     assert twin(by_lr, Prediction("predicted", 1.0, 1.0, 128, 40.0, lr=5e-5).knobs, base_lr=1e-4).trial_number == 8
 
 
@@ -65,7 +82,14 @@ def test_an_asynchronous_study_runs_a_prediction_as_the_split_that_gives_its_rep
     assert p.split_knobs(6.0) == {"replay.strategy": "uniform", "replay.capacity": 256, "pipeline.generators": 3}
     assert p.split_knobs(6.0, trainers=2)["pipeline.generators"] == 6
     assert Prediction("predicted", 1.0, 1.0, 128, 50.0).split_knobs(0.5) == {
-        "replay.strategy": "queue", "replay.capacity": 128, "pipeline.generators": 1}
+        "replay.strategy": "queue",
+        "replay.capacity": 128,
+        "pipeline.generators": 1,
+    }
     # a predicted lr runs with the split, on-policy's too (the probe's answer at mu 6.16 was on-policy at its sweep's lr)
     assert Prediction("probe", 1.0, 1.0, 128, 36.3, lr=4.74e-5).split_knobs(6.16) == {
-        "replay.strategy": "queue", "replay.capacity": 128, "pipeline.generators": 6, "lr": 4.74e-5}
+        "replay.strategy": "queue",
+        "replay.capacity": 128,
+        "pipeline.generators": 6,
+        "lr": 4.74e-5,
+    }

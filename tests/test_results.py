@@ -25,14 +25,18 @@ def _page(tmp_path, text: str) -> Path:
     (reports / FILE).write_text(
         "trial_number,seed,compute_to_target,censored,total_units\n"
         "0,0,30,0,60\n0,1,25,0,60\n0,2,33,0,60\n0,3,60,1,60\n"
-        "1,0,21,0,60\n1,1,17.6,0,60\n1,2,23.4,0,60\n1,3,60,1,60\n")
+        "1,0,21,0,60\n1,1,17.6,0,60\n1,2,23.4,0,60\n1,3,60,1,60\n"
+    )
     page = tmp_path / "results.md"
     page.write_text(text)
     return page
 
 
 def test_a_marked_number_holds_only_as_recomputed(tmp_path):
-    ok = _page(tmp_path, "x: 0.704 [0.693, 0.716] (3 informative pairs; 1 both-censored left out) <!-- recompute: toy 1/0 -->\n")
+    ok = _page(
+        tmp_path,
+        "x: 0.704 [0.693, 0.716] (3 informative pairs; 1 both-censored left out) <!-- recompute: toy 1/0 -->\n",
+    )
     assert [c.held for c in check(ok, tmp_path / "reports")] == [True]
     wrong = _page(tmp_path / "b", "x: 0.68 [0.6, 0.7] (3 informative pairs) <!-- recompute: toy 1/0 -->\n")
     (c,) = check(wrong, tmp_path / "b" / "reports")
@@ -40,7 +44,9 @@ def test_a_marked_number_holds_only_as_recomputed(tmp_path):
 
 
 def test_an_interval_without_a_marker_or_a_table_fails(tmp_path):
-    page = _page(tmp_path, "y 2 saved 29%: 0.71x [0.63, 0.81] on demo_prob\nz: 1 [0.9, 1.1] <!-- recompute: other 1/0 -->\n")
+    page = _page(
+        tmp_path, "y 2 saved 29%: 0.71x [0.63, 0.81] on demo_prob\nz: 1 [0.9, 1.1] <!-- recompute: other 1/0 -->\n"
+    )
     checks = check(page, tmp_path / "reports")
     assert [c.held for c in checks] == [False, False]
     assert "without a recompute marker" in checks[0].recomputed and "no per-run table" in checks[1].recomputed

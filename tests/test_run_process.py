@@ -74,12 +74,7 @@ def test_a_trial_process_that_dies_leaves_its_run_failed_not_running(tracking_ur
 def test_a_trial_that_stops_before_its_run_is_ready_leaves_no_traceback_and_the_run_failed(tracking_uri):
     # Bad input found after the helper started (a malformed JSONL line): the trial exits at once, the helper finds
     # the pipe closed when it reports the run it created, ends that run FAILED and prints nothing.
-    code = (
-        "import sys\n"
-        "from workbench.run_process import RunProcess\n"
-        "RunProcess(sys.argv[1], 'early')\n"
-        "sys.exit(2)\n"
-    )
+    code = "import sys\nfrom workbench.run_process import RunProcess\nRunProcess(sys.argv[1], 'early')\nsys.exit(2)\n"
     proc = subprocess.run([sys.executable, "-c", code, tracking_uri], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     client = MlflowClient(tracking_uri)

@@ -27,24 +27,32 @@ def test_a_seed_sequence_stream_draws_what_the_old_entropy_drew():
     old = np.random.default_rng([5, 1]).permutation(50)
     assert (np.random.default_rng(seeds.replay_draws(5)).permutation(50) == old).all()
     # the synchronous loop's prompt order is stream 0: [seed, 0], not [seed, 0, 0]
-    assert (np.random.default_rng(seeds.prompt_order(5)).permutation(50) == np.random.default_rng([5, 0]).permutation(50)).all()
+    assert (
+        np.random.default_rng(seeds.prompt_order(5)).permutation(50) == np.random.default_rng([5, 0]).permutation(50)
+    ).all()
 
 
 def test_a_trials_streams_never_coincide_over_the_seeds_studies_use():
     # a torch generator seeded alike in two roles repeats its draws: over seeds 0-299 and 8 generator processes, no
     # seed's evaluation or generator stream is any seed's training stream, nor another's of a different role
     study_seeds = range(300)
-    roles = {"training": {seeds.rollout_sampler(s) for s in study_seeds}, "evaluation": {seeds.evaluation(s) for s in study_seeds},
-             **{f"worker {w}": {seeds.rollout_sampler(s, w) for s in study_seeds} for w in range(1, 9)}}
+    roles = {
+        "training": {seeds.rollout_sampler(s) for s in study_seeds},
+        "evaluation": {seeds.evaluation(s) for s in study_seeds},
+        **{f"worker {w}": {seeds.rollout_sampler(s, w) for s in study_seeds} for w in range(1, 9)},
+    }
     assert sum(len(v) for v in roles.values()) == len(set().union(*roles.values())) == 10 * 300
     entropies = {tuple(seeds.prompt_order(s, w)) for s in range(50) for w in range(8)} | {
-        tuple(seeds.replay_draws(s, r)) for s in range(50) for r in [None, 0, 1, 2]}
+        tuple(seeds.replay_draws(s, r)) for s in range(50) for r in [None, 0, 1, 2]
+    }
     assert len(entropies) == 50 * 8 + 50 * 4
 
 
 def test_the_checkpoint_seed_is_the_base_one_at_replicate_zero_and_new_after():
     assert seeds.checkpoint_seed(0, 0) == 0 and seeds.checkpoint_seed(7, 0) == 7  # no replication: unchanged
-    assert [seeds.checkpoint_seed(0, seeds.checkpoint_replicate(s, 4)) for s in range(10)] == [0] * 4 + [1] * 4 + [2] * 2
+    assert [seeds.checkpoint_seed(0, seeds.checkpoint_replicate(s, 4)) for s in range(10)] == [0] * 4 + [1] * 4 + [
+        2
+    ] * 2
     with pytest.raises(ValueError, match="replicate"):
         seeds.checkpoint_seed(0, -1)
     with pytest.raises(ValueError, match="seeds_per_checkpoint"):

@@ -15,7 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-TORCH_PIN = next(line for line in (ROOT / "requirements-cpu.txt").read_text().splitlines() if line.startswith("torch=="))
+TORCH_PIN = next(
+    line for line in (ROOT / "requirements-cpu.txt").read_text().splitlines() if line.startswith("torch==")
+)
 
 
 def _fake_bin(tmp_path: Path) -> Path:
@@ -30,21 +32,31 @@ def _fake_bin(tmp_path: Path) -> Path:
 def _make(tmp_path: Path, *variables: str) -> tuple[str, str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    out = subprocess.run(["make", "--no-print-directory", "-s", "setup-torch", f"BIN={_fake_bin(tmp_path)}", *variables],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-s", "setup-torch", f"BIN={_fake_bin(tmp_path)}", *variables],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return out.stdout, (tmp_path / "pip-args").read_text().strip()
 
 
 def test_setup_names_the_cpu_wheel_index_by_default():
     makefile = (ROOT / "Makefile").read_text()
     assert f"TORCH_INDEX ?= {CPU_INDEX}" in makefile  # `?=`: a make variable or the environment overrides it
-    dry = subprocess.run(["make", "-n", "-B", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    dry = subprocess.run(
+        ["make", "-n", "-B", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
     assert f"--extra-index-url {CPU_INDEX}" in dry.stdout
     assert TORCH_PIN in dry.stdout
 
 
 def test_an_answering_index_is_used_and_the_override_wins(tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)  # any answer, 404 too
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler
+    )  # any answer, 404 too
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         index = f"http://127.0.0.1:{server.server_port}/whl/cu128"

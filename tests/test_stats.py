@@ -12,7 +12,9 @@ from workbench import stats
 def test_interval_covers_the_mean_95_percent_of_the_time(n):
     rng = np.random.default_rng(n)
     reps = 600
-    hits = sum(stats.mean_interval(rng.normal(1.0, 0.4, n), n_boot=1000, seed=i).excludes(1.0) is False for i in range(reps))
+    hits = sum(
+        stats.mean_interval(rng.normal(1.0, 0.4, n), n_boot=1000, seed=i).excludes(1.0) is False for i in range(reps)
+    )
     # Binomial sd of the coverage at 600 repetitions is 0.9 points: [0.92, 0.985] is a 3-sd band around 0.95.
     assert 0.92 <= hits / reps <= 0.985
 

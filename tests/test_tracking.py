@@ -8,7 +8,10 @@ from workbench import tracking
 @pytest.mark.parametrize(
     "url, safe",
     [
-        ("postgresql+psycopg2://alice:s3cret@db.example:5432/optuna", "postgresql+psycopg2://alice:***@db.example:5432/optuna"),
+        (
+            "postgresql+psycopg2://alice:s3cret@db.example:5432/optuna",
+            "postgresql+psycopg2://alice:***@db.example:5432/optuna",
+        ),
         ("postgresql://bob:p%40ss@host/db", "postgresql://bob:***@host/db"),
         ("http://user:pw@127.0.0.1:5000", "http://user:***@127.0.0.1:5000"),
         ("postgresql://carol@host/db", "postgresql://carol@host/db"),  # no password: unchanged
@@ -52,9 +55,14 @@ class _nothing:
 
 def test_run_lifecycle_records_every_ending(store):
     status, tag, failure, metrics = _end(store, None)
-    assert (status, tag, failure) == ("FINISHED", "finished", None) and metrics == {"m": 1.0}  # buffered metrics flushed
+    assert (status, tag, failure) == ("FINISHED", "finished", None) and metrics == {
+        "m": 1.0
+    }  # buffered metrics flushed
     assert _end(store, tracking.RunStopped("pruned at step 4"), stopped=tracking.STATUS_PRUNED)[:3] == (
-        "FINISHED", "pruned", "pruned at step 4")
+        "FINISHED",
+        "pruned",
+        "pruned at step 4",
+    )
     assert _end(store, KeyboardInterrupt())[:3] == ("KILLED", "interrupted", "KeyboardInterrupt")
     assert _end(store, FloatingPointError("loss is nan"))[:3] == ("FAILED", "failed", "FloatingPointError: loss is nan")
 

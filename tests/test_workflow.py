@@ -56,15 +56,27 @@ def test_the_fits_prediction_is_read_from_the_analysis_as_written():
 
 def _summary(name: str, optimum: dict, loco: float) -> dict:
     params = {p.name: p.start for p in MODELS[name].params} | {"log_scale": 3.0, "log_sigma": math.log(0.3)}
-    fit = ModelFit(name, params, mu=0.9, lr_ref=1e-4, n_points=6, n_censored=0, log_likelihood=-1.0,
-                   loco={"n": 6, "median_abs_log_error": loco})
+    fit = ModelFit(
+        name,
+        params,
+        mu=0.9,
+        lr_ref=1e-4,
+        n_points=6,
+        n_censored=0,
+        log_likelihood=-1.0,
+        loco={"n": 6, "median_abs_log_error": loco},
+    )
     return fit.summary() | {"optimum": optimum}
 
 
 def test_a_compared_models_optimum_is_chosen_or_its_refusal_kept():
     ridge = {"x": 2.0, "y": 1.0, "compute": 30.0}
-    models = [_summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04),
-              _summary("extended", {"x": 64.0, "y": 8.0, "compute": 20.0, "refused": "a flat ridge", "ridge_point": ridge}, 0.08)]
+    models = [
+        _summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04),
+        _summary(
+            "extended", {"x": 64.0, "y": 8.0, "compute": 20.0, "refused": "a flat ridge", "ridge_point": ridge}, 0.08
+        ),
+    ]
     result = _result(models=models)
     best = verify.choose_model(result, "best", ridge=False, batch_size=16)
     assert best.summary["model"] == "thm45" and best.loco == 0.04 and best.fitted == ("thm45", "extended")
@@ -73,14 +85,19 @@ def test_a_compared_models_optimum_is_chosen_or_its_refusal_kept():
     refused = verify.choose_model(result, "extended", ridge=False, batch_size=16)
     assert refused.prediction is None and refused.optimum["refused"] == "a flat ridge" and refused.ridge_point == ridge
     on_ridge = verify.choose_model(result, "extended", ridge=True, batch_size=16)
-    assert (on_ridge.prediction.x, on_ridge.prediction.y) == (2.0, 1.0) and on_ridge.prediction.provenance["ridge"] is True
+    assert (on_ridge.prediction.x, on_ridge.prediction.y) == (2.0, 1.0) and on_ridge.prediction.provenance[
+        "ridge"
+    ] is True
     absent = verify.choose_model(result, "extended_lr", ridge=False, batch_size=16)
     assert absent.summary is None and absent.prediction is None and math.isnan(absent.loco)
 
 
 def _skill(selected: bool) -> dict:
-    words = ("selected: it beats constant, lr-only, nearest out of sample" if selected else
-             "not selected: it does not beat lr-only (|log error| +0.010 [-0.020, +0.040] against it, paired)")
+    words = (
+        "selected: it beats constant, lr-only, nearest out of sample"
+        if selected
+        else "not selected: it does not beat lr-only (|log error| +0.010 [-0.020, +0.040] against it, paired)"
+    )
     return {"selected": selected, "not_beaten": [] if selected else ["lr_only"], "words": words}
 
 
@@ -90,13 +107,24 @@ def test_best_is_the_first_model_selected_against_the_null_predictors_else_the_f
     third = _summary("with_replacement", {"x": 8.0, "y": 2.0, "compute": 31.0}, 0.07) | {"skill": _skill(True)}
     chosen = verify.choose_model(_result(models=[first, second, third]), "best", ridge=False, batch_size=16)
     assert chosen.summary["model"] == "extended" and chosen.selected and chosen.warning is None  # not thm45: no skill
-    assert (chosen.prediction.x, chosen.prediction.y) == (16.0, 4.0) and chosen.prediction.provenance["model"] == "extended"
-    none = verify.choose_model(_result(models=[first, second | {"skill": _skill(False)}]), "best", ridge=False, batch_size=16)
+    assert (chosen.prediction.x, chosen.prediction.y) == (16.0, 4.0) and chosen.prediction.provenance[
+        "model"
+    ] == "extended"
+    none = verify.choose_model(
+        _result(models=[first, second | {"skill": _skill(False)}]), "best", ridge=False, batch_size=16
+    )
     assert none.summary["model"] == "thm45" and not none.selected and none.prediction.x == 6.0  # runs, warned
     assert none.warning.startswith("no model is selected (none beats the constant, lr-only and nearest null predictors")
-    assert "falls back to the first by leave-one-configuration-out error, thm45" in none.warning and "\n" not in none.warning
-    unscored = verify.choose_model(_result(models=[_summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04)]), "best",
-                                   ridge=False, batch_size=16)  # an analysis without skill: nothing selected
+    assert (
+        "falls back to the first by leave-one-configuration-out error, thm45" in none.warning
+        and "\n" not in none.warning
+    )
+    unscored = verify.choose_model(
+        _result(models=[_summary("thm45", {"x": 6.0, "y": 2.0, "compute": 33.0}, 0.04)]),
+        "best",
+        ridge=False,
+        batch_size=16,
+    )  # an analysis without skill: nothing selected
     assert unscored.summary["model"] == "thm45" and unscored.warning.startswith("no model is selected")
     named = verify.choose_model(_result(models=[first, second]), "thm45", ridge=False, batch_size=16)
     assert named.summary["model"] == "thm45" and named.warning == "thm45 is " + _skill(False)["words"]
@@ -117,10 +145,12 @@ def test_the_probes_alignment_has_an_interval_over_its_resampled_groups():
     assert Probed(None, flat, "run", {}, {}).alignment() == []
 
 
-SWEEP = [{"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
-         {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
-         {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
-         {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0}]
+SWEEP = [
+    {"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
+    {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
+    {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
+    {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0},
+]
 """An on-policy lr sweep as `workbench.workflow.probe.lr_sweep` returns it: 299 units, lr* between 5e-5 and 1e-4."""
 
 
@@ -131,25 +161,53 @@ def _probed(predicted: dict, gradient_units: float) -> Probed:
 
 def test_a_probe_whose_point_is_its_sweeps_answer_claims_nothing_beyond_the_sweep_and_counts_its_cost():
     best = {"lr": 7.9e-5, "compute": 34.0}
-    on_policy = _probed({"x": 1.0, "y": 1.0, "lr": 7.9e-5, "relative_compute": 1.0, "compute": 34.0, "lr_sweep": SWEEP,
-                         "lr_optimum": best}, 43.5)
+    on_policy = _probed(
+        {
+            "x": 1.0,
+            "y": 1.0,
+            "lr": 7.9e-5,
+            "relative_compute": 1.0,
+            "compute": 34.0,
+            "lr_sweep": SWEEP,
+            "lr_optimum": best,
+        },
+        43.5,
+    )
     assert on_policy.units == pytest.approx(43.5 + 299.0) and not on_policy.against_sweep["claims"]
-    assert cost_words(43.5, SWEEP) == "43.5 compute units of gradient phase + 299.0 of its 4-run on-policy lr sweep = 342.5 in all"
+    assert (
+        cost_words(43.5, SWEEP)
+        == "43.5 compute units of gradient phase + 299.0 of its 4-run on-policy lr sweep = 342.5 in all"
+    )
     assert cost_words(43.5, None) == "43.5 compute units"
     line = claim_line(on_policy.against_sweep)
     assert line.startswith("the probe claims nothing beyond its lr sweep: the probe's point is on-policy at lr 7.9e-05")
     assert "43.5 units" in line and "\n" not in line
-    replay = {"x": 4.0, "y": 2.0, "lr": 7.9e-5, "relative_compute": 0.5, "compute": 17.0, "lr_sweep": SWEEP, "lr_optimum": best}
+    replay = {
+        "x": 4.0,
+        "y": 2.0,
+        "lr": 7.9e-5,
+        "relative_compute": 0.5,
+        "compute": 17.0,
+        "lr_sweep": SWEEP,
+        "lr_optimum": best,
+    }
     dear = _probed(replay, 43.5)  # 43.5 + 17 > 34: the sweep alone reaches the target for less
-    assert claim_line(dear.against_sweep).startswith("the probe claims nothing beyond its lr sweep: to reach the target once:"
-                                                     " 43.5 units of gradient phase + 17.0 predicted at x 4, y 2 = 60.5")
+    assert claim_line(dear.against_sweep).startswith(
+        "the probe claims nothing beyond its lr sweep: to reach the target once:"
+        " 43.5 units of gradient phase + 17.0 predicted at x 4, y 2 = 60.5"
+    )
     cheap = _probed(replay, 10.0)  # 10 + 17 < 34
     assert cheap.against_sweep["claims"] and claim_line(cheap.against_sweep).startswith(
-        "against its lr sweep at equal compute, the probe claims its point: to reach the target once: 10.0 units")
+        "against its lr sweep at equal compute, the probe claims its point: to reach the target once: 10.0 units"
+    )
     refused = _probed({"refused": "the fresh gradient is not resolved", "lr_sweep": SWEEP, "lr_optimum": best}, 43.5)
-    assert claim_line(refused.against_sweep).startswith("the probe claims nothing beyond its lr sweep: the probe refused a point")
+    assert claim_line(refused.against_sweep).startswith(
+        "the probe claims nothing beyond its lr sweep: the probe refused a point"
+    )
     unswept = _probed({"x": 4.0, "y": 2.0, "lr": 1e-4, "relative_compute": 0.5}, 43.5)
-    assert unswept.units == 43.5 and claim_line(unswept.against_sweep).startswith("the probe claims nothing against tuned on-policy:")
+    assert unswept.units == 43.5 and claim_line(unswept.against_sweep).startswith(
+        "the probe claims nothing against tuned on-policy:"
+    )
 
 
 def test_theory_gives_the_closed_form_optimum_as_the_knobs_that_run_it():

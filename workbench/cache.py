@@ -14,7 +14,11 @@ from workbench.config import ModelConfig
 
 def cache_root(model_cfg: ModelConfig | None = None) -> Path:
     """`model.cache_dir`, else `$WORKBENCH_CACHE`, else `~/.cache/replay-workbench`."""
-    root = (model_cfg.cache_dir if model_cfg is not None else None) or os.environ.get("WORKBENCH_CACHE") or Path.home() / ".cache" / "replay-workbench"
+    root = (
+        (model_cfg.cache_dir if model_cfg is not None else None)
+        or os.environ.get("WORKBENCH_CACHE")
+        or Path.home() / ".cache" / "replay-workbench"
+    )
     return Path(root).expanduser()
 
 

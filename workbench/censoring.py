@@ -70,7 +70,9 @@ class Comparison(Interval):
     def counts(self) -> str:
         """The pair counts in words, for every comparison line."""
         if self.unit == "run":
-            return f"{self.n} run{'s' if self.n != 1 else ''}" + (f", {self.one_censored} of them censored" if self.one_censored else "")
+            return f"{self.n} run{'s' if self.n != 1 else ''}" + (
+                f", {self.one_censored} of them censored" if self.one_censored else ""
+            )
         head = f"{self.n} informative pair{'s' if self.n != 1 else ''}"
         cens = f", {self.one_censored} of them censored on one side" if self.one_censored else ""
         both = f"; {self.both_censored} both-censored left out" if self.both_censored else ""
@@ -81,7 +83,10 @@ class Comparison(Interval):
             return f"no estimate ({self.counts()})"
         if not (math.isfinite(self.low) or math.isfinite(self.high)) and self.n < 2:
             return f"{self.estimate:.{digits}g}, no interval ({self.counts()})"
-        ends = [f"{v:.{digits}g}" if math.isfinite(v) else ("0" if v < 0 or v == 0 else "inf") for v in (self.low, self.high)]
+        ends = [
+            f"{v:.{digits}g}" if math.isfinite(v) else ("0" if v < 0 or v == 0 else "inf")
+            for v in (self.low, self.high)
+        ]
         return f"{self.estimate:.{digits}g} [{ends[0]}, {ends[1]}] ({self.counts()})"
 
 
@@ -94,8 +99,10 @@ def outcomes(values: Mapping[int, float], censored: set[int] | Sequence[int] = (
 def from_frame(runs) -> dict[int, Outcome]:
     """Per seed from a table of runs (`analysis.data` columns `seed`, `compute_to_target`, `censored`,
     `total_units`): a censored run at what it spent in all."""
-    return {int(r.seed): Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
-            for r in runs.itertuples()}
+    return {
+        int(r.seed): Outcome(float(r.total_units), True) if r.censored else Outcome(float(r.compute_to_target))
+        for r in runs.itertuples()
+    }
 
 
 def verdict(c: Interval, brief: bool = False) -> str:
@@ -109,8 +116,11 @@ def counts_of(c: Interval | None) -> dict[str, int]:
     """A comparison's pair counts as columns (zeros where it had no censoring)."""
     if c is None:
         return {"informative_pairs": 0, "one_censored_pairs": 0, "both_censored_pairs": 0}
-    return {"informative_pairs": c.n, "one_censored_pairs": getattr(c, "one_censored", 0),
-            "both_censored_pairs": getattr(c, "both_censored", 0)}
+    return {
+        "informative_pairs": c.n,
+        "one_censored_pairs": getattr(c, "one_censored", 0),
+        "both_censored_pairs": getattr(c, "both_censored", 0),
+    }
 
 
 def _row_counts(row: Mapping, suffix: str) -> dict[str, int] | None:
@@ -118,8 +128,11 @@ def _row_counts(row: Mapping, suffix: str) -> dict[str, int] | None:
     pairs were counted."""
     if f"informative_pairs{suffix}" not in row:
         return None
-    return {"n": int(row[f"informative_pairs{suffix}"]), "one_censored": int(row.get(f"one_censored_pairs{suffix}", 0)),
-            "both_censored": int(row.get(f"both_censored_pairs{suffix}", 0))}
+    return {
+        "n": int(row[f"informative_pairs{suffix}"]),
+        "one_censored": int(row.get(f"one_censored_pairs{suffix}", 0)),
+        "both_censored": int(row.get(f"both_censored_pairs{suffix}", 0)),
+    }
 
 
 def from_row(row: Mapping, estimate: str, low: str, high: str, n: str = "seeds", suffix: str = "") -> Interval:
@@ -152,8 +165,9 @@ def _neg_loglik(delta: float, m: float, log_tau: float, log_sigma: float, y: np.
     loc_b = (m - delta / 2 + s)[None, :]
     la = _log_terms(y[:, :1], c[:, :1], loc_a, sigma)  # (n, K)
     lb = _log_terms(y[:, 1:], c[:, 1:], loc_b, sigma)
-    per_pair = np.log(np.maximum(np.exp(la + lb - (la + lb).max(axis=1, keepdims=True)) @ _WEIGHTS, 1e-300)) \
-        + (la + lb).max(axis=1)
+    per_pair = np.log(np.maximum(np.exp(la + lb - (la + lb).max(axis=1, keepdims=True)) @ _WEIGHTS, 1e-300)) + (
+        la + lb
+    ).max(axis=1)
     return -float(per_pair.sum())
 
 
@@ -164,17 +178,27 @@ class _Profile:
     def __init__(self, y: np.ndarray, c: np.ndarray, start: np.ndarray):
         self.y, self.c = y, c
         spread = max(float(np.ptp(y)), 1e-2)
-        self.bounds = [(float(y.min()) - 10 * spread, float(y.max()) + 10 * spread),
-                       (_LOG_SD_FLOOR, math.log(10 * spread)), (_LOG_SD_FLOOR, math.log(10 * spread))]
+        self.bounds = [
+            (float(y.min()) - 10 * spread, float(y.max()) + 10 * spread),
+            (_LOG_SD_FLOOR, math.log(10 * spread)),
+            (_LOG_SD_FLOOR, math.log(10 * spread)),
+        ]
         d = y[:, 0] - y[:, 1]
-        joint = optimize.minimize(lambda p: _neg_loglik(p[0], *p[1:], y, c), np.concatenate([[float(np.median(d))], start]),
-                                  method="L-BFGS-B", bounds=[(float(d.min()) - _SEARCH, float(d.max()) + _SEARCH), *self.bounds])
+        joint = optimize.minimize(
+            lambda p: _neg_loglik(p[0], *p[1:], y, c),
+            np.concatenate([[float(np.median(d))], start]),
+            method="L-BFGS-B",
+            bounds=[(float(d.min()) - _SEARCH, float(d.max()) + _SEARCH), *self.bounds],
+        )
         self.delta, self.x = float(joint.x[0]), joint.x[1:]
         self.minimum = min(float(joint.fun), self(self.delta))
 
     def __call__(self, delta: float) -> float:
-        return float(optimize.minimize(lambda p: _neg_loglik(delta, *p, self.y, self.c), self.x, method="L-BFGS-B",
-                                       bounds=self.bounds).fun)
+        return float(
+            optimize.minimize(
+                lambda p: _neg_loglik(delta, *p, self.y, self.c), self.x, method="L-BFGS-B", bounds=self.bounds
+            ).fun
+        )
 
     def end(self, sign: int, cut: float) -> float:
         """The delta on `sign`'s side of the optimum where the profile has risen by `cut` (infinite if it does not
@@ -219,8 +243,13 @@ def paired_ratio(arm: Mapping[int, Outcome], other: Mapping[int, Outcome], level
     c = np.array([[arm[s].censored, other[s].censored] for s in pairs])
     d = y[:, 0] - y[:, 1]
     ex = ~c.any(axis=1)
-    start = np.array([float(y.mean()), math.log(max(float(np.std(y.mean(axis=1))), 0.05)),
-                      math.log(max(float(np.std(d[ex], ddof=1)) / math.sqrt(2), 0.02))])
+    start = np.array(
+        [
+            float(y.mean()),
+            math.log(max(float(np.std(y.mean(axis=1))), 0.05)),
+            math.log(max(float(np.std(d[ex], ddof=1)) / math.sqrt(2), 0.02)),
+        ]
+    )
     profile = _Profile(y, c, start)
     cut = _t_cutoff(len(pairs), len(exact) - 1 + len(one) / 2, level) / 2.0
     low, high = profile.end(-1, cut), profile.end(+1, cut)

@@ -55,12 +55,16 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="workbench", description="Experience replay for GRPO-style RL post-training: trials, sweeps, analysis.")
+    parser = Parser(
+        prog="workbench", description="Experience replay for GRPO-style RL post-training: trials, sweeps, analysis."
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for entry in COMMANDS:
         if isinstance(entry, tuple):
             name, text, members = entry
-            group = sub.add_parser(name, help=text).add_subparsers(dest=f"{name}_command", required=True, parser_class=Parser)
+            group = sub.add_parser(name, help=text).add_subparsers(
+                dest=f"{name}_command", required=True, parser_class=Parser
+            )
             for command in members:
                 command.register(group)
         else:
@@ -77,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     # multiprocessing's tracker frees the semaphores of a process that was killed, and warns about each batch on
     # stderr: two lines of noise after a SIGKILLed trial, whose run's helper has said what happened
     quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
-    os.environ["PYTHONWARNINGS"] = ",".join(w for w in (os.environ.get("PYTHONWARNINGS"), quiet) if w and quiet not in w) or quiet
+    os.environ["PYTHONWARNINGS"] = (
+        ",".join(w for w in (os.environ.get("PYTHONWARNINGS"), quiet) if w and quiet not in w) or quiet
+    )
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     parser = build_parser()

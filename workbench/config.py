@@ -367,15 +367,19 @@ class EvalConfig(Section):
     @model_validator(mode="after")
     def _temperatures(self) -> "EvalConfig":
         if any(not (math.isfinite(t) and t > 0) for t in self.temperatures):
-            raise ValueError(f"temperatures: each must be > 0 (greedy accuracy is the T = 0 point), got {self.temperatures}")
+            raise ValueError(
+                f"temperatures: each must be > 0 (greedy accuracy is the T = 0 point), got {self.temperatures}"
+            )
         if len(set(self.temperatures)) != len(self.temperatures):
             raise ValueError(f"temperatures: each at most once, got {self.temperatures}")
         return self
 
     def samples_at(self, index: int, last: bool) -> tuple[bool, bool]:
         """Whether evaluation number `index` (0 = the first) samples pass@k and scores the demonstrations."""
+
         def due(every: int) -> bool:
             return last or index % every == 0
+
         demo_every = self.demo_prob_every or (1 if self.metric == "demo_prob" else self.pass_k_every)
         return due(self.pass_k_every), due(demo_every)
 
@@ -496,22 +500,32 @@ class TrialConfig(Section):
             raise ValueError("budget: set budget.compute_units or budget.steps")
         cap = self.budget.until_target_units
         if cap is not None and (self.budget.compute_units is None or cap <= self.budget.compute_units):
-            raise ValueError("budget.until_target_units: must be above budget.compute_units (the cap of a run extended to its target)")
+            raise ValueError(
+                "budget.until_target_units: must be above budget.compute_units (the cap of a run extended to its target)"
+            )
         if self.eval.pass_k_prompts is None:
             self.eval.pass_k_prompts = min(PASS_K_PROMPTS, self.task.n_eval)
         if self.eval.pass_k_prompts > self.task.n_eval:
             raise ValueError(f"eval.pass_k_prompts: must be <= task.n_eval ({self.task.n_eval})")
         if self.pipeline.mode == "async":
             if self.batch_size % self.pipeline.trainers:
-                raise ValueError(f"pipeline.trainers: must divide batch_size ({self.batch_size}): each trainer draws B/T")
+                raise ValueError(
+                    f"pipeline.trainers: must divide batch_size ({self.batch_size}): each trainer draws B/T"
+                )
             if not strategy.streams:
-                raise ValueError(f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}")
+                raise ValueError(
+                    f"pipeline.mode: async runs replay.strategy queue or uniform, not {self.replay.strategy}"
+                )
             if self.replay.ratio != 1:
-                raise ValueError(f"replay.ratio: emerges from the split in an asynchronous trial (y ≈ mu·T/W), so it is not"
-                                 f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
-                                 " replay.capacity instead")
+                raise ValueError(
+                    f"replay.ratio: emerges from the split in an asynchronous trial (y ≈ mu·T/W), so it is not"
+                    f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
+                    " replay.capacity instead"
+                )
         if self.task.chat_template and self.model.path is None:
-            raise ValueError("task.chat_template: needs model.path (the embedded model's character tokenizer has no chat template)")
+            raise ValueError(
+                "task.chat_template: needs model.path (the embedded model's character tokenizer has no chat template)"
+            )
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
             raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self

@@ -38,8 +38,12 @@ FOREIGN: tuple[Foreign, ...] = (
     # TRL (GRPOConfig and its experimental replay and async trainers)
     Foreign("TRL", "num_generations", "group_size"),
     Foreign("TRL", "num_iterations", "replay.ratio", _REUSE),
-    Foreign("TRL", "steps_per_generation", "objective.minibatches",
-            "objective.minibatches = steps_per_generation / gradient_accumulation_steps"),
+    Foreign(
+        "TRL",
+        "steps_per_generation",
+        "objective.minibatches",
+        "objective.minibatches = steps_per_generation / gradient_accumulation_steps",
+    ),
     Foreign("TRL", "max_completion_length", "generation.max_new_tokens"),
     Foreign("TRL", "max_prompt_length", None, "the task sets the prompts"),
     Foreign("TRL", "epsilon", "objective.eps_low", "and objective.eps_high, which TRL's epsilon also sets"),
@@ -62,12 +66,20 @@ FOREIGN: tuple[Foreign, ...] = (
     Foreign("TRL", "max_staleness", "replay.horizon"),
     # verl (actor_rollout_ref.*, data.*, algorithm.*, trainer.*: matched on their last parts)
     Foreign("verl", "ppo_epochs", "replay.ratio", _REUSE),
-    Foreign("verl", "ppo_mini_batch_size", "objective.minibatches",
-            "objective.minibatches = train_batch_size / ppo_mini_batch_size"),
+    Foreign(
+        "verl",
+        "ppo_mini_batch_size",
+        "objective.minibatches",
+        "objective.minibatches = train_batch_size / ppo_mini_batch_size",
+    ),
     Foreign("verl", "ppo_micro_batch_size_per_gpu", "train.micro_batch_size"),
     Foreign("verl", "ppo_micro_batch_size", "train.micro_batch_size"),
-    Foreign("verl", "train_batch_size", "batch_size",
-            "batch_size = train_batch_size x rollout.n, rollouts here and prompts there"),
+    Foreign(
+        "verl",
+        "train_batch_size",
+        "batch_size",
+        "batch_size = train_batch_size x rollout.n, rollouts here and prompts there",
+    ),
     Foreign("verl", "rollout.n", "group_size"),
     Foreign("verl", "clip_ratio", "objective.eps_low", "and objective.eps_high"),
     Foreign("verl", "clip_ratio_low", "objective.eps_low"),
@@ -195,8 +207,16 @@ def model_keys(model: type[BaseModel], prefix: str = "") -> list[KeyDoc]:
         default = None if field.default is PydanticUndefined else field.default
         if field.default_factory is not None:
             default = field.default_factory()
-        out.append(KeyDoc(key, default, type_name(field.annotation), " ".join((field.description or "").split()),
-                          _choices(field.annotation), field.is_required()))
+        out.append(
+            KeyDoc(
+                key,
+                default,
+                type_name(field.annotation),
+                " ".join((field.description or "").split()),
+                _choices(field.annotation),
+                field.is_required(),
+            )
+        )
     extra = getattr(model, "extra_sections", None)
     for name, section in (extra() if extra is not None else {}).items():
         nested += model_keys(section, f"{prefix}{name}.")

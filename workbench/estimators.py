@@ -161,7 +161,7 @@ def fit_sigmoid(spent: Sequence[float], accuracy: Sequence[float]) -> Sigmoid | 
     lo_a = min(r0, float(y.min())) + 1e-6
     bounds = ([lo_a, math.log(x.min()) - 3.0, 0.2], [1.0, math.log(x.max()) + 3.0, 12.0])
     best: tuple[float, np.ndarray] | None = None
-    a0 = min(max(float(y[-max(1, len(y) // 4):].mean()), lo_a + 1e-3), 1.0 - 1e-6)
+    a0 = min(max(float(y[-max(1, len(y) // 4) :].mean()), lo_a + 1e-3), 1.0 - 1e-6)
     for q in (0.1, 0.3, 0.6):
         p0 = [a0, math.log(float(np.quantile(x, q))), 2.0]
         try:
@@ -204,10 +204,15 @@ DEFAULT_ESTIMATOR = "fitted"
 """Chosen by measured resolution: see docs/measurement.md."""
 
 
-def estimate(spent: Sequence[float], accuracy: Sequence[float], target: float, fit: Sigmoid | None = None) -> dict[str, ToTarget]:
+def estimate(
+    spent: Sequence[float], accuracy: Sequence[float], target: float, fit: Sigmoid | None = None
+) -> dict[str, ToTarget]:
     """Every estimator on one curve (the sigmoid fitted once)."""
     fit = fit or fit_sigmoid(spent, accuracy)
-    return {name: (fitted(spent, accuracy, target, fit) if name == "fitted" else f(spent, accuracy, target)) for name, f in ESTIMATORS.items()}
+    return {
+        name: (fitted(spent, accuracy, target, fit) if name == "fitted" else f(spent, accuracy, target))
+        for name, f in ESTIMATORS.items()
+    }
 
 
 def accuracy_at(spent: Sequence[float], accuracy: Sequence[float], compute: float) -> float:
@@ -228,7 +233,9 @@ def normalized_auc(spent: Sequence[float], accuracy: Sequence[float], budget: fl
     return float(np.trapezoid(y, x) / budget) if len(x) > 1 else float(y[0])
 
 
-def curve_summary(spent: Sequence[float], accuracy: Sequence[float], target: float, budget: float | None = None) -> dict[str, float]:
+def curve_summary(
+    spent: Sequence[float], accuracy: Sequence[float], target: float, budget: float | None = None
+) -> dict[str, float]:
     """Every number the workbench reads off one run's curve, as `{name: value}` (logged as `final/<name>`):
     compute-to-target by each estimator (with its censoring flag and interval-censoring lower bound), accuracy at
     fractions of the budget, the normalised area under the curve and the fitted sigmoid's parameters."""
@@ -245,7 +252,9 @@ def curve_summary(spent: Sequence[float], accuracy: Sequence[float], target: flo
         out[f"accuracy_at_{round(100 * f)}pct"] = accuracy_at(c, a, f * budget)
     out["auc"] = normalized_auc(c, a, budget)
     if fit is not None:
-        out.update({"fit_asymptote": fit.asymptote, "fit_midpoint": fit.midpoint, "fit_slope": fit.slope, "fit_rmse": fit.rmse})
+        out.update(
+            {"fit_asymptote": fit.asymptote, "fit_midpoint": fit.midpoint, "fit_slope": fit.slope, "fit_rmse": fit.rmse}
+        )
     return out
 
 
@@ -264,5 +273,7 @@ def auto_target(curves: Sequence[tuple[Sequence[float], Sequence[float]]], gain_
     fit = fit_sigmoid(c, a)
     start, end = (fit.r0, float(fit(c[-1]))) if fit is not None else (float(a[0]), float(smooth(a)[-1]))
     if end - start < MIN_GAIN:
-        raise ValueError(f"the baseline did not improve over its budget (accuracy {start:.3f} -> {end:.3f}): no target on a rising curve")
+        raise ValueError(
+            f"the baseline did not improve over its budget (accuracy {start:.3f} -> {end:.3f}): no target on a rising curve"
+        )
     return round((start + gain_fraction * (end - start)) * 200) / 200

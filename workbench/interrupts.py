@@ -95,4 +95,3 @@ def die_with_parent(signum: int = signal.SIGTERM) -> bool:
     if armed and os.getppid() != parent:  # the parent died before the request took hold
         os.kill(os.getpid(), signum)
     return armed
-

@@ -92,5 +92,12 @@ class BufferSettings:
 
 def to_knobs(x: float, y: float, batch_size: int, mu: float, distinct: bool = True) -> BufferSettings:
     """Map (x, y) to (capacity, horizon, ratio) for batch size B: R = B/y, N = x·R, W/T = mu/y."""
-    return BufferSettings(x, y, fresh_per_step(batch_size, y), capacity(x, y, batch_size, distinct), y,
-                          workers_per_trainer(y, mu), age_limit(x))
+    return BufferSettings(
+        x,
+        y,
+        fresh_per_step(batch_size, y),
+        capacity(x, y, batch_size, distinct),
+        y,
+        workers_per_trainer(y, mu),
+        age_limit(x),
+    )

@@ -102,8 +102,15 @@ def horizon_terms(noise: list[AgeNoise]) -> list[HorizonTerms]:
         a = by_age[x]
         total, spread, s2, x = total + a.mean, spread + a.sigma2 / a.n, s2 + a.sigma2, x + 1
         bar = total / x
-        out.append(HorizonTerms(x, s2 / x, float(ref.mean @ ref.mean) - ref.sigma2 / ref.n,
-                                float(bar @ bar) - spread / x**2, float(ref.mean @ bar) - ref.sigma2 / (ref.n * x)))
+        out.append(
+            HorizonTerms(
+                x,
+                s2 / x,
+                float(ref.mean @ ref.mean) - ref.sigma2 / ref.n,
+                float(bar @ bar) - spread / x**2,
+                float(ref.mean @ bar) - ref.sigma2 / (ref.n * x),
+            )
+        )
     return out
 
 
@@ -149,7 +156,14 @@ def fit_noise_growth(noise: list[AgeNoise]) -> NoiseGrowth:
     cov = np.linalg.inv(X.T @ (X * w[:, None]))
     slope = float((cov @ X.T @ (w * y))[1])
     slope_se = math.sqrt(float(cov[1, 1]))
-    return NoiseGrowth(float(math.exp(coef[0])), float(math.exp(res.x)), float(coef[1] / 2), slope + 1.96 * slope_se >= 0, slope, slope_se)
+    return NoiseGrowth(
+        float(math.exp(coef[0])),
+        float(math.exp(res.x)),
+        float(coef[1] / 2),
+        slope + 1.96 * slope_se >= 0,
+        slope,
+        slope_se,
+    )
 
 
 def within_group_correlation(grads, groups) -> float:

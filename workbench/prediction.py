@@ -49,8 +49,16 @@ class Prediction:
             raise ValueError(f"batch_size: must be >= 1, got {self.batch_size}")
 
     @classmethod
-    def at(cls, arm: str, x: float, y: float, batch_size: int, predict: Callable[[float, float], float],
-           lr: float | None = None, provenance: dict[str, Any] | None = None) -> "Prediction":
+    def at(
+        cls,
+        arm: str,
+        x: float,
+        y: float,
+        batch_size: int,
+        predict: Callable[[float, float], float],
+        lr: float | None = None,
+        provenance: dict[str, Any] | None = None,
+    ) -> "Prediction":
         """The prediction of (x, y) with its compute read from `predict(x, y)` at the knobs that run it (the ratio
         to 3 digits, the capacity in whole rollouts), not at the unrounded point."""
         point = cls(arm, x, y, batch_size, math.nan, lr, dict(provenance or {}))
@@ -77,7 +85,11 @@ class Prediction:
         First order only (the paper's Fig. 2 exceeds the mapping by up to 2.6x at aggressive replay)."""
         generators = max(1, round(knobs.workers_per_trainer(self.y, mu) * trainers))
         if self.ratio <= 1:
-            out: dict[str, Any] = {"replay.strategy": "queue", "replay.capacity": self.batch_size, "pipeline.generators": generators}
+            out: dict[str, Any] = {
+                "replay.strategy": "queue",
+                "replay.capacity": self.batch_size,
+                "pipeline.generators": generators,
+            }
         else:
             out = {"replay.strategy": "uniform", "replay.capacity": self.capacity, "pipeline.generators": generators}
         if self.lr is not None:  # the predicted lr runs with the split, on-policy's included
@@ -87,7 +99,11 @@ class Prediction:
     @property
     def knobs(self) -> dict[str, float | None]:
         """The knob values a study trial runs it with (no age limit; the lr to 3 digits when it has one)."""
-        out: dict[str, float | None] = {"replay.ratio": self.ratio, "replay.capacity": self.capacity, "replay.horizon": None}
+        out: dict[str, float | None] = {
+            "replay.ratio": self.ratio,
+            "replay.capacity": self.capacity,
+            "replay.horizon": None,
+        }
         if self.lr is not None:
             out["lr"] = float(f"{self.lr:.3g}")
         return out
@@ -100,8 +116,15 @@ class Prediction:
     def from_json(cls, data: dict[str, Any]) -> "Prediction":
         """A prediction as `to_json` wrote it (the derived `knobs` and `run_x` are recomputed, not read)."""
         lr = data.get("lr")
-        return cls(str(data["arm"]), float(data["x"]), float(data["y"]), int(data["batch_size"]), float(data["compute"]),
-                   None if lr is None else float(lr), dict(data.get("provenance") or {}))
+        return cls(
+            str(data["arm"]),
+            float(data["x"]),
+            float(data["y"]),
+            int(data["batch_size"]),
+            float(data["compute"]),
+            None if lr is None else float(lr),
+            dict(data.get("provenance") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -126,10 +149,15 @@ class Measured:
         use the learning rate predicts at the base one)."""
         lr = prediction_knobs.get("lr", base_lr)
         same_lr = lr is None or self.lr is None or math.isclose(self.lr, lr, rel_tol=1e-6)
-        return (math.isclose(self.y, prediction_knobs["replay.ratio"], rel_tol=1e-6)
-                and self.capacity == prediction_knobs["replay.capacity"] and same_lr)
+        return (
+            math.isclose(self.y, prediction_knobs["replay.ratio"], rel_tol=1e-6)
+            and self.capacity == prediction_knobs["replay.capacity"]
+            and same_lr
+        )
 
 
-def twin(measured: list[Measured] | tuple[Measured, ...], prediction_knobs: dict[str, Any], base_lr: float | None = None) -> Measured | None:
+def twin(
+    measured: list[Measured] | tuple[Measured, ...], prediction_knobs: dict[str, Any], base_lr: float | None = None
+) -> Measured | None:
     """The first measured configuration that runs `prediction_knobs` (`Measured.runs`), if any."""
     return next((m for m in measured if m.runs(prediction_knobs, base_lr)), None)

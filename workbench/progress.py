@@ -74,7 +74,9 @@ class Ticker:
                 self._bar.set_postfix_str(note, refresh=False)
         elif time.monotonic() - self.last >= LINE_EVERY_S:
             self.last = time.monotonic()
-            self.log.info(f"{self.desc}: {self.done}/{self.total} {self.unit}{self._note()}, {self.last - self.start:.0f} s")
+            self.log.info(
+                f"{self.desc}: {self.done}/{self.total} {self.unit}{self._note()}, {self.last - self.start:.0f} s"
+            )
 
     def _note(self) -> str:
         return f", {self.note}" if self.note else ""

@@ -28,8 +28,15 @@ REPLY_TIMEOUT = 600.0
 """Seconds to wait for the helper's answer before calling it hung."""
 
 
-def _serve(conn, tracking_uri: str, experiment: str, run_name: str | None, parent_run_id: str | None,
-           tags: dict[str, str] | None, outage_s: float) -> None:
+def _serve(
+    conn,
+    tracking_uri: str,
+    experiment: str,
+    run_name: str | None,
+    parent_run_id: str | None,
+    tags: dict[str, str] | None,
+    outage_s: float,
+) -> None:
     """The helper process: create the run, then apply the trial's calls in order until `end` or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gone = "the trial process exited without ending its run"
@@ -103,12 +110,23 @@ def _send(conn, message) -> bool:
 class RunProcess:
     """A new MLflow run owned by a helper process, with `tracking.RunLogger`'s interface."""
 
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str | None = None,
-                 parent_run_id: str | None = None, tags: dict[str, str] | None = None, outage_s: float = 300.0):
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        run_name: str | None = None,
+        parent_run_id: str | None = None,
+        tags: dict[str, str] | None = None,
+        outage_s: float = 300.0,
+    ):
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, tracking_uri, experiment, run_name, parent_run_id, tags, outage_s),
-                                 name="workbench-mlflow", daemon=True)
+        self._proc = ctx.Process(
+            target=_serve,
+            args=(child, tracking_uri, experiment, run_name, parent_run_id, tags, outage_s),
+            name="workbench-mlflow",
+            daemon=True,
+        )
         self._proc.start()
         child.close()
         self.tracking_uri = tracking_uri

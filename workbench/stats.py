@@ -77,8 +77,12 @@ def geometric_interval(values: Sequence[float], level: float = LEVEL, seed: int 
     """The geometric mean of positive `values` with its interval (the mean of logs, exponentiated)."""
     logs = [math.log(v) for v in values if v is not None and math.isfinite(v) and v > 0]
     iv = mean_interval(logs, level, seed=seed)
-    return Interval(math.exp(iv.estimate) if iv.n else math.nan, math.exp(iv.low) if iv.n > 1 else math.nan,
-                    math.exp(iv.high) if iv.n > 1 else math.nan, iv.n)
+    return Interval(
+        math.exp(iv.estimate) if iv.n else math.nan,
+        math.exp(iv.low) if iv.n > 1 else math.nan,
+        math.exp(iv.high) if iv.n > 1 else math.nan,
+        iv.n,
+    )
 
 
 def paired_ratio(arm: dict[int, float], baseline: dict[int, float], level: float = LEVEL, seed: int = 0) -> Interval:
@@ -115,9 +119,19 @@ def verdict(ratio: Interval, what: str = "compute", brief: bool = False) -> str:
         return "unresolved (one seed: no interval)"
     if side < 0:
         saved = f"{100 * (1 - ratio.estimate):.0f}% saved"
-        return f"resolved: less {what} ({saved})" if brief else \
-            f"resolved: less {what} ({saved}, 95% CI {100 * (1 - ratio.high):.0f}% to {100 * (1 - ratio.low):.0f}%)"
+        return (
+            f"resolved: less {what} ({saved})"
+            if brief
+            else f"resolved: less {what} ({saved}, 95% CI {100 * (1 - ratio.high):.0f}% to {100 * (1 - ratio.low):.0f}%)"
+        )
     if side > 0:
-        return f"resolved: more {what} (x{ratio.estimate:.2f})" if brief else \
-            f"resolved: more {what} (x{ratio.estimate:.2f}, 95% CI x{ratio.low:.2f} to x{ratio.high:.2f})"
-    return "unresolved (the interval contains 1)" if brief else f"unresolved: the 95% CI x{ratio.low:.2f} to x{ratio.high:.2f} contains 1"
+        return (
+            f"resolved: more {what} (x{ratio.estimate:.2f})"
+            if brief
+            else f"resolved: more {what} (x{ratio.estimate:.2f}, 95% CI x{ratio.low:.2f} to x{ratio.high:.2f})"
+        )
+    return (
+        "unresolved (the interval contains 1)"
+        if brief
+        else f"unresolved: the 95% CI x{ratio.low:.2f} to x{ratio.high:.2f} contains 1"
+    )

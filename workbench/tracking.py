@@ -60,8 +60,12 @@ STORAGE = "workbench.storage"
 STATUS_FINISHED, STATUS_STOPPED, STATUS_PRUNED = "finished", "stopped", "pruned"
 STATUS_INTERRUPTED, STATUS_FAILED, STATUS_KILLED = "interrupted", "failed", "killed"
 MLFLOW_STATUS = {
-    STATUS_FINISHED: "FINISHED", STATUS_STOPPED: "FINISHED", STATUS_PRUNED: "FINISHED",
-    STATUS_INTERRUPTED: "KILLED", STATUS_KILLED: "KILLED", STATUS_FAILED: "FAILED",
+    STATUS_FINISHED: "FINISHED",
+    STATUS_STOPPED: "FINISHED",
+    STATUS_PRUNED: "FINISHED",
+    STATUS_INTERRUPTED: "KILLED",
+    STATUS_KILLED: "KILLED",
+    STATUS_FAILED: "FAILED",
 }
 
 # params of a trial run
@@ -136,7 +140,7 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     store's default (a tracking server decides its own)."""
     if not uri.startswith("sqlite:///"):
         return None
-    db = Path(uri[len("sqlite:///"):])
+    db = Path(uri[len("sqlite:///") :])
     if str(db) in ("", ":memory:"):
         return None
     return (db.parent.resolve() / "mlruns" / re.sub(r"[^A-Za-z0-9._-]", "_", experiment)).as_uri()
@@ -166,8 +170,11 @@ OUTAGE_S = 300.0
 """How long a run's logging waits out a tracking server that does not answer (`tracking.outage_s`)."""
 RETRY_S = 5.0
 """While the server does not answer, how often a run tries to send what it holds again."""
-HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+HTTP_RETRIES = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
 """MLflow's own retries of one request, kept short (where the environment does not set them): the run's outage
 window (`OUTAGE_S`) decides how long to keep trying, not a request's minutes of back-off."""
 
@@ -198,7 +205,13 @@ class RunLogger:
         self.client = client(tracking_uri)
         self.tracking_uri = tracking_uri
         exp = self.client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment, artifact_location=artifact_location(tracking_uri, experiment))
+        exp_id = (
+            exp.experiment_id
+            if exp
+            else self.client.create_experiment(
+                experiment, artifact_location=artifact_location(tracking_uri, experiment)
+            )
+        )
         all_tags = dict(tags or {})
         if parent_run_id:
             all_tags[PARENT_RUN] = parent_run_id
@@ -256,15 +269,21 @@ class RunLogger:
                 raise
             self._down_since = self._down_since or now
             if now - self._down_since >= self.outage_s:
-                raise TrackingUnavailable(f"the tracking server at {redact_url(self.tracking_uri)} did not answer for"
-                                          f" {now - self._down_since:.0f} s (tracking.outage_s {self.outage_s:g});"
-                                          f" the last error: {_first_line(err)}") from None
+                raise TrackingUnavailable(
+                    f"the tracking server at {redact_url(self.tracking_uri)} did not answer for"
+                    f" {now - self._down_since:.0f} s (tracking.outage_s {self.outage_s:g});"
+                    f" the last error: {_first_line(err)}"
+                ) from None
             if self._down_since == now:
-                log.warning(f"tracking: the server at {redact_url(self.tracking_uri)} did not answer ({_first_line(err)});"
-                            f" holding this run's points and trying again every {RETRY_S:g} s, for up to {self.outage_s:g} s")
+                log.warning(
+                    f"tracking: the server at {redact_url(self.tracking_uri)} did not answer ({_first_line(err)});"
+                    f" holding this run's points and trying again every {RETRY_S:g} s, for up to {self.outage_s:g} s"
+                )
             return False
         if self._down_since is not None:
-            log.warning(f"tracking: the server answers again after {now - self._down_since:.0f} s; the held points are sent")
+            log.warning(
+                f"tracking: the server answers again after {now - self._down_since:.0f} s; the held points are sent"
+            )
             self._down_since = None
         return True
 
@@ -281,8 +300,12 @@ class RunLogger:
         tags = list(self._tags.items())[:100]
         metrics = self._metrics[:MAX_BATCH]
         try:
-            self.client.log_batch(self.run_id, metrics=metrics, params=[Param(k, v) for k, v in params],
-                                  tags=[RunTag(k, v) for k, v in tags])
+            self.client.log_batch(
+                self.run_id,
+                metrics=metrics,
+                params=[Param(k, v) for k, v in params],
+                tags=[RunTag(k, v) for k, v in tags],
+            )
         except Exception as err:
             if unreachable(err):
                 raise  # kept, sent again
@@ -353,8 +376,13 @@ def unreachable(err: BaseException) -> bool:
         return True
     if name == "MlflowException":
         code = getattr(err, "error_code", "")
-        return code in TRANSIENT_CODES or "API request to" in text or "Max retries exceeded" in text or \
-            "Connection refused" in text or "database is locked" in text
+        return (
+            code in TRANSIENT_CODES
+            or "API request to" in text
+            or "Max retries exceeded" in text
+            or "Connection refused" in text
+            or "database is locked" in text
+        )
     return False
 
 

@@ -116,9 +116,14 @@ def _tuned(s: Setting) -> str:
     """A saving read again against on-policy at its best learning rate: a claim rests on that comparison."""
     if s.tuned is None:
         return ""
-    words = {-1: "the saving holds there", 0: "unresolved there, so the saving may be the learning rate's",
-             1: "more compute there, so the saving is the learning rate's"}
-    return f"; against on-policy at its best lr ({s.tuned_lr:g}), {ratio_text(s.tuned)}: {words[stats.direction(s.tuned)]}"
+    words = {
+        -1: "the saving holds there",
+        0: "unresolved there, so the saving may be the learning rate's",
+        1: "more compute there, so the saving is the learning rate's",
+    }
+    return (
+        f"; against on-policy at its best lr ({s.tuned_lr:g}), {ratio_text(s.tuned)}: {words[stats.direction(s.tuned)]}"
+    )
 
 
 def _replication(s: Setting, saving: bool) -> str:
@@ -126,13 +131,26 @@ def _replication(s: Setting, saving: bool) -> str:
     if s.replicated is None:
         return "; a selection estimate until replicated on fresh seeds" if saving else ""
     side = stats.direction(s.replicated)
-    words = ({-1: "the saving holds", 0: "unresolved, so the saving is not confirmed", 1: "more compute, so the saving does not hold"}
-             if saving else {-1: "resolved, less compute", 0: "unresolved", 1: "resolved, more compute"})
+    words = (
+        {
+            -1: "the saving holds",
+            0: "unresolved, so the saving is not confirmed",
+            1: "more compute, so the saving does not hold",
+        }
+        if saving
+        else {-1: "resolved, less compute", 0: "unresolved", 1: "resolved, more compute"}
+    )
     return f"; on fresh seeds {ratio_text(s.replicated)}: {words[side]}"
 
 
-def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, spec_ref: str = "SPEC",
-                nothing_reached: bool = False, report: str | None = None) -> BottomLine:
+def bottom_line(
+    settings: Sequence[Setting],
+    curve: str,
+    target: float | None,
+    spec_ref: str = "SPEC",
+    nothing_reached: bool = False,
+    report: str | None = None,
+) -> BottomLine:
     """The finding in one sentence and what to run next. `settings`: the study's selection configurations (on-policy
     included); `curve`: `eval.metric`, the curve the target is read on; `target`: its value (None: not set yet);
     `spec_ref`: the spec file the commands take; `nothing_reached`: no run reached the target (every value a run's
@@ -141,10 +159,12 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
     goal = f"the {curve} target" + (f" {target:g}" if target is not None and math.isfinite(target) else "")
     if nothing_reached:
         report = report or f"workbench report {ref}"
-        return BottomLine("nothing_measured",
-                          f"no run reached {goal} within its budget, so nothing is measured: every"
-                          " compute number is a run's total, a lower bound.",
-                          [Step(f"{report} --target T", "the same runs read at a lower target T")])
+        return BottomLine(
+            "nothing_measured",
+            f"no run reached {goal} within its budget, so nothing is measured: every"
+            " compute number is a run's total, a lower bound.",
+            [Step(f"{report} --target T", "the same runs read at a lower target T")],
+        )
     compared = [s for s in settings if not s.on_policy and s.ratio is not None and math.isfinite(s.ratio.estimate)]
     if not compared:
         return _no_comparison(settings, ref)
@@ -153,9 +173,11 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
     wins = [s for s in compared if stats.direction(s.ratio) < 0]
     if wins:
         best = min(wins, key=lambda s: s.ratio.estimate)
-        text = (f"the best replay setting, {best.label}, reaches {goal} with {ratio_text(best.ratio)} the compute of {best.against}"
-                f" ({_seeds([best])}: resolved,"
-                f" {1 - best.ratio.estimate:.0%} saved)")
+        text = (
+            f"the best replay setting, {best.label}, reaches {goal} with {ratio_text(best.ratio)} the compute of {best.against}"
+            f" ({_seeds([best])}: resolved,"
+            f" {1 - best.ratio.estimate:.0%} saved)"
+        )
         if len(wins) > 1:
             text += f"; {len(wins) - 1} other setting{'s' if len(wins) > 2 else ''} also resolved"
         if any(s.replicated is None for s in wins):
@@ -166,15 +188,25 @@ def bottom_line(settings: Sequence[Setting], curve: str, target: float | None, s
     closest = min(compared, key=lambda s: stats.finite_or_inf(s.ratio.estimate))
     tail = _replication(closest, saving=False)
     if all(stats.direction(s.ratio) > 0 for s in compared):
-        return BottomLine("dearer",
-                          f"every replay setting tried needs resolvably more compute than on-policy to reach {goal}"
-                          f" ({_seeds(compared)}); the closest, {_where(closest)}{tail}.",
-                          [Step(f"workbench study run {ref}", "once its search_space holds other knobs")])
-    state = ("unresolved, its interval contains 1" if stats.direction(closest.ratio) == 0 and closest.ratio.n > 1 else
-             "unresolved" if stats.direction(closest.ratio) == 0 else "resolved, more compute")
-    return BottomLine("unresolved",
-                      f"no replay setting resolvably beats on-policy to reach {goal} ({_seeds(compared)});"
-                      f" the closest, {_where(closest)}: {state}{tail}.", steps)
+        return BottomLine(
+            "dearer",
+            f"every replay setting tried needs resolvably more compute than on-policy to reach {goal}"
+            f" ({_seeds(compared)}); the closest, {_where(closest)}{tail}.",
+            [Step(f"workbench study run {ref}", "once its search_space holds other knobs")],
+        )
+    state = (
+        "unresolved, its interval contains 1"
+        if stats.direction(closest.ratio) == 0 and closest.ratio.n > 1
+        else "unresolved"
+        if stats.direction(closest.ratio) == 0
+        else "resolved, more compute"
+    )
+    return BottomLine(
+        "unresolved",
+        f"no replay setting resolvably beats on-policy to reach {goal} ({_seeds(compared)});"
+        f" the closest, {_where(closest)}: {state}{tail}.",
+        steps,
+    )
 
 
 def _no_comparison(settings: Sequence[Setting], ref: str) -> BottomLine:
@@ -186,11 +218,19 @@ def _no_comparison(settings: Sequence[Setting], ref: str) -> BottomLine:
         return BottomLine("no_comparison", "no configuration reached a comparable result yet.")
     if not replay:
         base = on_policy[0]
-        return BottomLine("no_comparison", f"only on-policy has completed ({base.compute.fmt()} units to the target); no"
-                                           " replay setting to compare yet.")
+        return BottomLine(
+            "no_comparison",
+            f"only on-policy has completed ({base.compute.fmt()} units to the target); no"
+            " replay setting to compare yet.",
+        )
     low = min(replay, key=lambda s: s.compute.estimate)
     lowest = f"the lowest compute to target: {low.label}, {low.compute.fmt()} units."
     if not on_policy:
-        return BottomLine("no_comparison", f"no on-policy run completed, so no saving can be claimed; {lowest}",
-                          [Step(f"workbench study run {ref}", f"with baseline: true in {ref}, on-policy on the same seeds")])
-    return BottomLine("no_comparison", f"no replay setting ran on on-policy's seeds, so no saving can be claimed; {lowest}")
+        return BottomLine(
+            "no_comparison",
+            f"no on-policy run completed, so no saving can be claimed; {lowest}",
+            [Step(f"workbench study run {ref}", f"with baseline: true in {ref}, on-policy on the same seeds")],
+        )
+    return BottomLine(
+        "no_comparison", f"no replay setting ran on on-policy's seeds, so no saving can be claimed; {lowest}"
+    )

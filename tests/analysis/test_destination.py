@@ -35,7 +35,10 @@ def checkout(tmp_path) -> Path:
 
 def test_the_default_folder_is_beside_the_mlflow_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert destination.default_out("q", f"sqlite:///{tmp_path}/stores/mlflow.db") == tmp_path / "stores" / "reports-out" / "q"
+    assert (
+        destination.default_out("q", f"sqlite:///{tmp_path}/stores/mlflow.db")
+        == tmp_path / "stores" / "reports-out" / "q"
+    )
     assert destination.default_out("q", "sqlite:///mlflow.db") == Path("reports-out/q")
     assert destination.default_out("q", f"file://{tmp_path}/mlruns") == tmp_path / "reports-out" / "q"
     assert destination.default_out("q", "http://127.0.0.1:5000") == tmp_path / "reports-out" / "q"  # a server: here
@@ -44,16 +47,24 @@ def test_the_default_folder_is_beside_the_mlflow_store(tmp_path, monkeypatch):
 @needs_git
 def test_tracked_files_are_refused_unless_forced(checkout):
     out = checkout / "reports" / "toy"
-    with pytest.raises(ConfigError, match=r"^--out: .* holds files git tracks \(report\.md, report\.html, analysis\.json and 8 more\); pass --force"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--out: .* holds files git tracks \(report\.md, report\.html, analysis\.json and 8 more\); pass --force",
+    ):
         destination.prepare(out, "toy", "sqlite:///mlflow.db", list(report.OUTPUT_FILES), force=False)
     assert destination.prepare(out, "toy", "sqlite:///mlflow.db", list(report.OUTPUT_FILES), force=True) == out
     # a folder of untracked files is written without asking
-    assert destination.prepare(checkout / "elsewhere", "toy", "sqlite:///mlflow.db", ["report.md"], force=False).is_dir()
+    assert destination.prepare(
+        checkout / "elsewhere", "toy", "sqlite:///mlflow.db", ["report.md"], force=False
+    ).is_dir()
 
 
 def test_outside_a_git_checkout_nothing_counts_as_tracked(tmp_path):
     assert destination.tracked([tmp_path / "report.md"]) == []
-    assert destination.prepare(None, "toy", f"sqlite:///{tmp_path}/mlflow.db", ["report.md"], force=False) == tmp_path / "reports-out" / "toy"
+    assert (
+        destination.prepare(None, "toy", f"sqlite:///{tmp_path}/mlflow.db", ["report.md"], force=False)
+        == tmp_path / "reports-out" / "toy"
+    )
 
 
 @needs_git
@@ -76,5 +87,8 @@ def test_workbench_report_on_a_checkout_leaves_git_status_clean(checkout, study,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force" in err
     assert _git(checkout, "status", "--porcelain") == ""
-    assert main(["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "2", "--out", "reports/toy", "--force"]) == 0
+    assert (
+        main(["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "2", "--out", "reports/toy", "--force"])
+        == 0
+    )
     assert "report.html" in _git(checkout, "status", "--porcelain")

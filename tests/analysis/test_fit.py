@@ -9,7 +9,13 @@ from scipy import stats
 
 from analysis.fit import PARAMS, brackets, fit_points, fit_runs, points, predict, predicted_optimum
 
-TRUE = {"log_scale": math.log(40.0), "alpha": 0.4, "log_tau0": math.log(4.0), "log_rho": math.log(0.2), "log_sigma": math.log(0.08)}
+TRUE = {
+    "log_scale": math.log(40.0),
+    "alpha": 0.4,
+    "log_tau0": math.log(4.0),
+    "log_rho": math.log(0.2),
+    "log_sigma": math.log(0.08),
+}
 MU = 2.0
 
 
@@ -23,8 +29,16 @@ def synthetic_runs(budget: float, seed: int = 1) -> pd.DataFrame:
                 continue
             for s in range(3):
                 c = float(predict(TRUE, x, y, MU)) * math.exp(rng.normal(0, 0.08))
-                rows.append({"x": x, "y": y, "seed": s, "compute_to_target": min(c, budget), "censored": int(c > budget),
-                             "total_units": budget})
+                rows.append(
+                    {
+                        "x": x,
+                        "y": y,
+                        "seed": s,
+                        "compute_to_target": min(c, budget),
+                        "censored": int(c > budget),
+                        "total_units": budget,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -43,7 +57,12 @@ def test_fit_recovers_known_parameters_within_its_intervals_with_censoring():
     assert fit.r2_log > 0.8 and fit.loco["n"] > 10 and fit.loco["median_abs_log_error"] < 0.1
     # the predicted optimum is where the true model is (near-)minimal over the feasible region
     x, y, c = predicted_optimum(fit, (1, 64), (1, 16))
-    true_min = min(float(predict(TRUE, xx, yy, MU)) for xx in np.geomspace(1, 64, 200) for yy in np.geomspace(1, 16, 200) if xx >= yy)
+    true_min = min(
+        float(predict(TRUE, xx, yy, MU))
+        for xx in np.geomspace(1, 64, 200)
+        for yy in np.geomspace(1, 16, 200)
+        if xx >= yy
+    )
     assert float(predict(TRUE, x, y, MU)) <= true_min * 1.05
 
 
@@ -55,17 +74,38 @@ def test_ignoring_censoring_biases_the_fit_and_the_tobit_term_corrects_it():
     worst = runs[runs["censored"] == 1].iloc[0]
     truth = float(predict(TRUE, worst["x"], worst["y"], MU))
     # treating the bound as a measurement pulls the prediction down to the bound; the censored likelihood does not
-    assert abs(math.log(tobit.predict(worst["x"], worst["y"]) / truth)) < abs(math.log(naive.predict(worst["x"], worst["y"]) / truth))
+    assert abs(math.log(tobit.predict(worst["x"], worst["y"]) / truth)) < abs(
+        math.log(naive.predict(worst["x"], worst["y"]) / truth)
+    )
 
 
 def test_compute_to_target_from_curves_reaccounts_mu_and_flags_censoring():
-    curves = pd.DataFrame([
-        {"run_id": "a", "batch_size": 8, "step": s, "accuracy": acc, "reading": acc, "gen_rollouts": 8 * s, "train_rollouts": 8 * s}
-        for s, acc in enumerate([0.1, 0.5, 0.9])
-    ] + [
-        {"run_id": "b", "batch_size": 8, "step": s, "accuracy": acc, "reading": acc, "gen_rollouts": 4 * s, "train_rollouts": 8 * s}
-        for s, acc in enumerate([0.1, 0.3, 0.6])
-    ])
+    curves = pd.DataFrame(
+        [
+            {
+                "run_id": "a",
+                "batch_size": 8,
+                "step": s,
+                "accuracy": acc,
+                "reading": acc,
+                "gen_rollouts": 8 * s,
+                "train_rollouts": 8 * s,
+            }
+            for s, acc in enumerate([0.1, 0.5, 0.9])
+        ]
+        + [
+            {
+                "run_id": "b",
+                "batch_size": 8,
+                "step": s,
+                "accuracy": acc,
+                "reading": acc,
+                "gen_rollouts": 4 * s,
+                "train_rollouts": 8 * s,
+            }
+            for s, acc in enumerate([0.1, 0.3, 0.6])
+        ]
+    )
     assert list(units_at(curves, 1.0)[:3]) == [0.0, 1.0, 2.0]
     out = compute_to_target(curves, target=0.8, mu=3.0).set_index("run_id")
     assert out.loc["a", "censored"] == 0 and out.loc["a", "compute_to_target"] == pytest.approx(2.0)
@@ -89,19 +129,37 @@ def test_censored_runs_enter_the_fit_bounded_by_their_total_compute_through_the_
                 c = float(predict(TRUE, x, y, MU)) * math.exp(rng.normal(0, 0.08))
                 for k in range(0, budget + 1, 5):  # evaluations every 5 units (gen = train = 8k rollouts at B 8)
                     acc = 0.85 if k >= c else 0.1 + 0.6 * k / c
-                    rows.append({"run_id": run, "batch_size": 8, "step": k, "accuracy": acc, "reading": acc,
-                                 "gen_rollouts": 8 * k, "train_rollouts": 8 * k})
+                    rows.append(
+                        {
+                            "run_id": run,
+                            "batch_size": 8,
+                            "step": k,
+                            "accuracy": acc,
+                            "reading": acc,
+                            "gen_rollouts": 8 * k,
+                            "train_rollouts": 8 * k,
+                        }
+                    )
     runs = compute_to_target(pd.DataFrame(rows), target, MU)
     runs["x"], runs["y"] = [xy[r][0] for r in runs["run_id"]], [xy[r][1] for r in runs["run_id"]]
     censored = runs["censored"] == 1
     assert 0 < censored.sum() < len(runs)
-    assert (runs.loc[censored, "compute_to_target"] > runs.loc[censored, "total_units"] * 1.01).all()  # the penalised value
+    assert (
+        runs.loc[censored, "compute_to_target"] > runs.loc[censored, "total_units"] * 1.01
+    ).all()  # the penalised value
     _, _, value, flags = points(runs)
     assert list(value[flags]) == list(runs.loc[censored, "total_units"]) and list(flags) == list(censored)
     fit = fit_runs(runs, MU, bootstrap=0)
     bracket = brackets(runs)  # `first` brackets each crossing between two evaluations: interval-censored
     assert (bracket[0][~censored] < bracket[1][~censored]).any()
-    bounded = fit_points(runs["x"], runs["y"], np.where(censored, runs["total_units"], runs["compute_to_target"]), censored.to_numpy(), MU, bracket=bracket)
+    bounded = fit_points(
+        runs["x"],
+        runs["y"],
+        np.where(censored, runs["total_units"], runs["compute_to_target"]),
+        censored.to_numpy(),
+        MU,
+        bracket=bracket,
+    )
     penalised = fit_points(runs["x"], runs["y"], runs["compute_to_target"], censored.to_numpy(), MU, bracket=bracket)
     assert fit.log_likelihood == pytest.approx(bounded.log_likelihood, rel=1e-9)
     assert fit.log_likelihood != pytest.approx(penalised.log_likelihood, rel=1e-3)  # the bug this guards against
@@ -120,4 +178,3 @@ def test_a_bracketed_crossing_enters_the_likelihood_as_an_interval():
     assert nll == pytest.approx(expected, rel=1e-9)
     point = _neg_log_lik(theta, x, y, np.array([high]), censored, MU, False, (np.array([high]), np.array([high])))
     assert point == pytest.approx(_neg_log_lik(theta, x, y, np.array([high]), censored, MU, False), rel=1e-12)
-

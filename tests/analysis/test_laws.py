@@ -19,11 +19,28 @@ def _study(steps=STEPS, seeds=(0, 1, 2), x=8.0, jitter=0) -> StudyData:
         for seed in seeds:
             run_id = f"y{y}-s{seed}"
             need = s_needed + jitter * seed
-            runs.append({"run_id": run_id, "arm": "sampler", "strategy": "uniform", "x": x, "y": float(y),
-                         "seed": seed, "baseline": y == 1})
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "arm": "sampler",
+                    "strategy": "uniform",
+                    "x": x,
+                    "y": float(y),
+                    "seed": seed,
+                    "baseline": y == 1,
+                }
+            )
             for step in range(0, 2 * need + 1):
-                curves.append({"run_id": run_id, "batch_size": 1, "step": step, "accuracy": 0.5 + 0.3 * step / need,
-                               "train_rollouts": float(step), "gen_rollouts": step / y})
+                curves.append(
+                    {
+                        "run_id": run_id,
+                        "batch_size": 1,
+                        "step": step,
+                        "accuracy": 0.5 + 0.3 * step / need,
+                        "train_rollouts": float(step),
+                        "gen_rollouts": step / y,
+                    }
+                )
     curves = pd.DataFrame(curves)
     curves["reading"] = curves["accuracy"]
     runs = pd.DataFrame(runs).merge(compute_to_target(curves, 0.8, 1.0, "first"), on="run_id")
@@ -83,7 +100,9 @@ def test_f2_monotone_where_the_law_puts_the_minimum_inside_the_grid_is_falsified
     v = laws.f2_u_shape(_study(steps={1: 10, 2: 30, 4: 90}, jitter=1), rho=2.0, mus=(5.28,))
     assert v.verdict == "falsified" and "monotone" in v.reason
     # the same data where the law itself puts the minimum at the grid's edge: no contradiction
-    assert laws.f2_u_shape(_study(steps={1: 10, 2: 30, 4: 90}, jitter=1), rho=100.0, mus=(5.28,)).verdict == "unresolved"
+    assert (
+        laws.f2_u_shape(_study(steps={1: 10, 2: 30, 4: 90}, jitter=1), rho=100.0, mus=(5.28,)).verdict == "unresolved"
+    )
 
 
 def _lr_study(best_lr: dict[float, float], seeds=(0, 1, 2)) -> StudyData:
@@ -93,10 +112,24 @@ def _lr_study(best_lr: dict[float, float], seeds=(0, 1, 2)) -> StudyData:
     for y, best in best_lr.items():
         for lr in (1e-5, 2e-5, 4e-5):
             for seed in seeds:
-                c = 20 * y ** 0.3 * (1 + abs(math.log(lr / best))) * (1 + 0.01 * seed)
-                runs.append({"run_id": f"{y}-{lr}-{seed}", "arm": "sampler", "strategy": "uniform", "x": 8.0, "y": float(y),
-                             "lr": lr, "seed": seed, "baseline": False, "compute_to_target": c, "censored": 0, "total_units": 200.0,
-                             "low_units": c, "high_units": c})
+                c = 20 * y**0.3 * (1 + abs(math.log(lr / best))) * (1 + 0.01 * seed)
+                runs.append(
+                    {
+                        "run_id": f"{y}-{lr}-{seed}",
+                        "arm": "sampler",
+                        "strategy": "uniform",
+                        "x": 8.0,
+                        "y": float(y),
+                        "lr": lr,
+                        "seed": seed,
+                        "baseline": False,
+                        "compute_to_target": c,
+                        "censored": 0,
+                        "total_units": 200.0,
+                        "low_units": c,
+                        "high_units": c,
+                    }
+                )
     return StudyData("lr", 1.0, 0.8, "first", pd.DataFrame(runs), pd.DataFrame(), pd.DataFrame(), {})
 
 
@@ -115,14 +148,32 @@ def _two_lr_study(seeds=range(6)) -> StudyData:
     """On-policy and (16, 4) slow; (8, 2) fast at both of two learning rates, which of the two wins changing from seed
     to seed: (8, 2) is the optimum in every draw, at lr 1e-5 in some and at 2e-5 in the others."""
     runs = []
-    for (x, y), lrs in {(1.0, 1.0): {1e-5: 100.0}, (8.0, 2.0): {1e-5: 50.0, 2e-5: 50.0}, (16.0, 4.0): {1e-5: 100.0}}.items():
+    for (x, y), lrs in {
+        (1.0, 1.0): {1e-5: 100.0},
+        (8.0, 2.0): {1e-5: 50.0, 2e-5: 50.0},
+        (16.0, 4.0): {1e-5: 100.0},
+    }.items():
         for lr, base in lrs.items():
             for seed in seeds:
                 wobble = 1 + 0.05 * (1 if (seed + (lr > 1.5e-5)) % 2 else -1)
                 c = base * wobble
-                runs.append({"run_id": f"{x}-{y}-{lr}-{seed}", "arm": "sampler", "strategy": "uniform", "x": x, "y": y, "lr": lr,
-                             "seed": seed, "baseline": (x, y) == (1.0, 1.0), "compute_to_target": c, "censored": 0,
-                             "total_units": 200.0, "low_units": c, "high_units": c})
+                runs.append(
+                    {
+                        "run_id": f"{x}-{y}-{lr}-{seed}",
+                        "arm": "sampler",
+                        "strategy": "uniform",
+                        "x": x,
+                        "y": y,
+                        "lr": lr,
+                        "seed": seed,
+                        "baseline": (x, y) == (1.0, 1.0),
+                        "compute_to_target": c,
+                        "censored": 0,
+                        "total_units": 200.0,
+                        "low_units": c,
+                        "high_units": c,
+                    }
+                )
     return StudyData("two-lr", 1.0, 0.8, "first", pd.DataFrame(runs), pd.DataFrame(), pd.DataFrame(), {})
 
 
@@ -151,15 +202,37 @@ def _optimum_moving(y_opt: list[float], close: dict[int, float] | None = None, s
         for y in (1.0, 2.0, 4.0):
             for seed in seeds:
                 c = 50.0 if y == y_opt[i] else 50.0 * CLOSE[seed] if y == close.get(i) else 100.0
-                runs.append({"run_id": f"{mu}-{y}-{seed}", "mu": mu, "arm": "sampler", "strategy": "uniform", "x": 2 * y if y > 1 else 1.0,
-                             "y": float(y), "seed": seed, "baseline": y == 1, "compute_to_target": c, "censored": 0,
-                             "total_units": 200.0, "low_units": c, "high_units": c})
+                runs.append(
+                    {
+                        "run_id": f"{mu}-{y}-{seed}",
+                        "mu": mu,
+                        "arm": "sampler",
+                        "strategy": "uniform",
+                        "x": 2 * y if y > 1 else 1.0,
+                        "y": float(y),
+                        "seed": seed,
+                        "baseline": y == 1,
+                        "compute_to_target": c,
+                        "censored": 0,
+                        "total_units": 200.0,
+                        "low_units": c,
+                        "high_units": c,
+                    }
+                )
     return StudyData("moving", 1.0, 0.8, "first", pd.DataFrame(runs), pd.DataFrame(), pd.DataFrame(), {})
 
 
 def _by_mu(data: StudyData, mu: float) -> StudyData:
-    return StudyData(data.name, mu, data.target, data.estimator, data.runs[data.runs["mu"] == mu].drop(columns="mu"),
-                     data.curves, data.entropy, data.ages)
+    return StudyData(
+        data.name,
+        mu,
+        data.target,
+        data.estimator,
+        data.runs[data.runs["mu"] == mu].drop(columns="mu"),
+        data.curves,
+        data.entropy,
+        data.ages,
+    )
 
 
 def test_f1_on_a_1_2_4_grid_cannot_separate_the_sqrt_law_from_a_linear_one(monkeypatch):
@@ -173,7 +246,9 @@ def test_f1_on_a_1_2_4_grid_cannot_separate_the_sqrt_law_from_a_linear_one(monke
     assert 0.5 in e["consistent"] and 1.0 in e["consistent"]
     assert e["best_fit"][0] <= 1.0 <= e["best_fit"][1]  # the linear law reproduces the optimum exactly
     need = e["grid_needed"]
-    assert max(need["y"]) > 4 and need["linear_slope"] - need["sqrt_slope"] > 0.3  # a finer, wider grid tells them apart
+    assert (
+        max(need["y"]) > 4 and need["linear_slope"] - need["sqrt_slope"] > 0.3
+    )  # a finer, wider grid tells them apart
     assert "cannot separate exponent 0.5 from 1" in v.reason
 
 

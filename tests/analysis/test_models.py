@@ -14,13 +14,27 @@ GRID = [(x, y) for x in (1, 2, 4, 8, 16) for y in (1, 2, 4) if x >= y]
 TRUTH = {
     "thm45": {"log_scale": 2.0, "alpha": 0.25, "log_tau0": math.log(3.0), "log_rho": math.log(0.4)},
     "with_replacement": {"log_scale": 2.0, "alpha": 0.25, "log_tau0": math.log(3.0), "log_rho": math.log(0.4)},
-    "extended": {"log_scale": 3.0, "alpha": 0.2, "log_tau0": math.log(4.0), "log_c": math.log(2.0), "log_rho": math.log(0.3),
-                 "log_vstar": math.log(6.0)},
+    "extended": {
+        "log_scale": 3.0,
+        "alpha": 0.2,
+        "log_tau0": math.log(4.0),
+        "log_c": math.log(2.0),
+        "log_rho": math.log(0.3),
+        "log_vstar": math.log(6.0),
+    },
 }
 
 
-def _runs(model: str, params: dict, grid=GRID, seeds: int = 4, noise: float = 0.08, budget: float | None = None, lrs=(None,),
-          seed: int = 0) -> pd.DataFrame:
+def _runs(
+    model: str,
+    params: dict,
+    grid=GRID,
+    seeds: int = 4,
+    noise: float = 0.08,
+    budget: float | None = None,
+    lrs=(None,),
+    seed: int = 0,
+) -> pd.DataFrame:
     """Per-seed runs drawn from `model` itself: log-normal scatter, censored at `budget` (the run spent its whole
     budget and never reached the target)."""
     rng = np.random.default_rng(seed)
@@ -32,9 +46,17 @@ def _runs(model: str, params: dict, grid=GRID, seeds: int = 4, noise: float = 0.
             for s in range(seeds):
                 c = c_true * math.exp(rng.normal(0, noise))
                 censored = budget is not None and c > budget
-                rows.append({"x": float(x), "y": float(y), "seed": s, "compute_to_target": budget * 1.3 if censored else c,
-                             "censored": int(censored), "total_units": budget if censored else c,
-                             **({} if lr is None else {"lr": lr})})
+                rows.append(
+                    {
+                        "x": float(x),
+                        "y": float(y),
+                        "seed": s,
+                        "compute_to_target": budget * 1.3 if censored else c,
+                        "censored": int(censored),
+                        "total_units": budget if censored else c,
+                        **({} if lr is None else {"lr": lr}),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -75,18 +97,37 @@ def test_a_parameter_the_data_cannot_see_is_flagged_unidentified():
 
 def test_an_optimum_on_a_flat_ridge_is_refused_with_the_reason():
     # alpha 0: sigma_bar² is 1 at every x and the distinct-draw objective does not depend on x at all
-    flat = ModelFit("thm45", {"log_scale": 0.0, "alpha": 0.0, "log_tau0": 0.0, "log_rho": math.log(0.3), "log_sigma": -2.0}, MU, 1.0, 0, 0, 0.0)
+    flat = ModelFit(
+        "thm45",
+        {"log_scale": 0.0, "alpha": 0.0, "log_tau0": 0.0, "log_rho": math.log(0.3), "log_sigma": -2.0},
+        MU,
+        1.0,
+        0,
+        0,
+        0.0,
+    )
     out = optimum(flat)
     assert "flat ridge" in out["refused"] and out["near_x"][1] / out["near_x"][0] > 4
     # the ridge's simplest point, what `study verify --ridge` runs: its smallest horizon, within the tolerance
     ridge = out["ridge_point"]
     assert ridge["x"] == pytest.approx(out["near_x"][0]) and ridge["y"] <= ridge["x"]
-    assert ridge["compute"] <= out["compute"] * 1.05 and ridge["compute"] == pytest.approx(float(flat.predict(ridge["x"], ridge["y"])))
-    shaped = ModelFit("with_replacement", {"log_scale": 0.0, "alpha": 0.4, "log_tau0": 0.0, "log_rho": math.log(0.1), "log_sigma": -2.0},
-                      MU, 1.0, 0, 0, 0.0)
+    assert ridge["compute"] <= out["compute"] * 1.05 and ridge["compute"] == pytest.approx(
+        float(flat.predict(ridge["x"], ridge["y"]))
+    )
+    shaped = ModelFit(
+        "with_replacement",
+        {"log_scale": 0.0, "alpha": 0.4, "log_tau0": 0.0, "log_rho": math.log(0.1), "log_sigma": -2.0},
+        MU,
+        1.0,
+        0,
+        0,
+        0.0,
+    )
     out = optimum(shaped)
     assert "refused" not in out and 1 <= out["y"] <= out["x"]
-    grid_best = min(float(shaped.predict(x, y)) for x in np.geomspace(1, 64, 300) for y in np.geomspace(1, 16, 300) if x >= y)
+    grid_best = min(
+        float(shaped.predict(x, y)) for x in np.geomspace(1, 64, 300) for y in np.geomspace(1, 16, 300) if x >= y
+    )
     assert out["compute"] <= grid_best * 1.01
 
 
@@ -117,7 +158,8 @@ def test_the_learning_rate_aware_optimum_predicts_the_learning_rate_with_x_and_y
     o = optimum(truth, lr_bounds=(1e-6, 1e-2))
     assert "refused" not in o
     v = shifted_power_law_sigma_bar_sq(p["alpha"], math.exp(p["log_tau0"]))(o["x"]) * (
-        1 + math.exp(p["log_c"]) * o["y"] / o["x"] + math.exp(p["log_rho"]) * o["y"])
+        1 + math.exp(p["log_c"]) * o["y"] / o["x"] + math.exp(p["log_rho"]) * o["y"]
+    )
     assert o["lr"] == pytest.approx(1e-4 * math.exp(p["log_vstar"]) / (2 * v), rel=0.15)
     fixed = optimum(truth, lr=1e-4)
     assert "lr" not in fixed and fixed["compute"] >= o["compute"]
@@ -129,7 +171,10 @@ def _terms(xs, bias: float = 0.0, sigma2: float = 20.0, signal: float = 0.05):
     """Horizon terms of a probe: the mean gradient over ages 0..x-1 keeps a share 1 - bias·(x - 1) of the fresh
     one (and that squared norm), the noise is flat in age."""
     keep = lambda x: 1.0 - bias * (x - 1)  # noqa: E731
-    return [{"x": x, "sigma2_bar": sigma2, "signal": signal, "mixed": signal * keep(x) ** 2, "cross": signal * keep(x)} for x in xs]
+    return [
+        {"x": x, "sigma2_bar": sigma2, "signal": signal, "mixed": signal * keep(x) ** 2, "cross": signal * keep(x)}
+        for x in xs
+    ]
 
 
 def test_the_probe_optimum_is_the_descent_lemma_at_a_tuned_step_by_hand():
@@ -183,9 +228,13 @@ def test_lr_optimum_finds_the_vertex_in_log_lr_and_refuses_an_unbounded_sweep():
         c = 40.0 * math.exp(((math.log(lr) - math.log(best)) / width) ** 2)
         return {"lr": lr, "compute_to_target": c, "censored": censored, "budget": c}
 
-    sweep = [run(2.5e-5 * 2 ** i) for i in range(5)]  # 2.5e-5 .. 4e-4
+    sweep = [run(2.5e-5 * 2**i) for i in range(5)]  # 2.5e-5 .. 4e-4
     got = lr_optimum(sweep)
-    assert "refused" not in got and got["lr"] == pytest.approx(best, rel=1e-6) and got["compute"] == pytest.approx(40.0, rel=1e-6)
+    assert (
+        "refused" not in got
+        and got["lr"] == pytest.approx(best, rel=1e-6)
+        and got["compute"] == pytest.approx(40.0, rel=1e-6)
+    )
     assert got["bounded_by_censored"] is False
     rising = lr_optimum(sweep[:3])  # 2.5e-5 .. 1e-4: still falling at the largest
     assert "refused" in rising and "largest" in rising["refused"] and rising["lr"] == 1e-4
@@ -199,9 +248,16 @@ def test_probe_lr_scales_on_policys_swept_lr_by_the_points_factor():
     from analysis.models import probe_lr
 
     predicted = {"x": 4.0, "y": 2.0, "relative_compute": 0.8, "lr_factor": 0.5}
-    sweep = [{"lr": lr, "compute_to_target": c, "censored": False, "budget": 100.0} for lr, c in ((1e-4, 50.0), (2e-4, 40.0), (4e-4, 50.0))]
+    sweep = [
+        {"lr": lr, "compute_to_target": c, "censored": False, "budget": 100.0}
+        for lr, c in ((1e-4, 50.0), (2e-4, 40.0), (4e-4, 50.0))
+    ]
     got = probe_lr(predicted, sweep, lr=1e-5)
-    assert got["lr"] == pytest.approx(1e-4) and got["compute"] == pytest.approx(0.8 * 40.0) and got["lr_source"] == "the sweep's lr*"
+    assert (
+        got["lr"] == pytest.approx(1e-4)
+        and got["compute"] == pytest.approx(0.8 * 40.0)
+        and got["lr_source"] == "the sweep's lr*"
+    )
     assert probe_lr(predicted, None, lr=1e-5)["lr"] == pytest.approx(5e-6)
     refused = probe_lr({"refused": "why"}, sweep, lr=1e-5)
     assert "lr" not in refused and refused["lr_optimum"]["lr"] == pytest.approx(2e-4) and len(refused["lr_sweep"]) == 3
@@ -211,7 +267,9 @@ def test_a_probe_point_outside_its_own_replicates_is_refused_as_unstable():
     from analysis.models import probe_prediction
 
     biased = _terms(range(1, 17), bias=0.03)
-    steady = probe_prediction(biased, [biased] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
+    steady = probe_prediction(
+        biased, [biased] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128
+    )
     assert "refused" not in steady and steady["stability"]["same_point"] == 1.0
     # the replicates all see a strong bias (on-policy); the point estimate a weak one (a long buffer)
     weak = _terms(range(1, 17), bias=0.01)

@@ -16,8 +16,16 @@ def _runs(checkpoint_effect: float) -> pd.DataFrame:
         for seed in range(8):
             checkpoint = seed // 4
             value = 50 * math.exp(checkpoint_effect * (1 if checkpoint else -1) + rng.normal(0, 0.05))
-            rows.append({"trial_number": number, "seed": seed, "checkpoint": checkpoint, "baseline": number == 0,
-                         "censored": 0, "compute_to_target": value})
+            rows.append(
+                {
+                    "trial_number": number,
+                    "seed": seed,
+                    "checkpoint": checkpoint,
+                    "baseline": number == 0,
+                    "censored": 0,
+                    "compute_to_target": value,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -44,11 +52,22 @@ def test_each_checkpoint_is_read_at_its_own_target():
             checkpoint, run_id = seed // 2, f"{number}-{seed}"
             start, top = (0.4, 0.8) if checkpoint == 0 else (0.35, 0.5)
             speed = 1.0 if number == 0 else 1.25  # trial 1 learns 1.25x faster on every checkpoint
-            rows.append({"run_id": run_id, "trial_number": number, "seed": seed, "checkpoint": checkpoint,
-                         "baseline": number == 0, "arm": "sampler", "censored": 0})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "trial_number": number,
+                    "seed": seed,
+                    "checkpoint": checkpoint,
+                    "baseline": number == 0,
+                    "arm": "sampler",
+                    "censored": 0,
+                }
+            )
             for step, units in enumerate(range(0, 101, 5)):
                 progress = 1 - math.exp(-speed * units / 30)
-                curves.append({"run_id": run_id, "step": step, "units": float(units), "reading": start + (top - start) * progress})
+                curves.append(
+                    {"run_id": run_id, "step": step, "units": float(units), "reading": start + (top - start) * progress}
+                )
     got = by_checkpoint(pd.DataFrame(curves), pd.DataFrame(rows), "interpolated", 0.7)
     targets = {r["checkpoint"]: r["target"] for r in got}
     assert targets[0] > 0.65 > 0.5 > targets[1] > 0.35
@@ -61,16 +80,43 @@ def test_each_checkpoint_compares_with_on_policy_at_its_fastest_lr_there():
     from analysis.resolution import by_checkpoint
 
     rows, curves = [], []
-    arms = {0: (1, 1, "uniform", 2.5e-5, 1.0), 1: (8, 2, "positive_bias", 2.5e-5, 1.25), 2: (1, 1, "uniform", 5e-5, 1.25)}
+    arms = {
+        0: (1, 1, "uniform", 2.5e-5, 1.0),
+        1: (8, 2, "positive_bias", 2.5e-5, 1.25),
+        2: (1, 1, "uniform", 5e-5, 1.25),
+    }
     for number, (x, y, strategy, lr, speed) in arms.items():
         for seed in range(4):
             run_id = f"{number}-{seed}"
-            rows.append({"run_id": run_id, "trial_number": number, "seed": seed, "checkpoint": seed // 2, "x": float(x),
-                         "y": float(y), "strategy": strategy, "lr": lr, "baseline": number == 0, "arm": "sampler", "censored": 0})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    "trial_number": number,
+                    "seed": seed,
+                    "checkpoint": seed // 2,
+                    "x": float(x),
+                    "y": float(y),
+                    "strategy": strategy,
+                    "lr": lr,
+                    "baseline": number == 0,
+                    "arm": "sampler",
+                    "censored": 0,
+                }
+            )
             for step, units in enumerate(range(0, 101, 5)):
-                curves.append({"run_id": run_id, "step": step, "units": float(units),
-                               "reading": 0.4 + 0.4 * (1 - math.exp(-speed * (1 + 0.01 * seed) * units / 30))})
-    got = [r for r in by_checkpoint(pd.DataFrame(curves), pd.DataFrame(rows), "interpolated", 0.7) if r["trial_number"] == 1]
+                curves.append(
+                    {
+                        "run_id": run_id,
+                        "step": step,
+                        "units": float(units),
+                        "reading": 0.4 + 0.4 * (1 - math.exp(-speed * (1 + 0.01 * seed) * units / 30)),
+                    }
+                )
+    got = [
+        r
+        for r in by_checkpoint(pd.DataFrame(curves), pd.DataFrame(rows), "interpolated", 0.7)
+        if r["trial_number"] == 1
+    ]
     assert len(got) == 2
     for r in got:  # 0.8x the default lr's compute, the same as on-policy at twice the lr
         assert r["ratio"] == pytest.approx(0.8, abs=0.05)

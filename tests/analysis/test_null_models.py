@@ -19,8 +19,18 @@ LRS = (1e-5, 2e-5, 4e-5)
 def _table(truth, noise: float = 0.03, seed: int = 0, lrs=LRS) -> pd.DataFrame:
     """One row per (x, y, lr): log compute = truth(x, y, lr) + N(0, noise²), 4 seeds, all measured."""
     rng = np.random.default_rng(seed)
-    rows = [{"x": x, "y": y, "lr": lr, "log_c": truth(x, y, lr) + noise * rng.standard_normal(), "seeds": 4, "measured": True}
-            for lr in lrs for x, y in GRID]
+    rows = [
+        {
+            "x": x,
+            "y": y,
+            "lr": lr,
+            "log_c": truth(x, y, lr) + noise * rng.standard_normal(),
+            "seeds": 4,
+            "measured": True,
+        }
+        for lr in lrs
+        for x, y in GRID
+    ]
     return pd.DataFrame(rows)
 
 
@@ -64,8 +74,10 @@ def test_a_model_that_knows_the_truth_is_selected_and_one_no_better_than_lr_only
 
 
 def test_lr_only_interpolates_in_log_lr_or_falls_back_to_the_constant_and_says_which():
-    rows = [{"x": 1.0, "y": 1.0, "lr": lr, "log_c": v, "seeds": 4, "measured": True}
-            for lr, v in ((1e-5, 5.0), (4e-5, 3.0), (2e-5, 9.0), (8e-5, 1.0))]
+    rows = [
+        {"x": 1.0, "y": 1.0, "lr": lr, "log_c": v, "seeds": 4, "measured": True}
+        for lr, v in ((1e-5, 5.0), (4e-5, 3.0), (2e-5, 9.0), (8e-5, 1.0))
+    ]
     nulls = null_models.null_loco(pd.DataFrame(rows))
     errors = {e["lr"]: e["error"] for e in nulls["lr_only"]["errors"]}
     # lr 2e-5 alone at its lr, inside the others' range: halfway in log between 1e-5 (5) and 4e-5 (3)
@@ -76,10 +88,12 @@ def test_lr_only_interpolates_in_log_lr_or_falls_back_to_the_constant_and_says_w
 
 
 def test_nearest_takes_the_closest_measured_configuration_in_the_varied_knobs_and_skips_censored_ones():
-    rows = [{"x": 1.0, "y": 1.0, "lr": 1e-5, "log_c": 1.0, "measured": True},
-            {"x": 2.0, "y": 1.0, "lr": 1e-5, "log_c": 2.0, "measured": True},
-            {"x": 16.0, "y": 1.0, "lr": 1e-5, "log_c": 9.0, "measured": True},
-            {"x": 1.5, "y": 1.0, "lr": 1e-5, "log_c": 50.0, "measured": False}]  # mostly censored: no measurement
+    rows = [
+        {"x": 1.0, "y": 1.0, "lr": 1e-5, "log_c": 1.0, "measured": True},
+        {"x": 2.0, "y": 1.0, "lr": 1e-5, "log_c": 2.0, "measured": True},
+        {"x": 16.0, "y": 1.0, "lr": 1e-5, "log_c": 9.0, "measured": True},
+        {"x": 1.5, "y": 1.0, "lr": 1e-5, "log_c": 50.0, "measured": False},
+    ]  # mostly censored: no measurement
     nulls = null_models.null_loco(pd.DataFrame(rows).assign(seeds=4))
     errors = {e["x"]: e["error"] for e in nulls["nearest"]["errors"]}
     assert set(errors) == {1.0, 2.0, 16.0}
@@ -88,11 +102,36 @@ def test_nearest_takes_the_closest_measured_configuration_in_the_varied_knobs_an
 
 def test_a_fitted_model_s_loco_errors_pair_with_the_nulls_on_a_study_s_runs():
     # runs drawn from Theorem 4.5 at one learning rate: the model that made them beats all three nulls out of sample
-    truth = ModelFit("thm45", {"log_scale": 2.0, "alpha": 0.25, "log_tau0": math.log(3.0), "log_rho": math.log(0.4),
-                               "log_sigma": math.log(0.05)}, 0.85, 1.0, 0, 0, 0.0)
+    truth = ModelFit(
+        "thm45",
+        {
+            "log_scale": 2.0,
+            "alpha": 0.25,
+            "log_tau0": math.log(3.0),
+            "log_rho": math.log(0.4),
+            "log_sigma": math.log(0.05),
+        },
+        0.85,
+        1.0,
+        0,
+        0,
+        0.0,
+    )
     rng = np.random.default_rng(0)
-    runs = pd.DataFrame([{"x": x, "y": y, "seed": s, "compute_to_target": float(truth.predict(x, y)) * math.exp(0.05 * rng.standard_normal()),
-                          "censored": 0, "total_units": 1e3} for x, y in GRID for s in range(4)])
+    runs = pd.DataFrame(
+        [
+            {
+                "x": x,
+                "y": y,
+                "seed": s,
+                "compute_to_target": float(truth.predict(x, y)) * math.exp(0.05 * rng.standard_normal()),
+                "censored": 0,
+                "total_units": 1e3,
+            }
+            for x, y in GRID
+            for s in range(4)
+        ]
+    )
     with threadpool_limits(1):  # many small solves (as analysis.report runs them)
         loco = leave_one_configuration_out("thm45", runs, 0.85, init=truth.params, lr_ref=1.0)
     assert {(e["x"], e["y"]) for e in loco["errors"]} == set(GRID) and all(e["lr"] is None for e in loco["errors"])
@@ -104,49 +143,101 @@ def test_a_fitted_model_s_loco_errors_pair_with_the_nulls_on_a_study_s_runs():
 
 
 def test_skill_from_a_report_pools_a_configuration_s_arms_and_refits_the_models():
-    records = [{"x": x, "y": y, "lr": 2.5e-5, "strategy": "uniform", "arm": "sampler", "seeds": 4, "censored_seeds": 0,
-                "compute_to_target": 40.0 * x ** 0.2 * (1 + 0.4 / y)} for x, y in GRID[:8]]
+    records = [
+        {
+            "x": x,
+            "y": y,
+            "lr": 2.5e-5,
+            "strategy": "uniform",
+            "arm": "sampler",
+            "seeds": 4,
+            "censored_seeds": 0,
+            "compute_to_target": 40.0 * x**0.2 * (1 + 0.4 / y),
+        }
+        for x, y in GRID[:8]
+    ]
     records.append({**records[0], "arm": "confirm", "compute_to_target": 60.0})  # its fresh-seed re-run
     records.append({**records[1], "strategy": "rlep"})  # another strategy: not a model's
-    out = null_models.skill_from_report({"configurations": records, "reference_mu": 0.85, "models": []}, models=["thm45", "extended_lr"])
+    out = null_models.skill_from_report(
+        {"configurations": records, "reference_mu": 0.85, "models": []}, models=["thm45", "extended_lr"]
+    )
     table = null_models.configuration_table_from_records(records)
     assert len(table) == 8
     first = table[(table["x"] == records[0]["x"]) & (table["y"] == records[0]["y"])].iloc[0]
-    assert first["seeds"] == 8 and first["log_c"] == pytest.approx((math.log(records[0]["compute_to_target"]) + math.log(60.0)) / 2)
+    assert first["seeds"] == 8 and first["log_c"] == pytest.approx(
+        (math.log(records[0]["compute_to_target"]) + math.log(60.0)) / 2
+    )
     assert out["null_models"]["constant"]["n"] == 8
     assert [m["model"] for m in out["models"]] == ["thm45"]  # one learning rate: no extended_lr
     assert all(m["loco"]["n"] == 8 and set(m["skill"]["against"]) == set(null_models.NULLS) for m in out["models"])
 
 
-SWEEP = [{"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
-         {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
-         {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
-         {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0}]
+SWEEP = [
+    {"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
+    {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
+    {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
+    {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0},
+]
 OPTIMUM = {"lr": 7.9e-5, "compute": 34.0}
 
 
 def test_a_probe_that_predicts_on_policy_claims_nothing_beyond_its_sweep():
-    o = {"x": 1.0, "y": 1.0, "lr": 7.9e-5, "relative_compute": 1.0, "compute": 34.0, "lr_sweep": SWEEP, "lr_optimum": OPTIMUM}
+    o = {
+        "x": 1.0,
+        "y": 1.0,
+        "lr": 7.9e-5,
+        "relative_compute": 1.0,
+        "compute": 34.0,
+        "lr_sweep": SWEEP,
+        "lr_optimum": OPTIMUM,
+    }
     out = null_models.probe_against_sweep(o, gradient_units=45.5)
     assert not out["claims"] and out["sweep_units"] == pytest.approx(299.0)
     assert "the answer of the sweep alone" in out["reason"] and "45.5 units" in out["reason"]
 
 
 def test_a_probe_replay_point_claims_only_where_its_saving_pays_for_its_gradient_phase():
-    o = {"x": 4.0, "y": 2.0, "lr": 7.9e-5, "relative_compute": 0.5, "compute": 17.0, "lr_sweep": SWEEP, "lr_optimum": OPTIMUM}
+    o = {
+        "x": 4.0,
+        "y": 2.0,
+        "lr": 7.9e-5,
+        "relative_compute": 0.5,
+        "compute": 17.0,
+        "lr_sweep": SWEEP,
+        "lr_optimum": OPTIMUM,
+    }
     assert null_models.probe_against_sweep(o, gradient_units=10.0)["claims"]  # 10 + 17 < 34
     out = null_models.probe_against_sweep(o, gradient_units=45.5)  # 45.5 + 17 > 34: the sweep alone is cheaper
     assert not out["claims"] and out["probe_path"] == pytest.approx(62.5) and out["sweep_path"] == 34.0
-    assert not null_models.probe_against_sweep({**o, "lr_sweep": None, "lr_optimum": None})["claims"]  # no sweep: no claim
+    assert not null_models.probe_against_sweep({**o, "lr_sweep": None, "lr_optimum": None})[
+        "claims"
+    ]  # no sweep: no claim
 
 
 def test_a_probe_arm_on_policy_is_the_sweep_s_answer_and_a_replay_arm_is_paired_with_tuned_on_policy():
     rows = []
-    for trial, (x, y, lr, arm, c) in enumerate([(1.0, 1.0, 5e-5, "sampler", 40.0), (1.0, 1.0, 1e-4, "sampler", 30.0),
-                                                 (1.0, 1.0, 8e-5, "probe", 31.0), (4.0, 2.0, 8e-5, "probe", 24.0)]):
+    for trial, (x, y, lr, arm, c) in enumerate(
+        [
+            (1.0, 1.0, 5e-5, "sampler", 40.0),
+            (1.0, 1.0, 1e-4, "sampler", 30.0),
+            (1.0, 1.0, 8e-5, "probe", 31.0),
+            (4.0, 2.0, 8e-5, "probe", 24.0),
+        ]
+    ):
         for seed in range(4):
-            rows.append({"trial_number": trial, "seed": seed, "x": x, "y": y, "lr": lr, "arm": arm, "strategy": "uniform",
-                         "censored": 0, "compute_to_target": c * (1 + 0.02 * seed)})
+            rows.append(
+                {
+                    "trial_number": trial,
+                    "seed": seed,
+                    "x": x,
+                    "y": y,
+                    "lr": lr,
+                    "arm": arm,
+                    "strategy": "uniform",
+                    "censored": 0,
+                    "compute_to_target": c * (1 + 0.02 * seed),
+                }
+            )
     runs = pd.DataFrame(rows)
     on = null_models.probe_arm_against_on_policy(runs, 2)
     assert not on["claims"] and "what sweeping on-policy's lr and staying on-policy gives" in on["reason"]

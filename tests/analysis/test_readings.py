@@ -27,9 +27,20 @@ def study(demo_slowdown: float) -> tuple[pd.DataFrame, pd.DataFrame]:
             runs.append({"run_id": run_id, "trial_number": trial, "seed": seed, "baseline": baseline, "arm": "sampler"})
             acc_mid = 30.0 * jitter * ((1.0 + 0.04 * (-1) ** seed) if trial else 1.0)  # paired noise, no effect
             demo_mid = 40.0 * jitter * (demo_slowdown if trial else 1.0)
-            for step, (u, acc, demo) in enumerate(zip(UNITS, sigmoid(UNITS, 0.3, 0.9, acc_mid), sigmoid(UNITS, 0.05, 0.3, demo_mid))):
-                curves.append({"run_id": run_id, "step": step, "units": u, "accuracy": acc, "demo_prob": demo,
-                               "mean_at_k": np.nan if step % 2 else 0.5, "reading": acc})
+            for step, (u, acc, demo) in enumerate(
+                zip(UNITS, sigmoid(UNITS, 0.3, 0.9, acc_mid), sigmoid(UNITS, 0.05, 0.3, demo_mid))
+            ):
+                curves.append(
+                    {
+                        "run_id": run_id,
+                        "step": step,
+                        "units": u,
+                        "accuracy": acc,
+                        "demo_prob": demo,
+                        "mean_at_k": np.nan if step % 2 else 0.5,
+                        "reading": acc,
+                    }
+                )
     return pd.DataFrame(runs), pd.DataFrame(curves)
 
 
@@ -41,7 +52,10 @@ def test_every_logged_curve_is_read_at_its_own_auto_target_and_the_disagreement_
     acc = next(r for r in rows if r["reading"] == "accuracy" and not r["baseline"])
     demo = next(r for r in rows if r["reading"] == "demo_prob" and not r["baseline"])
     assert acc["study_reading"] and acc["target"] == 0.72  # the study's own curve at the study's target
-    base = [(g["units"].tolist(), g["demo_prob"].tolist()) for _, g in curves[curves["run_id"].str.startswith("t0")].groupby("run_id")]
+    base = [
+        (g["units"].tolist(), g["demo_prob"].tolist())
+        for _, g in curves[curves["run_id"].str.startswith("t0")].groupby("run_id")
+    ]
     assert not demo["study_reading"] and demo["target"] == auto_target(base, 0.7)
     assert acc["ratio"] == pytest.approx(1.0, abs=0.03) and acc["verdict"].startswith("unresolved")
     assert demo["ratio"] == pytest.approx(1.5, rel=0.05) and demo["verdict"].startswith("resolved: more")

@@ -7,23 +7,63 @@ from analysis.recommend import from_probe, from_study, mu_from_seconds
 
 
 def _config(number, x, y, capacity, lr, seeds=4, censored=0, baseline=False):
-    return {"trial_number": number, "x": x, "y": y, "capacity": capacity, "ratio": y, "lr": lr, "strategy": "uniform",
-            "baseline": baseline, "arm": "sampler", "seeds": seeds, "censored_seeds": censored, "compute_to_target": 50.0,
-            "ratio_to_baseline": 1.0, "ratio_ci_low": 0.9, "ratio_ci_high": 1.1, "verdict": "unresolved"}
+    return {
+        "trial_number": number,
+        "x": x,
+        "y": y,
+        "capacity": capacity,
+        "ratio": y,
+        "lr": lr,
+        "strategy": "uniform",
+        "baseline": baseline,
+        "arm": "sampler",
+        "seeds": seeds,
+        "censored_seeds": censored,
+        "compute_to_target": 50.0,
+        "ratio_to_baseline": 1.0,
+        "ratio_ci_low": 0.9,
+        "ratio_ci_high": 1.1,
+        "verdict": "unresolved",
+    }
 
 
 def _result(high: float, seeds: int = 4, censored: int = 0) -> dict:
-    on = [{"trial_number": 0, "lr": 2.5e-5, "compute_to_target": 60.0, "ci_low": 50.0, "ci_high": 70.0},
-          {"trial_number": 1, "lr": 5e-5, "compute_to_target": 50.0, "ci_low": 45.0, "ci_high": 55.0},
-          {"trial_number": 2, "lr": 1e-4, "compute_to_target": 70.0, "ci_low": 60.0, "ci_high": 80.0}]
+    on = [
+        {"trial_number": 0, "lr": 2.5e-5, "compute_to_target": 60.0, "ci_low": 50.0, "ci_high": 70.0},
+        {"trial_number": 1, "lr": 5e-5, "compute_to_target": 50.0, "ci_low": 45.0, "ci_high": 55.0},
+        {"trial_number": 2, "lr": 1e-4, "compute_to_target": 70.0, "ci_low": 60.0, "ci_high": 80.0},
+    ]
     pair = {"ratio": 0.6, "low": 0.45, "high": high, "seeds": seeds, "verdict": "x"}
-    return {"study": "s", "reference_mu": 5.5, "metric": "accuracy", "target_accuracy": 0.65, "pipeline": [{"trial_number": 0}],
-            "configurations": [_config(0, 1, 1, 128, 2.5e-5, seeds, censored, True), _config(1, 1, 1, 128, 5e-5, seeds, censored),
-                               _config(2, 1, 1, 128, 1e-4, seeds), _config(3, 40.0, 5.0, 1024, 2.5e-5, seeds)],
-            "tuned_lr": {"on_policy_by_lr": on, "on_policy_best_lr": 5e-5, "on_policy_best_trial": 1, "on_policy_best_lr_bounded": True,
-                         "tuned": [{"trial_number": 3, "lr": 2.5e-5, "x": 40.0, "y": 5.0, "against_tuned": pair,
-                                    "against_tuned_device_time": {**pair, "ratio": 0.5, "low": 0.4, "high": 0.62}}]},
-            "models": [{"model": "thm45", "skill": {"selected": False}}]}
+    return {
+        "study": "s",
+        "reference_mu": 5.5,
+        "metric": "accuracy",
+        "target_accuracy": 0.65,
+        "pipeline": [{"trial_number": 0}],
+        "configurations": [
+            _config(0, 1, 1, 128, 2.5e-5, seeds, censored, True),
+            _config(1, 1, 1, 128, 5e-5, seeds, censored),
+            _config(2, 1, 1, 128, 1e-4, seeds),
+            _config(3, 40.0, 5.0, 1024, 2.5e-5, seeds),
+        ],
+        "tuned_lr": {
+            "on_policy_by_lr": on,
+            "on_policy_best_lr": 5e-5,
+            "on_policy_best_trial": 1,
+            "on_policy_best_lr_bounded": True,
+            "tuned": [
+                {
+                    "trial_number": 3,
+                    "lr": 2.5e-5,
+                    "x": 40.0,
+                    "y": 5.0,
+                    "against_tuned": pair,
+                    "against_tuned_device_time": {**pair, "ratio": 0.5, "low": 0.4, "high": 0.62},
+                }
+            ],
+        },
+        "models": [{"model": "thm45", "skill": {"selected": False}}],
+    }
 
 
 def test_replay_whose_interval_against_tuned_on_policy_excludes_one_is_recommended_with_its_split():
@@ -31,7 +71,10 @@ def test_replay_whose_interval_against_tuned_on_policy_excludes_one_is_recommend
     r = rec["recommended"]
     assert (r["strategy"], r["capacity"], r["replay_ratio"], r["lr"]) == ("uniform", 1024, 5.0, 2.5e-5)
     assert r["workers_per_trainer"] == pytest.approx(5.5 / 5.0) and r["given"]["replay_ratio"] == pytest.approx(5.5)
-    assert rec["saving"]["share"] == pytest.approx(0.4) and (rec["saving"]["low"], rec["saving"]["high"]) == pytest.approx((0.2, 0.55))
+    assert rec["saving"]["share"] == pytest.approx(0.4) and (
+        rec["saving"]["low"],
+        rec["saving"]["high"],
+    ) == pytest.approx((0.2, 0.55))
     assert rec["saving_device_time"]["share"] == pytest.approx(0.5)
     assert "no model beats the null predictors" in rec["skill"]
     assert any("40%" in line and "[20%, 55%]" in line for line in rec["lines"])

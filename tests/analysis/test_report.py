@@ -45,7 +45,10 @@ def test_the_markdown_reads_bottom_line_then_captioned_figures_then_tables(repor
     bottom = lines[2]
     # what it found, on which curve, with its interval and verdict, and the next command with the user's spec
     assert "the demo_prob target" in bottom and "3 paired seeds, 95% interval" in bottom
-    assert re.search(r"y=2 x=[48] \(trial \d\)(, reaches the demo_prob target [\d.]+ with|,) \d\.\d\dx \[\d\.\d\d, \d\.\d\d\]", bottom)
+    assert re.search(
+        r"y=2 x=[48] \(trial \d\)(, reaches the demo_prob target [\d.]+ with|,) \d\.\d\dx \[\d\.\d\d, \d\.\d\d\]",
+        bottom,
+    )
     assert f"`workbench study race {SPEC}`" in bottom or f"`workbench study confirm {SPEC}`" in bottom
     figures_at, first_table = md.index("## Figures"), md.index("\n|")
     assert md.index("**Bottom line.**") < figures_at < first_table
@@ -67,13 +70,13 @@ def test_the_runs_line_says_plainly_how_many_runs_reached_the_target(report):
 def test_the_whatif_section_says_it_re_accounts_the_same_runs(report):
     _, out = report
     md = (out / "report.md").read_text()
-    section = md[md.index("## What if"):]
-    section = section[:section.index("\n## ", 1)]
+    section = md[md.index("## What if") :]
+    section = section[: section.index("\n## ", 1)]
     assert "the same runs, re-accounted (not new measurements)" in section and "Nothing here was run again" in section
     assert "| 5.28 |" in section
     assert "informative pairs)" in section  # every comparison line states its pairs, re-accounted ones too
-    table = md[md.index("## Every configuration"):]
-    assert "informative pairs)" in table[:table.index("\n## ", 1)]
+    table = md[md.index("## Every configuration") :]
+    assert "informative pairs)" in table[: table.index("\n## ", 1)]
 
 
 def test_laws_the_quickstart_grid_cannot_test_are_said_to_be_not_testable(report):
@@ -81,7 +84,10 @@ def test_laws_the_quickstart_grid_cannot_test_are_said_to_be_not_testable(report
     f1 = next(v for v in result["laws"] if v["law"] == "F1")
     assert f1["verdict"] == "not testable"
     md = (out / "report.md").read_text()
-    assert "- **F1** (the compute-optimal replay ratio rises like sqrt(mu)): *not testable*: the grid runs uniform replay at one ratio (y 2)" in md
+    assert (
+        "- **F1** (the compute-optimal replay ratio rises like sqrt(mu)): *not testable*: the grid runs uniform replay at one ratio (y 2)"
+        in md
+    )
     assert "*falsified*." not in md and "*falsified*:" not in md
 
 
@@ -127,11 +133,15 @@ def test_log_axes_label_their_ticks_as_plain_numbers(tmp_path):
 def test_user_strings_are_escaped_in_the_html(report):
     result, out = report
     hostile = {**result, "study": "<script>alert(1)</script>"}
-    figures = {name: plots.Figure(out / f"{name}.png", "a caption with <img src=x onerror=alert(1)>") for name in FIGURES}
+    figures = {
+        name: plots.Figure(out / f"{name}.png", "a caption with <img src=x onerror=alert(1)>") for name in FIGURES
+    }
     page = html_page(hostile, figures, spec="<b>x</b>.yaml")
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;" in page and "&lt;img src=x" in page and "&lt;b&gt;x&lt;/b&gt;.yaml" in page
-    assert markdown(hostile, figures).startswith("# Study `<script>alert(1)</script>`")  # Markdown keeps it: shown as code
+    assert markdown(hostile, figures).startswith(
+        "# Study `<script>alert(1)</script>`"
+    )  # Markdown keeps it: shown as code
 
 
 class _Outline(HTMLParser):
@@ -163,15 +173,22 @@ class _Outline(HTMLParser):
     def handle_data(self, data):
         if self.caption is not None:
             self.caption += data
-        elif self.stack and self.stack[-1] == "bottom-line" and data.strip() and self.items[-1] == ("section", "bottom-line"):
+        elif (
+            self.stack
+            and self.stack[-1] == "bottom-line"
+            and data.strip()
+            and self.items[-1] == ("section", "bottom-line")
+        ):
             self.items.append(("text", data.strip()))
 
 
-LAYOUT = ("<script>window.addEventListener('load',()=>{const top=e=>e?Math.round(e.getBoundingClientRect().top+scrollY):-1;"
-          "const figs=[...document.querySelectorAll('figure')];document.body.setAttribute('data-layout',JSON.stringify({"
-          "bottom:top(document.querySelector('#bottom-line')),firstFigure:top(figs[0]),lastFigure:top(figs[figs.length-1]),"
-          "firstTable:top(document.querySelector('table')),images:figs.map(f=>{const i=f.querySelector('img');"
-          "return [i.complete&&i.naturalWidth>0,Math.round(i.getBoundingClientRect().height)]})}));});</script>")
+LAYOUT = (
+    "<script>window.addEventListener('load',()=>{const top=e=>e?Math.round(e.getBoundingClientRect().top+scrollY):-1;"
+    "const figs=[...document.querySelectorAll('figure')];document.body.setAttribute('data-layout',JSON.stringify({"
+    "bottom:top(document.querySelector('#bottom-line')),firstFigure:top(figs[0]),lastFigure:top(figs[figs.length-1]),"
+    "firstTable:top(document.querySelector('table')),images:figs.map(f=>{const i=f.querySelector('img');"
+    "return [i.complete&&i.naturalWidth>0,Math.round(i.getBoundingClientRect().height)]})}));});</script>"
+)
 
 
 def chromium() -> str | None:
@@ -184,9 +201,18 @@ def test_report_html_in_headless_chromium_reads_bottom_line_then_captioned_figur
     _, out = report
     probed = tmp_path / "report.html"
     probed.write_text((out / "report.html").read_text().replace("</body>", LAYOUT + "</body>"))
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-             "--window-size=1400,900", "--virtual-time-budget=5000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1400,900",
+        "--virtual-time-budget=5000",
+    ]
     dom = subprocess.run([browser, *flags, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
     layout = re.search(r'data-layout="([^"]*)"', dom.stdout)
     assert layout, dom.stderr[-2000:]
@@ -202,7 +228,11 @@ def test_report_html_in_headless_chromium_reads_bottom_line_then_captioned_figur
     assert all(items[i][1] == "figures" for i in figures) and all(items[i][1] == "tables" for i in tables)
     for n, i in enumerate(figures, 1):  # each figure: its image, then its caption
         assert items[i + 1] == ("img", "data:image/png;base64")
-        assert items[i + 2][0] == "figcaption" and items[i + 2][1].startswith(f"Figure {n}. ") and len(items[i + 2][1]) > 80
+        assert (
+            items[i + 2][0] == "figcaption"
+            and items[i + 2][1].startswith(f"Figure {n}. ")
+            and len(items[i + 2][1]) > 80
+        )
     # as laid out at 1400 px: the same order down the page, every image drawn, none squashed
     drawn = json.loads(html.unescape(layout.group(1)))
     assert 0 <= drawn["bottom"] < drawn["firstFigure"] <= drawn["lastFigure"] < drawn["firstTable"]

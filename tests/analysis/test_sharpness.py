@@ -55,15 +55,23 @@ def study(arm: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
             runs.append({"run_id": run_id, "trial_number": trial, "seed": seed, "baseline": baseline, "arm": "sampler"})
             steps = np.arange(STEPS + 1, dtype=float)
             h = 0.2 + np.exp(-steps / tau)
-            entropy += [{"run_id": run_id, "step": int(s), "entropy": float(v)}
-                        for s, v in zip(steps, h + 0.01 * rng.standard_normal(len(steps)))]
+            entropy += [
+                {"run_id": run_id, "step": int(s), "entropy": float(v)}
+                for s, v in zip(steps, h + 0.01 * rng.standard_normal(len(steps)))
+            ]
             for i, step in enumerate(range(0, STEPS + 1, EVAL_EVERY)):
-                row = {"run_id": run_id, "step": step, "units": float(step),
-                       "accuracy": float(greedy(step, learn) + 0.008 * rng.standard_normal()),
-                       "demo_prob": float(demo_prob(h[step], skill) * math.exp(0.01 * rng.standard_normal()))}
+                row = {
+                    "run_id": run_id,
+                    "step": step,
+                    "units": float(step),
+                    "accuracy": float(greedy(step, learn) + 0.008 * rng.standard_normal()),
+                    "demo_prob": float(demo_prob(h[step], skill) * math.exp(0.01 * rng.standard_normal())),
+                }
                 for t in TEMPERATURES:  # sampling at T costs accuracy in proportion to T times the entropy
                     value = row["accuracy"] - 0.25 * t * h[step]
-                    row[tracking.CURVE_MEAN_AT_K_AT_T.format(t)] = value if i % SAMPLE_EVERY == 0 or step == STEPS else None
+                    row[tracking.CURVE_MEAN_AT_K_AT_T.format(t)] = (
+                        value if i % SAMPLE_EVERY == 0 or step == STEPS else None
+                    )
                 curves.append(row)
     curves = pd.DataFrame(curves)
     curves["reading"] = curves["demo_prob"]
@@ -82,8 +90,11 @@ def read(arm: str) -> dict:
 
 def test_arms_that_differ_only_in_sharpness_read_the_same_at_equal_entropy_though_one_saves_compute():
     runs, curves, entropy = study("sharper")
-    saving = next(r for r in by_reading(curves, runs, "demo_prob", TARGET, "interpolated", 0.7)
-                  if r["reading"] == "demo_prob" and not r["baseline"])
+    saving = next(
+        r
+        for r in by_reading(curves, runs, "demo_prob", TARGET, "interpolated", 0.7)
+        if r["reading"] == "demo_prob" and not r["baseline"]
+    )
     assert saving["ratio"] < 0.7 and saving["ratio_ci_high"] < 1  # on the study's curve: a resolved "saving"
     h, source = entropy_at_evaluations(curves, entropy)
     assert source == "training steps' fresh rollouts"
@@ -137,7 +148,9 @@ def test_each_arm_is_read_at_its_best_temperature():
     assert rows[1]["by_temperature"]["1"] < rows[0]["by_temperature"]["1"]
     assert rows[1]["ratio_ci_low"] < 1 < rows[1]["ratio_ci_high"] and rows[1]["baseline_best_temperature"] == 0.0
     # where a temperature reaches the target first, it is that arm's best
-    faster = curves.assign(**{tracking.CURVE_MEAN_AT_K_AT_T.format(0.5): curves[tracking.CURVE_MEAN_AT_K_AT_T.format(0.5)] + 0.3})
+    faster = curves.assign(
+        **{tracking.CURVE_MEAN_AT_K_AT_T.format(0.5): curves[tracking.CURVE_MEAN_AT_K_AT_T.format(0.5)] + 0.3}
+    )
     rows = {r["trial_number"]: r for r in best_temperature(faster, runs, 0.55, "interpolated")}
     assert rows[0]["best_temperature"] == rows[1]["best_temperature"] == 0.5
 
@@ -174,7 +187,9 @@ def test_the_report_section_gives_every_reading_and_the_verdict_in_words():
     assert "- Trial 1 (-): **sharpness**: the saving vanishes where entropy is held equal" in lines
     assert "| 0 (on-policy) |" in lines and "T 0.5" in lines  # compute to target at each temperature
     assert "Not logged" not in lines
-    missing = sharpness_section({"configurations": [], "skill_or_sharpness": read("sharper") | {"missing": ["the sampling entropy"]}})
+    missing = sharpness_section(
+        {"configurations": [], "skill_or_sharpness": read("sharper") | {"missing": ["the sampling entropy"]}}
+    )
     assert "Not logged by these runs: the sampling entropy." in missing
 
 
@@ -187,7 +202,10 @@ def test_the_report_reads_skill_or_sharpness_from_a_study(study):
     assert {c["trial_number"] for c in s["comparisons"]} == {1, 2}
     assert all(c["verdict"] in ("skill", "sharpness", "unresolved") and c["why"] for c in s["comparisons"])
     text = tables(result)
-    assert "## Skill or sharpness" in text and "Not logged by these runs: sampled pass@1 at other decoding temperatures" in text
+    assert (
+        "## Skill or sharpness" in text
+        and "Not logged by these runs: sampled pass@1 at other decoding temperatures" in text
+    )
     json.dumps(result, default=float)  # analysis.json holds it
 
 
@@ -203,5 +221,7 @@ def test_the_report_also_reads_skill_or_sharpness_against_on_policy_at_its_best_
     assert [c["trial_number"] for c in tuned["comparisons"]] == [1]
     assert tuned["comparisons"][0]["study_curve"]["ratio"] > 1.2  # slower than the tuned baseline, ~1.1 / 0.8
     text = tables(result)
-    assert "Against on-policy at its best learning rate (lr 5e-05, trial 2; at an end of the learning rates tried" in text
+    assert (
+        "Against on-policy at its best learning rate (lr 5e-05, trial 2; at an end of the learning rates tried" in text
+    )
     json.dumps(result, default=float)

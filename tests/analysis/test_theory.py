@@ -19,14 +19,21 @@ from analysis.theory import (
     y_star,
 )
 
-GRID = [(mu, rho, alpha) for mu in (0.8, 2.0, 5.28, 6.84) for rho in (0.05, 0.1, 1.0) for alpha in (0.05, 0.1, 0.2, 0.3, 0.45)]
+GRID = [
+    (mu, rho, alpha)
+    for mu in (0.8, 2.0, 5.28, 6.84)
+    for rho in (0.05, 0.1, 1.0)
+    for alpha in (0.05, 0.1, 0.2, 0.3, 0.45)
+]
 
 
 def argmin_log(f, lo=-12.0, hi=14.0, n=53) -> float:
     """Minimise f(t) over t in [lo, hi]: a coarse grid, then bounded Brent around the best grid point."""
     grid = np.linspace(lo, hi, n)
     k = int(np.argmin([f(t) for t in grid]))
-    r = optimize.minimize_scalar(f, bounds=(grid[max(k - 1, 0)], grid[min(k + 1, n - 1)]), method="bounded", options={"xatol": 1e-13})
+    r = optimize.minimize_scalar(
+        f, bounds=(grid[max(k - 1, 0)], grid[min(k + 1, n - 1)]), method="bounded", options={"xatol": 1e-13}
+    )
     return r.x
 
 
@@ -61,7 +68,9 @@ def test_J_is_minimised_at_y_star_for_fixed_x(mu, rho, alpha):
         for f in (0.9, 0.99, 1.01, 1.1):
             assert objective_J(x, ys * f, mu, rho, s) > j
         assert j == pytest.approx(float(reduced_objective_I(x, mu, rho, s)), rel=1e-12)
-        assert math.exp(argmin_log(lambda ly: float(objective_J(x, math.exp(ly), mu, rho, s)), -8, 8)) == pytest.approx(ys, rel=1e-6)
+        assert math.exp(argmin_log(lambda ly: float(objective_J(x, math.exp(ly), mu, rho, s)), -8, 8)) == pytest.approx(
+            ys, rel=1e-6
+        )
 
 
 def test_limits_of_the_closed_form():
@@ -83,8 +92,14 @@ def test_limits_of_the_closed_form():
 
 @pytest.mark.parametrize(
     "mu, rho, alpha, y, x",
-    [(5.28, 0.1, 0.1, 5.58, 14.3), (5.28, 0.1, 0.2, 3.97, 4.27), (5.28, 1.0, 0.1, 1.96, 2.65), (5.28, 1.0, 0.2, 1.59, 0.92),
-     (6.84, 0.1, 0.2, 4.71, 4.80), (2.0, 0.1, 0.2, 2.00, 2.50)],
+    [
+        (5.28, 0.1, 0.1, 5.58, 14.3),
+        (5.28, 0.1, 0.2, 3.97, 4.27),
+        (5.28, 1.0, 0.1, 1.96, 2.65),
+        (5.28, 1.0, 0.2, 1.59, 0.92),
+        (6.84, 0.1, 0.2, 4.71, 4.80),
+        (2.0, 0.1, 0.2, 2.00, 2.50),
+    ],
 )
 def test_reference_table_of_replay_papers(mu, rho, alpha, y, x):
     xc, yc = closed_form_optimum(mu, rho, alpha)
@@ -94,8 +109,9 @@ def test_reference_table_of_replay_papers(mu, rho, alpha, y, x):
 def test_distinct_draws_drop_the_duplicate_term():
     s = power_law_sigma_bar_sq(0.2)
     assert float(y_star(4.0, 5.28, 0.1, with_replacement=False)) == pytest.approx(math.sqrt(5.28 / 0.1))
-    assert variance_term(4, 2, 0.1, s, batch_size=128, with_replacement=True) - variance_term(4, 2, 0.1, s, 128, with_replacement=False) \
-        == pytest.approx(float(s(4)) / (4 * 64))
+    assert variance_term(4, 2, 0.1, s, batch_size=128, with_replacement=True) - variance_term(
+        4, 2, 0.1, s, 128, with_replacement=False
+    ) == pytest.approx(float(s(4)) / (4 * 64))
 
 
 def test_noise_averages_and_theorem_4_4():

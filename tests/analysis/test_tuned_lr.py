@@ -16,10 +16,24 @@ def _runs(table=TABLE, seeds=(0, 1, 2, 3)) -> pd.DataFrame:
     for number, ((x, y, lr), c) in enumerate(table.items()):
         for s in seeds:
             wobble = 1 + 0.02 * (s - 1.5)  # the same factor on every arm: paired ratios are exact
-            rows.append({"trial_number": number, "seed": s, "x": float(x), "y": float(y), "capacity": 128 * x // y,
-                         "ratio": float(y), "horizon": math.nan, "strategy": "uniform", "lr": lr,
-                         "baseline": number == 0, "arm": "sampler", "censored": 0, "total_units": 150.0,
-                         "compute_to_target": c * wobble})
+            rows.append(
+                {
+                    "trial_number": number,
+                    "seed": s,
+                    "x": float(x),
+                    "y": float(y),
+                    "capacity": 128 * x // y,
+                    "ratio": float(y),
+                    "horizon": math.nan,
+                    "strategy": "uniform",
+                    "lr": lr,
+                    "baseline": number == 0,
+                    "arm": "sampler",
+                    "censored": 0,
+                    "total_units": 150.0,
+                    "compute_to_target": c * wobble,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -67,7 +81,10 @@ def test_an_asynchronous_study_is_also_paired_in_wall_time_against_the_tuned_que
     base = {1e-5: 30.0, 1e-4: 20.0}
     wall = {r.run_id: (base[r.lr] if r.x == 1 else 12.0) for r in runs.itertuples()}
     (cell,) = tuned_lr(runs, wall)["tuned"]
-    assert cell["against_tuned_device_time"]["ratio"] == pytest.approx(0.6) and cell["against_tuned_device_time"]["seeds"] == 4
+    assert (
+        cell["against_tuned_device_time"]["ratio"] == pytest.approx(0.6)
+        and cell["against_tuned_device_time"]["seeds"] == 4
+    )
     assert "against_tuned_device_time" not in tuned_lr(runs)["tuned"][0]  # a synchronous study: compute only
 
 
@@ -76,30 +93,94 @@ def test_asynchronous_runs_are_read_in_the_models_coordinates():
     x = N·y/B; synchronous runs keep their configured knobs."""
     from analysis.data import emergent_ratios
 
-    rows = [{"trial_number": 0, "pipeline": "async", "strategy": "queue", "capacity": 128, "batch_size": 128,
-             "ratio": 1.0, "x": 1.0, "y": 1.0, "fresh_per_step": 128.0, "replay_ratio_measured": 1.0}]
-    rows += [{"trial_number": 1, "pipeline": "async", "strategy": "uniform", "capacity": 1024, "batch_size": 128,
-              "ratio": 1.0, "x": 8.0, "y": 1.0, "fresh_per_step": 128.0, "replay_ratio_measured": m} for m in (4.0, 5.0, 6.5)]
-    rows += [{"trial_number": 2, "pipeline": "sync", "strategy": "uniform", "capacity": 512, "batch_size": 128,
-              "ratio": 2.0, "x": 8.0, "y": 2.0, "fresh_per_step": 64.0, "replay_ratio_measured": 2.0}]
+    rows = [
+        {
+            "trial_number": 0,
+            "pipeline": "async",
+            "strategy": "queue",
+            "capacity": 128,
+            "batch_size": 128,
+            "ratio": 1.0,
+            "x": 1.0,
+            "y": 1.0,
+            "fresh_per_step": 128.0,
+            "replay_ratio_measured": 1.0,
+        }
+    ]
+    rows += [
+        {
+            "trial_number": 1,
+            "pipeline": "async",
+            "strategy": "uniform",
+            "capacity": 1024,
+            "batch_size": 128,
+            "ratio": 1.0,
+            "x": 8.0,
+            "y": 1.0,
+            "fresh_per_step": 128.0,
+            "replay_ratio_measured": m,
+        }
+        for m in (4.0, 5.0, 6.5)
+    ]
+    rows += [
+        {
+            "trial_number": 2,
+            "pipeline": "sync",
+            "strategy": "uniform",
+            "capacity": 512,
+            "batch_size": 128,
+            "ratio": 2.0,
+            "x": 8.0,
+            "y": 2.0,
+            "fresh_per_step": 64.0,
+            "replay_ratio_measured": 2.0,
+        }
+    ]
     runs = emergent_ratios(pd.DataFrame(rows))
-    assert runs.loc[0, ["strategy", "x", "y"]].tolist() == ["uniform", 1.0, 1.0] and runs.loc[0, "strategy_run"] == "queue"
-    assert set(runs.loc[1:3, "y"]) == {5.0} and set(runs.loc[1:3, "x"]) == {40.0} and set(runs.loc[1:3, "fresh_per_step"]) == {25.6}
+    assert (
+        runs.loc[0, ["strategy", "x", "y"]].tolist() == ["uniform", 1.0, 1.0] and runs.loc[0, "strategy_run"] == "queue"
+    )
+    assert (
+        set(runs.loc[1:3, "y"]) == {5.0}
+        and set(runs.loc[1:3, "x"]) == {40.0}
+        and set(runs.loc[1:3, "fresh_per_step"]) == {25.6}
+    )
     assert runs.loc[4, ["x", "y"]].tolist() == [8.0, 2.0]
 
 
 def _split_runs() -> pd.DataFrame:
     """On-policy at two lrs, and prioritized replay split into its parts: the skip alone (replay_fraction 0) and the
     skip with replay (0.5), each at two lrs. Per seed: on-policy 100/80, the skip 70/60, replay 50/45."""
-    table = {("uniform", "", 1e-5): 100.0, ("uniform", "", 1e-4): 80.0,
-             ("prioritized", "replay_fraction=0", 1e-5): 70.0, ("prioritized", "replay_fraction=0", 1e-4): 60.0,
-             ("prioritized", "replay_fraction=0.5", 1e-5): 50.0, ("prioritized", "replay_fraction=0.5", 1e-4): 45.0}
+    table = {
+        ("uniform", "", 1e-5): 100.0,
+        ("uniform", "", 1e-4): 80.0,
+        ("prioritized", "replay_fraction=0", 1e-5): 70.0,
+        ("prioritized", "replay_fraction=0", 1e-4): 60.0,
+        ("prioritized", "replay_fraction=0.5", 1e-5): 50.0,
+        ("prioritized", "replay_fraction=0.5", 1e-4): 45.0,
+    }
     rows = []
     for number, ((strategy, variant, lr), c) in enumerate(table.items()):
         for s in range(4):
-            rows.append({"trial_number": number, "seed": s, "x": 1.0, "y": 1.0, "capacity": 128, "ratio": 1.0,
-                         "horizon": math.nan, "strategy": strategy, "variant": variant, "lr": lr, "baseline": number == 0,
-                         "arm": "sampler", "censored": 0, "total_units": 150.0, "compute_to_target": c * (1 + 0.02 * s)})
+            rows.append(
+                {
+                    "trial_number": number,
+                    "seed": s,
+                    "x": 1.0,
+                    "y": 1.0,
+                    "capacity": 128,
+                    "ratio": 1.0,
+                    "horizon": math.nan,
+                    "strategy": strategy,
+                    "variant": variant,
+                    "lr": lr,
+                    "baseline": number == 0,
+                    "arm": "sampler",
+                    "censored": 0,
+                    "total_units": 150.0,
+                    "compute_to_target": c * (1 + 0.02 * s),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -116,11 +197,14 @@ def test_a_strategy_split_by_its_own_knob_is_two_cells_each_at_its_best_lr_and_c
 
 def test_variants_name_only_the_strategy_knobs_that_differ_within_the_study():
     from analysis.data import strategy_shown, variants
-    runs = pd.DataFrame([
-        {"strategy": "uniform", "strategy_knobs": {}},
-        {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.0", "alpha": "0.5"}},
-        {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.5", "alpha": "0.5"}},
-    ])
+
+    runs = pd.DataFrame(
+        [
+            {"strategy": "uniform", "strategy_knobs": {}},
+            {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.0", "alpha": "0.5"}},
+            {"strategy": "prioritized", "strategy_knobs": {"replay_fraction": "0.5", "alpha": "0.5"}},
+        ]
+    )
     out = variants(runs)
     assert list(out["variant"]) == ["", "replay_fraction=0", "replay_fraction=0.5"] and "strategy_knobs" not in out
     assert strategy_shown(out.iloc[1]) == {"strategy": "prioritized", "replay_fraction": "0"}

@@ -9,8 +9,12 @@ PROBE = "from workbench.backends.allocator import keep_freed_memory as k; print(
 
 
 def _probe(**env) -> str:
-    clean = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_") and key != "WORKBENCH_MALLOC"}
-    return subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, check=True, capture_output=True, text=True).stdout.split()
+    clean = {
+        key: value for key, value in os.environ.items() if not key.startswith("MALLOC_") and key != "WORKBENCH_MALLOC"
+    }
+    return subprocess.run(
+        [sys.executable, "-c", PROBE], env={**clean, **env}, check=True, capture_output=True, text=True
+    ).stdout.split()
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

@@ -65,9 +65,18 @@ def _tiny(config, tmp_path, name):
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen2"])
 def test_static_decoding_matches_other_llama_family_models(family, tmp_path):
     tok = build_char_tokenizer()
-    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                  bos_token_id=tok.bos_token_id)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
     config = LlamaConfig(**common) if family == "llama_gqa" else Qwen2Config(**common)  # qwen2: q/k/v biases
     model = _tiny(config, tmp_path, family)
     assert supports(model) is None
@@ -75,7 +84,9 @@ def test_static_decoding_matches_other_llama_family_models(family, tmp_path):
     for greedy in (True, False):
         kw = dict(max_new_tokens=9, greedy=greedy)
         ref = sample(model, tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
-        got = StaticDecoder(model, compiled=False).sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+        got = StaticDecoder(model, compiled=False).sample(
+            tok, prompts, generator=torch.Generator().manual_seed(5), **kw
+        )
         _agree(ref, got, atol=1e-5)
 
 
@@ -89,7 +100,9 @@ def test_unsupported_models_decode_with_transformers_or_fail_clearly(tmp_path):
         make_sampler(model, "static", tmp_path)
 
 
-needs_compiler = pytest.mark.skipif(compile_available() is not None, reason="AOTInductor unavailable here (no C++ compiler)")
+needs_compiler = pytest.mark.skipif(
+    compile_available() is not None, reason="AOTInductor unavailable here (no C++ compiler)"
+)
 
 
 def _packages(cache: Path) -> list[Path]:
@@ -160,7 +173,9 @@ def test_a_built_step_is_loaded_by_a_new_process_without_compiling(aot_cache):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), os.environ.get("PYTHONPATH", "")])}
     outs = []
     for mode in ("build", "load") if not _packages(tmp_path) else ("load", "load"):
-        proc = subprocess.run([sys.executable, "-c", code, str(tmp_path), mode], capture_output=True, text=True, env=env, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path), mode], capture_output=True, text=True, env=env, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(proc.stdout.strip().splitlines()[-1])
     assert outs[0] == outs[1] and len(_packages(tmp_path)) in (1, 2)  # greedy (and the sampled one of the test above)
@@ -180,7 +195,10 @@ def test_a_step_that_cannot_compile_decodes_eagerly_with_one_warning(tmp_path, m
     decoder = StaticDecoder(model, compiled=True, cache_dir=tmp_path)
     with caplog.at_level("WARNING", logger="workbench.backends.decode"):
         outs = [decoder.sample(tok, prompts, **kw) for _ in range(2)]
-    assert not decoder.compiled and caplog.text.count("compiling the decode step failed (RuntimeError: no compiler here)") == 1
+    assert (
+        not decoder.compiled
+        and caplog.text.count("compiling the decode step failed (RuntimeError: no compiler here)") == 1
+    )
     assert not _packages(tmp_path)  # nothing half-built left behind
     for out in outs:
         _agree(eager, out, atol=0)

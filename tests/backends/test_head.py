@@ -22,8 +22,16 @@ def test_token_micro_batches_are_consecutive_and_bounded():
 
 def _model(vocab: int, dtype=torch.float32):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).to(dtype).eval()
 
 
@@ -41,8 +49,15 @@ def test_bounded_scoring_gives_the_one_pass_values(packing, dtype):
     prompts, completions = _batch(997, 12, 4, 5, 20)
     with torch.no_grad():
         whole = score(model, prompts, completions, temperature=0.7, with_entropy=True, packing=packing)
-        bounded = score(model, prompts, completions, temperature=0.7, with_entropy=True, packing=packing,
-                        scoring_mib=30 * 997 * 4 / 2**20)  # 30 tokens a micro-batch, heads of 15: ~8 micro-batches
+        bounded = score(
+            model,
+            prompts,
+            completions,
+            temperature=0.7,
+            with_entropy=True,
+            packing=packing,
+            scoring_mib=30 * 997 * 4 / 2**20,
+        )  # 30 tokens a micro-batch, heads of 15: ~8 micro-batches
     atol = 1e-5 if dtype == torch.float32 else 1e-2
     assert torch.equal(whole[1], bounded[1])
     assert torch.allclose(whole[0], bounded[0], atol=atol) and whole[0].abs().sum() > 1

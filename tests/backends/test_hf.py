@@ -70,7 +70,9 @@ def test_bucketed_scoring_gives_the_padded_batch_loss_and_gradients(monkeypatch)
     grads, values = [], []
     for bucketed in (False, True):
         model.zero_grad()
-        logp, mask, entropy = score(model, out.prompt_ids, completions, pad_id=tok.pad_token_id, with_entropy=True, bucketed=bucketed)
+        logp, mask, entropy = score(
+            model, out.prompt_ids, completions, pad_id=tok.pad_token_id, with_entropy=True, bucketed=bucketed
+        )
         loss = -(logp * mask).sum() / mask.sum()  # token mean, as the objectives aggregate
         loss.backward()
         values.append((logp.detach(), mask, entropy, float(loss)))
@@ -95,8 +97,16 @@ def test_shared_prompt_scoring_gives_the_padded_batch_loss_and_gradients(monkeyp
     results = []
     for shared, bucketed in ((False, False), (True, False), (True, True)):
         model.zero_grad()
-        logp, mask, entropy = score(model, out.prompt_ids, completions, pad_id=tok.pad_token_id, temperature=0.7,
-                                    with_entropy=True, bucketed=bucketed, shared_prompts=shared)
+        logp, mask, entropy = score(
+            model,
+            out.prompt_ids,
+            completions,
+            pad_id=tok.pad_token_id,
+            temperature=0.7,
+            with_entropy=True,
+            bucketed=bucketed,
+            shared_prompts=shared,
+        )
         loss = -(logp * mask).sum() / mask.sum()
         loss.backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])

@@ -61,9 +61,18 @@ def test_packed_scoring_gives_the_padded_batch_values_and_gradients(rope, monkey
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen2"])
 def test_packed_scoring_matches_other_llama_family_models(family, tmp_path):
     tok = build_char_tokenizer()
-    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                  bos_token_id=tok.bos_token_id)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
     config = LlamaConfig(**common) if family == "llama_gqa" else Qwen2Config(**common)  # qwen2: q/k/v biases
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / family)
@@ -75,7 +84,9 @@ def test_packed_scoring_matches_other_llama_family_models(family, tmp_path):
 def test_models_packing_does_not_know_take_the_padded_path(tmp_path, monkeypatch):
     tok = build_char_tokenizer()
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64)).save_pretrained(tmp_path / "g")
+    AutoModelForCausalLM.from_config(
+        GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64)
+    ).save_pretrained(tmp_path / "g")
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "g", local_files_only=True, dtype=torch.float32)
     assert "gpt2" in packed.supports(model)
     prompts = encode_prompts(tok, ["1+2=", "12+345="])
@@ -87,7 +98,6 @@ def test_models_packing_does_not_know_take_the_padded_path(tmp_path, monkeypatch
     assert "dropout" in packed.supports(llama)
     llama.eval()
     assert packed.supports(llama) is None  # dropout is off outside training
-
 
 
 def test_a_bf16_projection_is_turned_by_the_fp32_complex_rope():

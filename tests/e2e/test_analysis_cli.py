@@ -21,14 +21,18 @@ from support.servers import require
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    spec = toy_spec(tmp, n_trials=3, seeds=2, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}})
+    spec = toy_spec(
+        tmp, n_trials=3, seeds=2, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}}
+    )
     run = run_cli(["study", "run", str(spec)], tmp)
     assert run.returncode == 0, run.stderr[-3000:]
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     analyze = run_cli(["analyze", str(spec), "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
     assert analyze.returncode == 0, analyze.stderr[-3000:]
     assert "predicted optimum: x" in analyze.stdout
-    report = run_cli(["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "5", "--out", str(tmp / "out")], tmp)
+    report = run_cli(
+        ["report", "--study", "toy", "--tracking-uri", uri, "--bootstrap", "5", "--out", str(tmp / "out")], tmp
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     return tmp / "out", uri
 
@@ -39,7 +43,9 @@ def test_analysis_json_matches_what_mlflow_holds(report_dir):
     result = json.loads((out / "analysis.json").read_text())
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("toy")
-    seeds = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'")
+    seeds = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'FINISHED'"
+    )
     trials = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'trial'")
     assert result["study"] == "toy" and result["n_runs"] == len(seeds) == 6
     assert result["n_configurations"] == len(trials) == 3
@@ -47,7 +53,11 @@ def test_analysis_json_matches_what_mlflow_holds(report_dir):
     # the study's reference mu is tagged on its parent run (and on the baseline's trial run that measured it)
     study_run = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.kind` = 'study'")[0]
     baseline_run = next(t for t in trials if t.data.params["baseline"] == "True")
-    assert result["reference_mu"] == float(study_run.data.tags["workbench.reference_mu"]) == float(baseline_run.data.tags["workbench.reference_mu"])
+    assert (
+        result["reference_mu"]
+        == float(study_run.data.tags["workbench.reference_mu"])
+        == float(baseline_run.data.tags["workbench.reference_mu"])
+    )
     assert sum(c["seeds"] for c in result["configurations"]) == 6
     assert result["n_censored_runs"] == sum(c["censored_seeds"] for c in result["configurations"])
     assert {"alpha", "rho", "tau0", "intervals", "loco", "r2_log"} <= set(result["fit"])
@@ -67,7 +77,15 @@ def test_report_markdown_and_html_hold_the_tables_and_every_figure(report_dir):
     assert f"| alpha | {result['fit']['alpha']:.3g} |" in md
     for c in result["pareto_front"]:
         assert f"| {c['trial_number']} | " in md
-    figures = ["accuracy_vs_compute", "savings", "pareto_front", "heatmap", "predicted_vs_measured", "entropy_vs_compute", "staleness_histogram"]
+    figures = [
+        "accuracy_vs_compute",
+        "savings",
+        "pareto_front",
+        "heatmap",
+        "predicted_vs_measured",
+        "entropy_vs_compute",
+        "staleness_histogram",
+    ]
     for name in figures:
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
@@ -81,7 +99,9 @@ def test_report_markdown_and_html_hold_the_tables_and_every_figure(report_dir):
         if c["seeds"] > 1 and not c["baseline"] and math.isfinite(c["ratio_to_baseline"]):
             assert f"{c['ratio_to_baseline']:.2f} [{c['ratio_ci_low']:.2f}, {c['ratio_ci_high']:.2f}]" in md
     assert "## What this study can and cannot resolve" in md and "What this study can and cannot resolve</h2>" in page
-    assert "Per-run noise by estimator" in md and all(f"| {name} |" in md for name in ("first", "interpolated", "sustained", "fitted"))
+    assert "Per-run noise by estimator" in md and all(
+        f"| {name} |" in md for name in ("first", "interpolated", "sustained", "fitted")
+    )
     # the comparisons read on every curve the runs logged: the study's own at its target
     own = [r for r in result["by_reading"] if r["study_reading"]]
     assert own and all(r["reading"] == result["metric"] and r["target"] == result["target_accuracy"] for r in own)
@@ -99,19 +119,34 @@ def test_report_renders_every_figure_in_headless_chromium(report_dir, tmp_path):
     require(browser is not None, "Chromium (Debian package chromium)")
     out, _ = report_dir
     page = (out / "report.html").read_text()
-    probe = ("<script>window.addEventListener('load',()=>{const i=[...document.images];"
-             "document.body.setAttribute('data-rendered',i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length);});</script>")
+    probe = (
+        "<script>window.addEventListener('load',()=>{const i=[...document.images];"
+        "document.body.setAttribute('data-rendered',i.filter(x=>x.complete&&x.naturalWidth>0).length+'/'+i.length);});</script>"
+    )
     probed = tmp_path / "probe.html"
     probed.write_text(page.replace("</body>", probe + "</body>"))
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
     dom = subprocess.run([browser, *flags, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
     rendered = re.search(r'data-rendered="(\d+)/(\d+)"', dom.stdout)
     assert rendered, dom.stderr[-2000:]
     assert rendered.group(1) == rendered.group(2) == "7"
     shot = tmp_path / "report.png"
-    subprocess.run([browser, *flags, "--window-size=1100,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [browser, *flags, "--window-size=1100,2400", f"--screenshot={shot}", (out / "report.html").as_uri()],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.stat().st_size > 20000
 
 
@@ -125,7 +160,12 @@ def verified(report_dir):
     assert run.returncode == 0, run.stderr[-3000:]
     again = run_cli(["analyze", str(spec), "--bootstrap", "0", "--out", str(tmp / "out_verified")], tmp)
     assert again.returncode == 0, again.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1]), json.loads((tmp / "out_verified" / "analysis.json").read_text()), tmp, uri
+    return (
+        json.loads(run.stdout.strip().splitlines()[-1]),
+        json.loads((tmp / "out_verified" / "analysis.json").read_text()),
+        tmp,
+        uri,
+    )
 
 
 @pytest.mark.slow
@@ -145,7 +185,10 @@ def test_study_verify_runs_the_fitted_optimum_as_a_new_trial_of_the_study(verifi
     # MLflow: a trial run tagged as the predicted arm, under the study's parent, with one finished run per seed.
     client = MlflowClient(uri)
     run = client.get_run(trial.user_attrs["mlflow_run_id"])
-    assert run.data.tags["workbench.arm"] == "predicted" and run.data.tags["mlflow.parentRunId"] == study.user_attrs["mlflow_parent_run_id"]
+    assert (
+        run.data.tags["workbench.arm"] == "predicted"
+        and run.data.tags["mlflow.parentRunId"] == study.user_attrs["mlflow_parent_run_id"]
+    )
     assert run.data.metrics["study/predicted_compute_to_target"] == pytest.approx(v["predicted"])
     seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert sorted(int(r.data.params["seed"]) for r in seeds) == [0, 1]
@@ -187,7 +230,9 @@ def test_study_verify_probe_runs_the_probes_optimum_or_says_why_not(verified):
         assert trial.number == v["trial_number"] and trial.user_attrs["fit"]["probe_run"] == probe_runs[0].info.run_id
         analysis = run_cli(["analyze", str(tmp / "toy.yaml"), "--bootstrap", "0", "--out", str(tmp / "out_probe")], tmp)
         [row] = json.loads((tmp / "out_probe" / "analysis.json").read_text())["probe_verified"]
-        assert analysis.returncode == 0 and row["trial_number"] == v["trial_number"] and row["ratio_to_empirical_best"] > 0
+        assert (
+            analysis.returncode == 0 and row["trial_number"] == v["trial_number"] and row["ratio_to_empirical_best"] > 0
+        )
 
 
 @pytest.mark.slow
@@ -195,14 +240,22 @@ def test_study_confirm_predicted_replicates_each_predicted_optimum_on_the_fresh_
     import optuna
 
     _, _, tmp, _ = verified
-    run = run_cli(["study", "confirm", str(tmp / "toy.yaml"), "--top", "1", "--seeds", "2", "--predicted", "--json"], tmp)
+    run = run_cli(
+        ["study", "confirm", str(tmp / "toy.yaml"), "--top", "1", "--seeds", "2", "--predicted", "--json"], tmp
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     done = json.loads(run.stdout.strip().splitlines()[-1])
     study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp / 'optuna.db'}")
-    predictions = [t for t in study.trials if t.user_attrs.get("arm") in ("predicted", "probe") and t.state.name == "COMPLETE"]
-    assert predictions and all(d["seeds"] == [2, 3] for d in done)  # selection used seeds 0-1: the same fresh seeds for all
+    predictions = [
+        t for t in study.trials if t.user_attrs.get("arm") in ("predicted", "probe") and t.state.name == "COMPLETE"
+    ]
+    assert predictions and all(
+        d["seeds"] == [2, 3] for d in done
+    )  # selection used seeds 0-1: the same fresh seeds for all
     reruns = [c for c in study.trials if c.user_attrs.get("arm") == "confirm" and c.state.name == "COMPLETE"]
-    for t in predictions:  # each predicted optimum re-run once (a prediction equal to a confirmed configuration shares its re-run)
+    for t in (
+        predictions
+    ):  # each predicted optimum re-run once (a prediction equal to a confirmed configuration shares its re-run)
         assert [c.user_attrs["knobs"] for c in reruns].count(t.user_attrs["knobs"]) == 1
     assert any(d["confirms"] == predictions[0].number for d in done)
 
@@ -218,7 +271,9 @@ def test_study_verify_model_runs_a_compared_models_optimum_or_says_why_not(verif
     assert lone.returncode == 2 and lone.stderr.count("\n") == 1 and "--ridge" in lone.stderr
     run = run_cli(["study", "verify", str(tmp / "toy.yaml"), "--model", "best", "--force", "--json"], tmp)
     assert run.returncode == 0, run.stderr[-3000:]
-    if "no prediction:" in run.stdout:  # too few configurations, or the best model's optimum is refused: said, nothing run
+    if (
+        "no prediction:" in run.stdout
+    ):  # too few configurations, or the best model's optimum is refused: said, nothing run
         return
     name = re.match(r"model (\w+) \(leave-one-configuration-out", run.stdout).group(1)
     v = json.loads(run.stdout.strip().splitlines()[-1])
@@ -236,7 +291,9 @@ def test_recommend_through_the_cli_reads_the_study_at_its_mu_and_at_yours(report
     words = run_cli(["recommend", "--study", "toy", "--tracking-uri", uri], out)
     assert words.returncode == 0, words.stderr[-3000:]
     assert words.stdout.startswith(f"recommend at mu {result['reference_mu']:.3g} (from study toy")
-    rec = json.loads(run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, "--json"], out).stdout.splitlines()[-1])
+    rec = json.loads(
+        run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, "--json"], out).stdout.splitlines()[-1]
+    )
     assert rec["source"] == "study" and rec["mu"] == pytest.approx(result["reference_mu"])
     assert ("refused" in rec) != (rec["recommended"] is not None)
     if rec["recommended"] is not None:
@@ -246,13 +303,20 @@ def test_recommend_through_the_cli_reads_the_study_at_its_mu_and_at_yours(report
         else:
             c = next(c for c in result["configurations"] if c["trial_number"] == chosen["trial_number"])
             assert c["ratio_ci_high"] < 1 and rec["saving"]["share"] == pytest.approx(1 - c["ratio_to_baseline"])
-    at = json.loads(run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, "--mu", "5.28", "--split", "3:1", "--json"],
-                            out).stdout.splitlines()[-1])
+    at = json.loads(
+        run_cli(
+            ["recommend", "--study", "toy", "--tracking-uri", uri, "--mu", "5.28", "--split", "3:1", "--json"], out
+        ).stdout.splitlines()[-1]
+    )
     assert at["mu"] == 5.28 and at["study_mu"] == pytest.approx(result["reference_mu"])
     if at["recommended"] is not None:
         assert at["recommended"]["given"]["replay_ratio"] == pytest.approx(5.28 / 3)
         assert any(n.startswith("re-accounted") for n in at["notes"])
-    for argv, field in ((["--split", "0:1"], "--split"), (["--mu", "-1"], "--mu"), (["--gen-seconds", "1"], "--gen-seconds")):
+    for argv, field in (
+        (["--split", "0:1"], "--split"),
+        (["--mu", "-1"], "--mu"),
+        (["--gen-seconds", "1"], "--gen-seconds"),
+    ):
         bad = run_cli(["recommend", "--study", "toy", "--tracking-uri", uri, *argv], out)
         assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and field in bad.stderr
     missing = run_cli(["recommend", "--probe", "0" * 32, "--tracking-uri", uri], out)

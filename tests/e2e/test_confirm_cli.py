@@ -18,7 +18,13 @@ def _study(tmp_path):
 
 
 def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
-    spec = toy_spec(tmp_path, seeds=2, n_trials=3, sampler="grid", search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [2, 4]}})
+    spec = toy_spec(
+        tmp_path,
+        seeds=2,
+        n_trials=3,
+        sampler="grid",
+        search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [2, 4]}},
+    )
     assert run_cli(["study", "run", str(spec)], tmp_path).returncode == 0
 
     # Racing: with 2 seeds nothing is resolved against the leader, so one round adds seed 2 to the leader, the
@@ -32,7 +38,10 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
 
     # On two cores the fresh seeds run side by side, one per core (`--devices`, as a worker's slots).
     two = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
-    proc = run_cli(["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json", *(["--devices", "0,1"] if two else [])], tmp_path)
+    proc = run_cli(
+        ["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json", *(["--devices", "0,1"] if two else [])],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     done = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [d["seeds"] for d in done] == [[3, 4], [3, 4]]  # fresh: selection (the race included) used seeds 0-2
@@ -45,7 +54,9 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("toy")
-    runs = client.search_runs([exp.experiment_id], filter_string="tags.`workbench.arm` = 'confirm' and tags.`workbench.kind` = 'seed'")
+    runs = client.search_runs(
+        [exp.experiment_id], filter_string="tags.`workbench.arm` = 'confirm' and tags.`workbench.kind` = 'seed'"
+    )
     assert sorted(r.data.params["seed"] for r in runs) == ["3", "3", "4", "4"]
     if two:
         assert sorted(r.data.tags.get(tracking.SLOT, "-") for r in runs) == ["cpu 0", "cpu 0", "cpu 1", "cpu 1"]
@@ -62,7 +73,9 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     compare = run_cli(["study", "compare", str(spec)], tmp_path)
     assert compare.returncode == 0 and "ratio to on-policy" in compare.stdout and "(confirms trial" in compare.stdout
     noise = run_cli(["study", "compare", str(spec), "--noise"], tmp_path)
-    assert noise.returncode == 0 and all(name in noise.stdout for name in ("first", "interpolated", "sustained", "fitted"))
+    assert noise.returncode == 0 and all(
+        name in noise.stdout for name in ("first", "interpolated", "sustained", "fitted")
+    )
 
     # The analysis reads the same stores: race seeds merged into their configuration, confirm arms beside.
     from analysis.data import load_study

@@ -39,9 +39,27 @@ def _alive(pid: int) -> bool:
 def test_sigkill_of_an_asynchronous_trial_ends_every_child_within_two_seconds_with_one_line(tmp_path):
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        trial = start_cli(["train", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--set", "pipeline.mode=async",
-                           "--set", "pipeline.trainers=2", "--set", "budget.steps=100000", "--set", "budget.compute_units=null",
-                           "--set", "eval.every=100000"], tmp_path, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        trial = start_cli(
+            [
+                "train",
+                "--tracking-uri",
+                f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "--set",
+                "pipeline.mode=async",
+                "--set",
+                "pipeline.trainers=2",
+                "--set",
+                "budget.steps=100000",
+                "--set",
+                "budget.compute_units=null",
+                "--set",
+                "eval.every=100000",
+            ],
+            tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and "pipeline: async" not in err_path.read_text() and trial.poll() is None:

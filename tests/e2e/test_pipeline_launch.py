@@ -18,8 +18,16 @@ import pytest
 
 from workbench.study.limits import descendants
 
-TRIAL = ["--set", "pipeline.mode=async", "--set", "budget.steps=8", "--set", "budget.compute_units=null",
-         "--set", "eval.every_units=100"]
+TRIAL = [
+    "--set",
+    "pipeline.mode=async",
+    "--set",
+    "budget.steps=8",
+    "--set",
+    "budget.compute_units=null",
+    "--set",
+    "eval.every_units=100",
+]
 
 
 def _port() -> int:
@@ -28,11 +36,31 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(tmp_path, name: str, port: int, nnodes: int, node_rank: int, nproc: int, args: list[str]) -> subprocess.Popen:
+def _launch(
+    tmp_path, name: str, port: int, nnodes: int, node_rank: int, nproc: int, args: list[str]
+) -> subprocess.Popen:
     """`torchrun ... -m workbench.cli train ARGS`, one launcher ("machine"), its output in tmp_path/NAME.{out,err}."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank", str(node_rank),
-           "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "workbench.cli", "train", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node_rank),
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "workbench.cli",
+        "train",
+        "--tracking-uri",
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        *args,
+    ]
     with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
         return subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=err, start_new_session=True)
 
@@ -51,7 +79,9 @@ def _wait(procs: dict[str, subprocess.Popen], tmp_path, timeout: float = 600) ->
 
 
 def _said(tmp_path, names) -> str:
-    return "\n".join(f"--- {n}.{k}\n" + (tmp_path / f"{n}.{k}").read_text()[-3000:] for n in names for k in ("out", "err"))
+    return "\n".join(
+        f"--- {n}.{k}\n" + (tmp_path / f"{n}.{k}").read_text()[-3000:] for n in names for k in ("out", "err")
+    )
 
 
 def _run(tmp_path):
@@ -90,10 +120,13 @@ def test_two_trainers_and_a_generator_launched_on_one_machine_share_every_count(
     assert m["final/steps"] == 4 and m["final/train_rollouts"] == 4 * 128  # both trainers' shards, summed
 
 
-@pytest.mark.parametrize("override, said", [
-    ("pipeline.generators=2", "torchrun launched 2 processes, but pipeline.generators + pipeline.trainers = 3"),
-    ("pipeline.mode=sync", "torchrun launched 2 processes for one trial: set pipeline.mode: async"),
-])
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("pipeline.generators=2", "torchrun launched 2 processes, but pipeline.generators + pipeline.trainers = 3"),
+        ("pipeline.mode=sync", "torchrun launched 2 processes for one trial: set pipeline.mode: async"),
+    ],
+)
 def test_a_launch_that_does_not_fit_the_trial_is_one_line_on_every_rank(tmp_path, override, said):
     procs = {"node0": _launch(tmp_path, "node0", _port(), 1, 0, 2, [*TRIAL, "--set", override])}
     codes = _wait(procs, tmp_path, timeout=300)
@@ -115,7 +148,10 @@ def test_a_generator_machine_lost_mid_trial_ends_the_trial_with_one_line(tmp_pat
             assert all(p.poll() is None for p in procs.values()), _said(tmp_path, procs)
             time.sleep(0.5)
         time.sleep(2)  # training, the generator sampling
-        for pid in [procs["node1"].pid, *descendants(procs["node1"].pid)]:  # the launcher and its generator: the machine gone
+        for pid in [
+            procs["node1"].pid,
+            *descendants(procs["node1"].pid),
+        ]:  # the launcher and its generator: the machine gone
             os.kill(pid, signal.SIGKILL)
         lost = time.monotonic()
         procs["node0"].wait(PEER_TIMEOUT_S + 30)

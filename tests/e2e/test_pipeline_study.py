@@ -15,12 +15,25 @@ from support.toy import TOY, toy_spec
 def test_a_study_over_the_split_and_the_buffer_is_run_analysed_and_reported(tmp_path):
     base = {k: v for k, v in TOY.items() if k != "threads"}
     spec = toy_spec(
-        tmp_path, seeds=2, sampler="grid", n_trials=3,
-        base={**base, "budget": {"compute_units": 8}, "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2}},
-        search_space={"pipeline.mode": {"choices": ["sync", "async"]}, "replay.strategy": {"choices": ["uniform", "queue"]},
-                      "pipeline.generators": {"choices": [1, 2]}, "replay.capacity": {"choices": [16, 64]}},
-        points=[{"pipeline.mode": "async", "replay.strategy": "queue", "pipeline.generators": 1, "replay.capacity": 64},
-                {"pipeline.mode": "async", "replay.strategy": "uniform", "pipeline.generators": 2, "replay.capacity": 64}],
+        tmp_path,
+        seeds=2,
+        sampler="grid",
+        n_trials=3,
+        base={
+            **base,
+            "budget": {"compute_units": 8},
+            "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
+        },
+        search_space={
+            "pipeline.mode": {"choices": ["sync", "async"]},
+            "replay.strategy": {"choices": ["uniform", "queue"]},
+            "pipeline.generators": {"choices": [1, 2]},
+            "replay.capacity": {"choices": [16, 64]},
+        },
+        points=[
+            {"pipeline.mode": "async", "replay.strategy": "queue", "pipeline.generators": 1, "replay.capacity": 64},
+            {"pipeline.mode": "async", "replay.strategy": "uniform", "pipeline.generators": 2, "replay.capacity": 64},
+        ],
     )
     run = run_cli(["study", "run", str(spec)], tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -53,14 +66,31 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
     for s in (1, 4):
         folder = tmp_path / f"s{s}"
         folder.mkdir()
-        specs.append(toy_spec(
-            folder, name=f"regime_s{s}", seeds=2, n_trials=3, **stores,
-            base={**base, "lr": 1e-3, "budget": {"compute_units": 8}, "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
-                  "pipeline": {"mode": "async", "generator_slowdown": s}},
-            search_space={"replay.strategy": {"choices": ["queue", "uniform"]}, "replay.capacity": {"choices": [16, 64]},
-                          "lr": {"choices": [1e-3, 2e-3]}},
-            points=[{"replay.strategy": "queue", "replay.capacity": 16, "lr": 2e-3},
-                    {"replay.strategy": "uniform", "replay.capacity": 64, "lr": 1e-3}]))
+        specs.append(
+            toy_spec(
+                folder,
+                name=f"regime_s{s}",
+                seeds=2,
+                n_trials=3,
+                **stores,
+                base={
+                    **base,
+                    "lr": 1e-3,
+                    "budget": {"compute_units": 8},
+                    "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
+                    "pipeline": {"mode": "async", "generator_slowdown": s},
+                },
+                search_space={
+                    "replay.strategy": {"choices": ["queue", "uniform"]},
+                    "replay.capacity": {"choices": [16, 64]},
+                    "lr": {"choices": [1e-3, 2e-3]},
+                },
+                points=[
+                    {"replay.strategy": "queue", "replay.capacity": 16, "lr": 2e-3},
+                    {"replay.strategy": "uniform", "replay.capacity": 64, "lr": 1e-3},
+                ],
+            )
+        )
         run = run_cli(["study", "run", str(specs[-1])], tmp_path)
         assert run.returncode == 0, run.stderr[-3000:]
     out = tmp_path / "regime"
@@ -73,10 +103,16 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
     for study in result["studies"]:
         arms = {(a["strategy"], a["lr"]): a for a in study["arms"]}
         assert set(arms) == {("queue", 1e-3), ("queue", 2e-3), ("uniform", 1e-3)}
-        assert arms[("queue", 1e-3)]["baseline"] and arms[("queue", 2e-3)]["on_policy"] and arms[("queue", 1e-3)]["y"] == 1
+        assert (
+            arms[("queue", 1e-3)]["baseline"] and arms[("queue", 2e-3)]["on_policy"] and arms[("queue", 1e-3)]["y"] == 1
+        )
         buffer = arms[("uniform", 1e-3)]
         # paired over both seeds: informative pairs, and pairs where neither run reached the target (left out, counted)
-        assert not buffer["on_policy"] and _pairs(buffer["against_tuned"]) == 2 and _pairs(buffer["against_tuned_device_time"]) == 2
+        assert (
+            not buffer["on_policy"]
+            and _pairs(buffer["against_tuned"]) == 2
+            and _pairs(buffer["against_tuned_device_time"]) == 2
+        )
         assert sum(a["tuned_queue"] for a in study["arms"]) == 1
         assert study["recommendation"]["lines"][0].startswith("recommend at mu")
     assert max(a["y_of_split"] for a in slow["arms"]) > max(a["y_of_split"] for a in fast["arms"])
@@ -84,11 +120,17 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
     md = (out / "regime.md").read_text()
     assert "## The crossover" in md and "| queue, lr 0.002 |" in md and "| uniform N 64, lr 0.001 |" in md
     assert (out / "compute_vs_y.png").stat().st_size > 0 and (out / "crossover.png").stat().st_size > 0
-    verify = run_cli(["study", "verify", str(specs[1]), "--force"], tmp_path)  # y emerges: the prediction runs as a split
+    verify = run_cli(
+        ["study", "verify", str(specs[1]), "--force"], tmp_path
+    )  # y emerges: the prediction runs as a split
     assert verify.returncode == 0, verify.stderr[-3000:]
     regime = run_cli(["regime", *map(str, specs), "--out", str(tmp_path / "regime2")], tmp_path)
     assert regime.returncode == 0, regime.stderr[-3000:]
-    predicted = [a for a in json.loads((tmp_path / "regime2" / "regime.json").read_text())["studies"][1]["arms"] if a["arm"] == "predicted"]
+    predicted = [
+        a
+        for a in json.loads((tmp_path / "regime2" / "regime.json").read_text())["studies"][1]["arms"]
+        if a["arm"] == "predicted"
+    ]
     assert len(predicted) == 1 and _pairs(predicted[0]["against_tuned"]) == 2 and predicted[0]["generators"] >= 1
     rec = run_cli(["recommend", str(specs[1]), "--json"], tmp_path)
     assert rec.returncode == 0, rec.stderr[-3000:]

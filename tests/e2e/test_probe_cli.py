@@ -18,8 +18,25 @@ def test_probe_cli_measures_logs_and_predicts_or_says_why_not(tmp_path):
     config = tmp_path / "toy.yaml"
     config.write_text(yaml.safe_dump(over))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
-    proc = run_cli(["probe", "--config", str(config), "--x", "4", "--steps", "14", "--every", "2", "--sketch", "256",
-                    "--tracking-uri", uri, "--json"], tmp_path)
+    proc = run_cli(
+        [
+            "probe",
+            "--config",
+            str(config),
+            "--x",
+            "4",
+            "--steps",
+            "14",
+            "--every",
+            "2",
+            "--sketch",
+            "256",
+            "--tracking-uri",
+            uri,
+            "--json",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 1  # stdout: the JSON only
     out = json.loads(proc.stdout)
@@ -27,8 +44,13 @@ def test_probe_cli_measures_logs_and_predicts_or_says_why_not(tmp_path):
     # progress on stderr, with --json too: the plan, each probe's gradients, the reading of them
     err = proc.stderr.splitlines()
     assert any(line.startswith("probe: 14 steps;") and "gradients of one rollout in all" in line for line in err)
-    assert sum(bool(re.match(r"probe \d+/\d+ \(step \d+\).*: \d+ rollout gradients in ", line)) for line in err) == out["probes"]
-    assert any(line.startswith("probe: reading sigma²(tau)") for line in err) and any(line.startswith("probe: read in ") for line in err)
+    assert (
+        sum(bool(re.match(r"probe \d+/\d+ \(step \d+\).*: \d+ rollout gradients in ", line)) for line in err)
+        == out["probes"]
+    )
+    assert any(line.startswith("probe: reading sigma²(tau)") for line in err) and any(
+        line.startswith("probe: read in ") for line in err
+    )
     assert "Warning" not in proc.stderr  # no third-party warning reaches the user
     p = out["predicted"]
     assert "refused" in p or (p["x"] >= p["y"] >= 1 and p["capacity"] >= 16)
@@ -43,8 +65,30 @@ def test_probe_cli_with_an_lr_sweep_runs_on_policy_at_several_lrs_and_predicts_o
     config = tmp_path / "toy.yaml"
     config.write_text(yaml.safe_dump(over))
     uri = f"sqlite:///{tmp_path / 'store.db'}"
-    proc = run_cli(["probe", "--config", str(config), "--x", "4", "--steps", "14", "--every", "2", "--sketch", "256",
-                    "--lr-sweep", "--target", "0.19", "--sweep-units", "8", "--tracking-uri", uri, "--json"], tmp_path)
+    proc = run_cli(
+        [
+            "probe",
+            "--config",
+            str(config),
+            "--x",
+            "4",
+            "--steps",
+            "14",
+            "--every",
+            "2",
+            "--sketch",
+            "256",
+            "--lr-sweep",
+            "--target",
+            "0.19",
+            "--sweep-units",
+            "8",
+            "--tracking-uri",
+            uri,
+            "--json",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     p = json.loads(proc.stdout.strip().splitlines()[-1])["predicted"]
     sweep = p["lr_sweep"]  # run whether or not the probe's gradients predicted a point

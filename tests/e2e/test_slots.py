@@ -17,10 +17,16 @@ from workbench.study.spec import load_spec
 from support.cli import run_cli
 from support.toy import TOY, toy_spec
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-                                reason="two cores to stand in for two GPUs")
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="two cores to stand in for two GPUs",
+)
 
-BASE = {**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}, "eval": {**TOY["eval"], "every": 4}}
+BASE = {
+    **{k: v for k, v in TOY.items() if k != "threads"},
+    "budget": {"compute_units": None, "steps": 12},
+    "eval": {**TOY["eval"], "every": 4},
+}
 
 
 def _seed_runs(client: MlflowClient, trial_run_id: str):
@@ -36,8 +42,15 @@ def _side_by_side(runs) -> bool:
 
 @pytest.mark.slow
 def test_a_worker_with_two_slots_runs_each_configuration_s_seeds_side_by_side(tmp_path):
-    path = toy_spec(tmp_path, n_trials=2, baseline=False, compute_mu=1.0, seeds=2, base={**BASE, "objective": {"name": "asymre"}},
-                    search_space={"lr": {"choices": [1.0e-4, 1.0e30]}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=2,
+        baseline=False,
+        compute_mu=1.0,
+        seeds=2,
+        base={**BASE, "objective": {"name": "asymre"}},
+        search_space={"lr": {"choices": [1.0e-4, 1.0e30]}},
+    )
     ctx = context(load_spec(path), spec_path=str(path))
     study = create_or_load(ctx)
     study.enqueue_trial({"lr": 1.0e30})  # Adam at 1e30: NaN gradients; a seed's failure fails its trial
@@ -52,7 +65,9 @@ def test_a_worker_with_two_slots_runs_each_configuration_s_seeds_side_by_side(tm
     client = MlflowClient(ctx.tracking_uri)
     runs = _seed_runs(client, trials[1].user_attrs["mlflow_run_id"])
     assert sorted(r.data.tags[tracking.SLOT] for r in runs) == ["cpu 0", "cpu 1"]
-    assert sorted(r.data.tags[tracking.SEED] for r in runs) == ["0", "1"] and all(r.info.status == "FINISHED" for r in runs)
+    assert sorted(r.data.tags[tracking.SEED] for r in runs) == ["0", "1"] and all(
+        r.info.status == "FINISHED" for r in runs
+    )
     assert _side_by_side(runs)
     assert [s["seed"] for s in trials[1].user_attrs["per_seed"]] == [0, 1]  # results in the seeds' order
 
@@ -61,7 +76,9 @@ def test_a_worker_with_two_slots_runs_each_configuration_s_seeds_side_by_side(tm
 def test_the_baseline_that_runs_alone_spreads_its_seeds_over_every_device(tmp_path):
     """`study run --workers 2 --devices 0,1`: one device per worker, but while the baseline runs alone (it sets the
     study's mu and target), its seeds run side by side over both."""
-    path = toy_spec(tmp_path, n_trials=2, seeds=2, base=BASE, search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [4]}})
+    path = toy_spec(
+        tmp_path, n_trials=2, seeds=2, base=BASE, search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [4]}}
+    )
     proc = run_cli(["study", "run", str(path), "--workers", "2", "--devices", "0,1"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ctx = context(load_spec(path), spec_path=str(path))
@@ -71,7 +88,9 @@ def test_the_baseline_that_runs_alone_spreads_its_seeds_over_every_device(tmp_pa
     runs = _seed_runs(client, baseline.user_attrs["mlflow_run_id"])
     assert sorted(r.data.tags[tracking.SLOT] for r in runs) == ["cpu 0", "cpu 1"] and _side_by_side(runs)
     other = next(t for t in trials if not t.user_attrs.get("baseline"))
-    assert all(tracking.SLOT not in r.data.tags for r in _seed_runs(client, other.user_attrs["mlflow_run_id"]))  # one device: in turn
+    assert all(
+        tracking.SLOT not in r.data.tags for r in _seed_runs(client, other.user_attrs["mlflow_run_id"])
+    )  # one device: in turn
 
 
 @pytest.mark.slow
@@ -82,30 +101,47 @@ def test_ctrl_c_to_a_worker_ends_its_side_by_side_seeds_killed_and_takes_its_slo
 
     from support.cli import start_cli
 
-    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0, seeds=2,
-                    base={**BASE, "budget": {"compute_units": None, "steps": 400}, "eval": {**TOY["eval"], "every": 20}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=1,
+        baseline=False,
+        compute_mu=1.0,
+        seeds=2,
+        base={**BASE, "budget": {"compute_units": None, "steps": 400}, "eval": {**TOY["eval"], "every": 20}},
+    )
     ctx = context(load_spec(path), spec_path=str(path))
     create_or_load(ctx)
     with open(tmp_path / "worker.err", "w") as err:
-        worker = start_cli(["study", "worker", str(path), "--devices", "0,1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err,
-                           start_new_session=True)
+        worker = start_cli(
+            ["study", "worker", str(path), "--devices", "0,1"],
+            tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
     client = MlflowClient(ctx.tracking_uri)
     exp = client.get_experiment_by_name("toy").experiment_id
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and worker.poll() is None:
-        running = client.search_runs([exp], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'RUNNING'")
+        running = client.search_runs(
+            [exp], filter_string="tags.`workbench.kind` = 'seed' and attributes.status = 'RUNNING'"
+        )
         if len(running) == 2:
             break
         time.sleep(0.5)
     assert len(running) == 2, (tmp_path / "worker.err").read_text()[-3000:]
-    slots = [int(p) for p in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()]
+    slots = [
+        int(p) for p in subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout.split()
+    ]
     worker.send_signal(signal.SIGINT)  # what the driver forwards on Ctrl-C
     assert worker.wait(timeout=120) == 130, (tmp_path / "worker.err").read_text()[-3000:]
     seeds = client.search_runs([exp], filter_string="tags.`workbench.kind` = 'seed'")
     assert sorted(r.info.status for r in seeds) == ["KILLED", "KILLED"]
     trial = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()[0]
     assert trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted")
-    assert slots and not [p for p in slots if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    assert slots and not [
+        p for p in slots if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z"
+    ]
 
 
 @pytest.mark.slow
@@ -121,7 +157,10 @@ def test_a_slot_whose_process_died_is_started_again_for_the_next_trial(tmp_path)
     MlflowClient(uri).search_experiments()  # the store created once here, as a study's context does before its workers
 
     def jobs():
-        cfgs = [build_config(toy_dict(seed=seed, tracking={"uri": uri}, budget={"compute_units": None, "steps": 2})) for seed in (0, 1)]
+        cfgs = [
+            build_config(toy_dict(seed=seed, tracking={"uri": uri}, budget={"compute_units": None, "steps": 2}))
+            for seed in (0, 1)
+        ]
         return [(cfg, {"run_name": f"seed {cfg.seed}"}) for cfg in cfgs]
 
     try:

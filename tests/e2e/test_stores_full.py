@@ -25,7 +25,12 @@ LIMIT_KB = 2000
 
 def _mount(path) -> bool:
     path.mkdir()
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={LIMIT_KB}k", "tmpfs", str(path)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={LIMIT_KB}k", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def _small_files():
@@ -38,17 +43,28 @@ def test_a_full_disk_stops_the_study_in_one_line_and_a_resume_completes_it(tmp_p
     stores = tmp_path / "stores"
     mounted = _mount(stores)
     try:
-        spec = toy_spec(tmp_path, n_trials=6, storage=f"sqlite:///{stores / 'optuna.db'}",
-                        tracking_uri=f"sqlite:///{stores / 'mlflow.db'}",
-                        base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
-                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
-        full = run_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, timeout=900,
-                       **({} if mounted else {"preexec_fn": _small_files}))
+        spec = toy_spec(
+            tmp_path,
+            n_trials=6,
+            storage=f"sqlite:///{stores / 'optuna.db'}",
+            tracking_uri=f"sqlite:///{stores / 'mlflow.db'}",
+            base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
+            search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}},
+        )
+        full = run_cli(
+            ["study", "run", str(spec), "--workers", "1"],
+            tmp_path,
+            timeout=900,
+            **({} if mounted else {"preexec_fn": _small_files}),
+        )
         errors = [line for line in full.stderr.splitlines() if line.startswith("workbench: error")]
         assert full.returncode == 3, full.stderr[-3000:]
-        assert len(errors) == 1 and errors[0].startswith("workbench: error: the stores' disk is full (") and \
-            "resumes it" in errors[0], errors
-        assert "Traceback" not in full.stderr, full.stderr[full.stderr.index("Traceback") - 2000:][:5000]
+        assert (
+            len(errors) == 1
+            and errors[0].startswith("workbench: error: the stores' disk is full (")
+            and "resumes it" in errors[0]
+        ), errors
+        assert "Traceback" not in full.stderr, full.stderr[full.stderr.index("Traceback") - 2000 :][:5000]
         study = optuna.load_study(study_name="toy", storage=f"sqlite:///{stores / 'optuna.db'}")  # readable
         before = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
         client = MlflowClient(f"sqlite:///{stores / 'mlflow.db'}")

@@ -23,7 +23,19 @@ def test_every_strategy_trains_with_its_defaults(strategy, tmp_path, capsys):
     config = tmp_path / "toy.yaml"
     config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 3}, eval={"every": 3})))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = main(["train", "--config", str(config), "--set", f"replay.strategy={strategy}", "--tracking-uri", uri, "--json", "--quiet"])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(config),
+            "--set",
+            f"replay.strategy={strategy}",
+            "--tracking-uri",
+            uri,
+            "--json",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     result = json.loads(out.out.strip().splitlines()[-1])

@@ -23,7 +23,6 @@ from support.servers import mlflow_server, postgres_server
 from support.toy import TOY, toy_spec
 
 
-
 def complete_trials(study):
     return [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
 
@@ -43,7 +42,9 @@ def assert_accounted_once(study, client: MlflowClient, name: str) -> None:
         run = runs[t.user_attrs["mlflow_run_id"]]
         assert run.data.tags["workbench.trial_number"] == str(t.number)
         assert run.data.tags["mlflow.parentRunId"] == parent
-        seeds = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+        seeds = client.search_runs(
+            [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'"
+        )
         assert len(seeds) >= 1 and all(s.data.tags["workbench.kind"] == "seed" for s in seeds)
         if t.state == TrialState.COMPLETE:
             assert run.info.status == "FINISHED" and len(seeds) == len(t.user_attrs["per_seed"])
@@ -54,7 +55,9 @@ def test_bad_spec_through_the_cli_exits_2_with_one_line_and_creates_nothing(tmp_
     path = toy_spec(tmp_path, sampler="annealing")
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["workbench: error: sampler: unknown 'annealing'; known: tpe, gp, random, grid, qmc, nsga2"]
+    assert proc.stderr.strip().splitlines() == [
+        "workbench: error: sampler: unknown 'annealing'; known: tpe, gp, random, grid, qmc, nsga2"
+    ]
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
 
@@ -64,8 +67,13 @@ def test_bad_spec_through_the_cli_exits_2_with_one_line_and_creates_nothing(tmp_
 @pytest.mark.slow
 def test_study_with_two_workers_on_postgres_and_an_mlflow_server(tmp_path):
     with postgres_server() as pg, mlflow_server(pg["url"]["mlflow"], tmp_path / "artifacts") as uri:
-        path = toy_spec(tmp_path, n_trials=4, storage=pg["url"]["optuna"], tracking_uri=uri,
-                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        path = toy_spec(
+            tmp_path,
+            n_trials=4,
+            storage=pg["url"]["optuna"],
+            tracking_uri=uri,
+            search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}},
+        )
         proc = run_cli(["study", "run", str(path), "--workers", "2"], tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Optuna storage: postgresql+psycopg2://postgres@127.0.0.1" in proc.stdout
@@ -92,12 +100,18 @@ def test_a_postgres_restart_mid_study_loses_no_trial_and_counts_none_twice(tmp_p
     """docs/faults.md: PostgreSQL stopped (fast: connections cut) for 5 s while two workers train, then started
     again; every worker waits it out (`storage.PatientRDBStorage`) and the study completes as if nothing happened."""
     with postgres_server() as pg:
-        path = toy_spec(tmp_path, n_trials=5, storage=pg["url"]["optuna"],
-                        base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
-                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        path = toy_spec(
+            tmp_path,
+            n_trials=5,
+            storage=pg["url"]["optuna"],
+            base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
+            search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}},
+        )
         err_path = tmp_path / "stderr.txt"
         with open(err_path, "w") as err:
-            proc = start_cli(["study", "run", str(path), "--workers", "2"], tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+            proc = start_cli(
+                ["study", "run", str(path), "--workers", "2"], tmp_path, stdout=subprocess.DEVNULL, stderr=err
+            )
         try:
             deadline = time.monotonic() + 300
             while "trial 1 starts" not in err_path.read_text():  # the baseline done, both workers training
@@ -115,8 +129,9 @@ def test_a_postgres_restart_mid_study_loses_no_trial_and_counts_none_twice(tmp_p
         study = optuna.load_study(study_name="toy", storage=pg["url"]["optuna"])
         trials = study.get_trials()
         done = complete_trials(study)
-        assert len(done) == 5 and not [t for t in trials if t.state in (TrialState.FAIL, TrialState.RUNNING)], \
-            [(t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials]
+        assert len(done) == 5 and not [t for t in trials if t.state in (TrialState.FAIL, TrialState.RUNNING)], [
+            (t.number, t.state, t.user_attrs.get("fail_reason")) for t in trials
+        ]
         assert len({tuple(sorted(t.params.items())) for t in done}) == 5  # no configuration trained twice
         assert_accounted_once(study, MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}"), "toy")
 
@@ -128,9 +143,19 @@ def test_a_postgres_restart_mid_study_loses_no_trial_and_counts_none_twice(tmp_p
 def test_a_raising_trial_and_a_nan_trial_fail_with_their_reasons_and_the_worker_goes_on(tmp_path):
     empty = tmp_path / "not-a-model"
     empty.mkdir()
-    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0, sampler="random",
-                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "objective": {"name": "asymre"}, "budget": {"compute_units": None, "steps": 4}},
-                    search_space={"lr": {"choices": [1.0e-4, 1.0e30]}, "model.path": {"choices": [None, str(empty)]}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=1,
+        baseline=False,
+        compute_mu=1.0,
+        sampler="random",
+        base={
+            **{k: v for k, v in TOY.items() if k != "threads"},
+            "objective": {"name": "asymre"},
+            "budget": {"compute_units": None, "steps": 4},
+        },
+        search_space={"lr": {"choices": [1.0e-4, 1.0e30]}, "model.path": {"choices": [None, str(empty)]}},
+    )
     ctx = context(load_spec(path), spec_path=str(path))
     study = create_or_load(ctx)
     study.enqueue_trial({"lr": 1.0e30, "model.path": None})  # Adam at 1e30: NaN gradients
@@ -150,7 +175,9 @@ def test_a_raising_trial_and_a_nan_trial_fail_with_their_reasons_and_the_worker_
     assert_accounted_once(optuna.load_study(study_name="toy", storage=ctx.storage_url), client, "toy")
 
 
-def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float = 300, driver: subprocess.Popen | None = None):
+def wait_for_running_trial(
+    storage_url: str, tracking_uri: str, timeout: float = 300, driver: subprocess.Popen | None = None
+):
     """Poll until some trial is RUNNING and has started training (its seed run exists); return it. Given the
     `driver` (started in its own session), fail at once if it exits, and on a timeout say what its processes were
     doing and what it printed."""
@@ -170,7 +197,9 @@ def wait_for_running_trial(storage_url: str, tracking_uri: str, timeout: float =
     states = [(t.number, t.state.name, sorted(t.user_attrs)) for t in study.get_trials()] if study else "no study"
     if driver is None:
         raise AssertionError(f"timed out waiting for a running trial; trials: {states}")
-    processes = subprocess.run(["ps", "-eo", "pid,ppid,sid,stat,etime,time,wchan:20,args"], capture_output=True, text=True).stdout
+    processes = subprocess.run(
+        ["ps", "-eo", "pid,ppid,sid,stat,etime,time,wchan:20,args"], capture_output=True, text=True
+    ).stdout
     driver.terminate()  # it stops its workers (they run in their own sessions)
     try:
         driver.wait(timeout=60)
@@ -203,21 +232,39 @@ def start_driver(path: Path, tmp_path: Path, sigint) -> subprocess.Popen:
     would start it; it writes to files (a pipe nobody reads could fill and stall it), kept in `driver.logs`."""
     logs = {"stdout": tmp_path / "driver.out", "stderr": tmp_path / "driver.err"}
     with open(logs["stdout"], "w") as out, open(logs["stderr"], "w") as err:
-        driver = start_cli(["study", "run", str(path)], tmp_path, stdout=out, stderr=err, text=True, start_new_session=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+        driver = start_cli(
+            ["study", "run", str(path)],
+            tmp_path,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        )
     driver.logs = logs
     return driver
 
 
 @pytest.mark.slow
 def test_a_sigkilled_worker_is_detected_by_heartbeat_its_trial_retried_and_its_runs_killed(tmp_path):
-    path = toy_spec(tmp_path, n_trials=1, baseline=False, compute_mu=1.0,
-                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 120}, "eval": {**TOY["eval"], "every": 40}},
-                    search_space={"replay.ratio": {"choices": [2]}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=1,
+        baseline=False,
+        compute_mu=1.0,
+        base={
+            **{k: v for k, v in TOY.items() if k != "threads"},
+            "budget": {"compute_units": None, "steps": 120},
+            "eval": {**TOY["eval"], "every": 40},
+        },
+        search_space={"replay.ratio": {"choices": [2]}},
+    )
     ctx = context(load_spec(path), spec_path=str(path))
     create_or_load(ctx)
     env = {"WORKBENCH_HEARTBEAT_INTERVAL": "1", "WORKBENCH_GRACE_PERIOD": "3"}
-    victim = start_cli(["study", "worker", str(path)], tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = start_cli(
+        ["study", "worker", str(path)], tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     killed = wait_for_running_trial(ctx.storage_url, ctx.tracking_uri)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
@@ -238,7 +285,15 @@ def test_a_sigkilled_worker_is_detected_by_heartbeat_its_trial_retried_and_its_r
 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp_path):
-    path = toy_spec(tmp_path, n_trials=3, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=3,
+        base={
+            **{k: v for k, v in TOY.items() if k != "threads"},
+            "budget": {"compute_units": None, "steps": 60},
+            "eval": {**TOY["eval"], "every": 20},
+        },
+    )
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
     # As from a terminal: SIGINT at its default (a shell without job control starts background jobs ignoring it).
@@ -273,7 +328,15 @@ def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_a
     # A scheduler (or `kill`) signals the driver alone; its workers run in their own sessions and must not outlive it,
     # also when the study was started in a script's background (`nohup workbench study run ... &`: SIGINT ignored,
     # inherited by every process it starts).
-    path = toy_spec(tmp_path, n_trials=2, base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 60}, "eval": {**TOY["eval"], "every": 20}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=2,
+        base={
+            **{k: v for k, v in TOY.items() if k != "threads"},
+            "budget": {"compute_units": None, "steps": 60},
+            "eval": {**TOY["eval"], "every": 20},
+        },
+    )
     spec = load_spec(path)
     ctx = context(spec, spec_path=str(path))
     driver = start_driver(path, tmp_path, sigint)
@@ -314,15 +377,22 @@ def test_strategy_as_a_categorical_knob_with_conditional_parameters_and_points(t
         "replay.dgg.max_reuse": {"choices": [2, 3], "when": {"replay.strategy": "dgg"}},
         "objective.name": {"choices": ["ppo_clip", "tis"]},
     }
-    points = [{"replay.strategy": "dgg", "replay.dgg.max_reuse": 2, "objective.name": "tis"},
-              {"replay.strategy": "uniform", "replay.ratio": 2, "x": 4, "objective.name": "ppo_clip"}]
+    points = [
+        {"replay.strategy": "dgg", "replay.dgg.max_reuse": 2, "objective.name": "tis"},
+        {"replay.strategy": "uniform", "replay.ratio": 2, "x": 4, "objective.name": "ppo_clip"},
+    ]
     path = toy_spec(tmp_path, search_space=space, points=points, n_trials=3, sampler="tpe")
     spec = load_spec(path)
     from workbench.study.spec import feasible_space_size
 
     # uniform: (1,1), (2,4) [(1,4) too: x >= y], dgg: 2 values, prioritized: 1; each x 2 objectives
     assert feasible_space_size(spec) == (3 + 2 + 1) * 2
-    assert spec.baseline_params() == {"replay.strategy": "uniform", "replay.ratio": 1, "x": 1, "objective.name": "ppo_clip"}
+    assert spec.baseline_params() == {
+        "replay.strategy": "uniform",
+        "replay.ratio": 1,
+        "x": 1,
+        "objective.name": "ppo_clip",
+    }
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
@@ -332,12 +402,15 @@ def test_strategy_as_a_categorical_knob_with_conditional_parameters_and_points(t
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for t in done[:3]:
         run = client.get_run(t.user_attrs["mlflow_run_id"])
-        seed = client.search_runs([run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")[0]
+        seed = client.search_runs(
+            [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'"
+        )[0]
         assert seed.data.params["replay.strategy"] == t.params["replay.strategy"]
         assert seed.data.params["objective.name"] == t.params["objective.name"]
         assert all(k.startswith("knob.") for k in run.data.params if k not in ("seeds", "baseline"))
         assert {k[5:] for k in run.data.params if k.startswith("knob.")} == set(t.params)
-    dgg_seed = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
-                                  filter_string="params.`replay.strategy` = 'dgg'")[0]
+    dgg_seed = client.search_runs(
+        [client.get_experiment_by_name("toy").experiment_id], filter_string="params.`replay.strategy` = 'dgg'"
+    )[0]
     assert dgg_seed.data.params["replay.dgg.max_reuse"] == "2" and "dgg/gated" in dgg_seed.data.metrics
     assert "offpolicy/ess" in dgg_seed.data.metrics

@@ -14,7 +14,9 @@ from support.toy import toy_spec
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores and Linux affinity")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores and Linux affinity"
+)
 def test_two_workers_each_run_on_their_own_core(tmp_path):
     spec = toy_spec(tmp_path, n_trials=4, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}})
     proc = run_cli(["study", "run", str(spec), "--workers", "2", "--devices", "0,1"], tmp_path)
@@ -43,7 +45,8 @@ def test_too_few_devices_for_the_workers_exits_2_before_any_store(tmp_path):
     proc = run_cli(["study", "run", str(spec), "--workers", "2", "--devices", "0"], tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "workbench: error: --devices: 1 device(s) for 2 worker(s) x 1 (1 per trial: one); give at least 2"]
+        "workbench: error: --devices: 1 device(s) for 2 worker(s) x 1 (1 per trial: one); give at least 2"
+    ]
     assert not (tmp_path / "optuna.db").exists()
 
 

@@ -45,14 +45,22 @@ def test_a_base_trial_that_cannot_run_exits_2_before_any_trial_and_creates_nothi
     for command in ("run", "worker"):
         proc = run_cli(["study", command, str(path)], tmp_path)
         assert proc.returncode == 2, proc.stderr[-3000:]
-        assert proc.stderr.strip().splitlines() == [f"workbench: error: base.task.n_eval: must be < the 20 examples in {data}"]
-        assert stored_studies(tmp_path) == [] and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+        assert proc.stderr.strip().splitlines() == [
+            f"workbench: error: base.task.n_eval: must be < the 20 examples in {data}"
+        ]
+        assert (
+            stored_studies(tmp_path) == []
+            and not (tmp_path / "mlflow.db").exists()
+            and not (tmp_path / "mlruns").exists()
+        )
 
 
 def test_gsm8k_first_on_cpu_with_a_300_line_file_exits_2_within_30_s_naming_task_n_eval(tmp_path):
     """The GPU study (n_eval 500, vLLM) with GSM8K replaced by a 300-line file, on this CPU machine: one line, at once."""
     write_sample_jsonl(tmp_path / "data" / "gsm8k_train.jsonl", n=300)
-    build_model_dir(tmp_path / "models" / "Qwen2.5-0.5B-Instruct", tmp_path / "data" / "gsm8k_train.jsonl", vocab_size=300)
+    build_model_dir(
+        tmp_path / "models" / "Qwen2.5-0.5B-Instruct", tmp_path / "data" / "gsm8k_train.jsonl", vocab_size=300
+    )
     spec = tmp_path / "gsm8k_first.yaml"
     shutil.copy(STUDIES / "gpu" / "gsm8k_first.yaml", spec)
     start = time.monotonic()
@@ -60,7 +68,8 @@ def test_gsm8k_first_on_cpu_with_a_300_line_file_exits_2_within_30_s_naming_task
     seconds = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
-        "workbench: error: base.task.n_eval: must be < the 300 examples in data/gsm8k_train.jsonl"]
+        "workbench: error: base.task.n_eval: must be < the 300 examples in data/gsm8k_train.jsonl"
+    ]
     assert seconds < 30, f"{seconds:.1f} s"
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()
 
@@ -73,15 +82,26 @@ def test_a_trial_config_error_stops_the_study_and_a_run_after_the_fix_resumes_it
     data = write_sample_jsonl(tmp_path / "train.jsonl", n=80)
     model = tmp_path / "model"
     build_model_dir(model, data, vocab_size=300, chat_template=False)
-    path = toy_spec(tmp_path, n_trials=2, sampler="grid",
-                    base={**BASE, "task": {"name": "jsonl", "path": str(data), "n_eval": 16}, "model": {"path": str(model)},
-                          "budget": {"compute_units": None, "steps": 4}, "eval": {**TOY["eval"], "every": 2}},
-                    search_space={"replay.ratio": {"choices": [1, 2]}, "task.chat_template": {"choices": [False, True]}},
-                    points=[{"replay.ratio": 2, "task.chat_template": True}])
+    path = toy_spec(
+        tmp_path,
+        n_trials=2,
+        sampler="grid",
+        base={
+            **BASE,
+            "task": {"name": "jsonl", "path": str(data), "n_eval": 16},
+            "model": {"path": str(model)},
+            "budget": {"compute_units": None, "steps": 4},
+            "eval": {**TOY["eval"], "every": 2},
+        },
+        search_space={"replay.ratio": {"choices": [1, 2]}, "task.chat_template": {"choices": [False, True]}},
+        points=[{"replay.ratio": 2, "task.chat_template": True}],
+    )
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert error_line(proc).startswith(f"workbench: error: trial 1 failed: task.chat_template: the tokenizer in {model} has no"
-                                       " chat template (a configuration that cannot run;")
+    assert error_line(proc).startswith(
+        f"workbench: error: trial 1 failed: task.chat_template: the tokenizer in {model} has no"
+        " chat template (a configuration that cannot run;"
+    )
     assert "Traceback" not in proc.stderr
     trials = load(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL]  # the worker took no further trial
@@ -102,7 +122,10 @@ def test_a_failed_baseline_stops_the_trials_that_depend_on_it_and_runs_first_on_
     proc = run_cli(["study", "run", str(path), "--workers", "2"], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert error_line(proc).startswith("workbench: error: the on-policy baseline (trial 0) failed with TrialDiverged: ")
-    assert [t.state for t in load(tmp_path).get_trials()] == [TrialState.FAIL, TrialState.WAITING]  # the point never started
+    assert [t.state for t in load(tmp_path).get_trials()] == [
+        TrialState.FAIL,
+        TrialState.WAITING,
+    ]  # the point never started
 
     spec = yaml.safe_load(path.read_text())
     spec["base"]["lr"] = 1.0e-4  # the fix
@@ -110,17 +133,24 @@ def test_a_failed_baseline_stops_the_trials_that_depend_on_it_and_runs_first_on_
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = load(tmp_path)
-    ran = sorted((t for t in study.get_trials() if t.datetime_start and not t.user_attrs.get("skipped")),
-                 key=lambda t: t.datetime_start)
+    ran = sorted(
+        (t for t in study.get_trials() if t.datetime_start and not t.user_attrs.get("skipped")),
+        key=lambda t: t.datetime_start,
+    )
     assert [(t.state, bool(t.user_attrs.get("baseline"))) for t in ran] == [
-        (TrialState.FAIL, True), (TrialState.COMPLETE, True), (TrialState.COMPLETE, False)]  # the baseline first
+        (TrialState.FAIL, True),
+        (TrialState.COMPLETE, True),
+        (TrialState.COMPLETE, False),
+    ]  # the baseline first
     assert ran[2].params == {"replay.ratio": 2, "x": 4}
 
 
 @pytest.mark.slow
 def test_the_same_failure_three_times_in_a_row_stops_the_study(tmp_path):
     base = {**BASE, "objective": {"name": "asymre"}, "lr": 1.0e30}
-    path = toy_spec(tmp_path, n_trials=5, base=base, baseline=False, compute_mu=1.0, search_space={"replay.ratio": {"choices": [2]}})
+    path = toy_spec(
+        tmp_path, n_trials=5, base=base, baseline=False, compute_mu=1.0, search_space={"replay.ratio": {"choices": [2]}}
+    )
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert error_line(proc).startswith("workbench: error: 3 trials in a row failed with TrialDiverged: ")
@@ -131,7 +161,9 @@ def test_the_same_failure_three_times_in_a_row_stops_the_study(tmp_path):
 @pytest.mark.slow
 def test_a_study_that_completes_no_trial_exits_non_zero(tmp_path):
     # x = 1 at y = 2 holds fewer rollouts than a batch: the space has no feasible configuration, nothing trains
-    path = toy_spec(tmp_path, baseline=False, compute_mu=1.0, search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [1]}})
+    path = toy_spec(
+        tmp_path, baseline=False, compute_mu=1.0, search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [1]}}
+    )
     proc = run_cli(["study", "run", str(path)], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert error_line(proc).startswith("workbench: error: no trial completed (")

@@ -39,8 +39,10 @@ def _stepped_seed_runs(db) -> int:
         return 0
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as c:
-            return c.execute("select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid"
-                             " where m.key = 'train/loss' and t.key = 'workbench.kind' and t.value = 'seed'").fetchone()[0]
+            return c.execute(
+                "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid"
+                " where m.key = 'train/loss' and t.key = 'workbench.kind' and t.value = 'seed'"
+            ).fetchone()[0]
     except sqlite3.Error:
         return 0
 
@@ -52,13 +54,23 @@ def _trials(tmp_path):
 @pytest.mark.slow
 def test_a_hung_seed_is_killed_within_its_limit_and_the_study_goes_on(tmp_path):
     stall = 20.0
-    spec = toy_spec(tmp_path, n_trials=2, baseline=False, limits={"stall_s": stall},
-                    search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [4]}},
-                    base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}})
+    spec = toy_spec(
+        tmp_path,
+        n_trials=2,
+        baseline=False,
+        limits={"stall_s": stall},
+        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [4]}},
+        base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
+    )
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "w") as err:
-        proc = start_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err,
-                         start_new_session=True)
+        proc = start_cli(
+            ["study", "run", str(spec), "--workers", "1"],
+            tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while _stepped_seed_runs(tmp_path / "mlflow.db") == 0:  # the first seed is training
@@ -85,23 +97,33 @@ def test_a_hung_seed_is_killed_within_its_limit_and_the_study_goes_on(tmp_path):
     assert reason.startswith("LimitExceeded: hung: no training step for") and "limits.stall_s 20" in reason
     assert "\n" not in reason
     client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("toy").experiment_id],
-                              filter_string=f"tags.`{tracking.TRIAL_NUMBER}` = '{failed[0].number}'")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("toy").experiment_id],
+        filter_string=f"tags.`{tracking.TRIAL_NUMBER}` = '{failed[0].number}'",
+    )
     assert runs and all(r.info.status == "FAILED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     assert not descendants(proc.pid)
 
 
 @pytest.mark.slow
 def test_a_seed_over_its_memory_limit_fails_in_one_line_and_the_worker_goes_on(tmp_path):
-    spec = toy_spec(tmp_path, n_trials=2, baseline=False, max_same_failures=2, limits={"memory_mib": 50},
-                    search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [4]}})
+    spec = toy_spec(
+        tmp_path,
+        n_trials=2,
+        baseline=False,
+        max_same_failures=2,
+        limits={"memory_mib": 50},
+        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [4]}},
+    )
     proc = run_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, timeout=600)
     assert proc.returncode != 0, proc.stderr[-3000:]
     failed = [t for t in _trials(tmp_path) if t.state == optuna.trial.TrialState.FAIL]
     assert len(failed) == 2, proc.stderr[-3000:]  # the second ran in a fresh process after the first was killed
     for t in failed:
         reason = t.user_attrs["fail_reason"]
-        assert reason.startswith("LimitExceeded: out of memory: its processes held") and "limits.memory_mib 50" in reason
+        assert (
+            reason.startswith("LimitExceeded: out of memory: its processes held") and "limits.memory_mib 50" in reason
+        )
     assert "stopping" in proc.stderr and "LimitExceeded: out of memory" in proc.stderr
 
 
@@ -112,7 +134,9 @@ def test_a_watch_names_the_limit_a_seed_is_over():
     assert w.over(TrialLimits(stall_s=5), os.getpid()).startswith("hung: no training step for 6 s (limits.stall_s 5)")
     w.progress()
     w.started -= 51
-    assert w.over(TrialLimits(stall_s=5, wall_s=50), os.getpid()).startswith("over its wall-time limit: 51 s (limits.wall_s 50)")
+    assert w.over(TrialLimits(stall_s=5, wall_s=50), os.getpid()).startswith(
+        "over its wall-time limit: 51 s (limits.wall_s 50)"
+    )
     assert w.over(TrialLimits(memory_mib=1), os.getpid()).startswith("out of memory: its processes held")
     assert not TrialLimits().any and TrialLimits(wall_s=1).any
 
@@ -134,5 +158,7 @@ def test_kill_tree_ends_a_process_and_its_children():
     kill_tree(parent.pid)
     parent.wait(timeout=5)
     time.sleep(0.2)
-    assert not any(os.path.exists(f"/proc/{c}") and open(f"/proc/{c}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-                   for c in children)
+    assert not any(
+        os.path.exists(f"/proc/{c}") and open(f"/proc/{c}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        for c in children
+    )

@@ -12,9 +12,28 @@ from support.cli import run_cli
 from workbench.backends.hf import encode_prompts
 from workbench.trial.tasks import write_sample_jsonl
 
-TRAIN = ["--set", "task.name=jsonl", "--set", "budget.steps=3", "--set", "budget.compute_units=null", "--set", "eval.every=2",
-         "--set", "batch_size=8", "--set", "group_size=4", "--set", "threads=1", "--set", "generation.max_new_tokens=12",
-         "--set", "generation.decode=static", "--set", "eval.pass_k_prompts=8"]
+TRAIN = [
+    "--set",
+    "task.name=jsonl",
+    "--set",
+    "budget.steps=3",
+    "--set",
+    "budget.compute_units=null",
+    "--set",
+    "eval.every=2",
+    "--set",
+    "batch_size=8",
+    "--set",
+    "group_size=4",
+    "--set",
+    "threads=1",
+    "--set",
+    "generation.max_new_tokens=12",
+    "--set",
+    "generation.decode=static",
+    "--set",
+    "eval.pass_k_prompts=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +69,9 @@ def test_chat_template_prompts_have_one_bos_and_open_the_assistant_turn(bpe_mode
     assert chat.count(tok.bos_token_id) == 1
     text = tok.decode(chat)
     assert text.startswith("<s><|user|>\nHow many apples?</s>") and text.endswith("<|assistant|>\n")
-    rendered = tok.apply_chat_template([{"role": "user", "content": "How many apples?"}], add_generation_prompt=True, tokenize=False)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "How many apples?"}], add_generation_prompt=True, tokenize=False
+    )
     assert text == rendered and chat[1:] != plain[1:]
 
 
@@ -58,8 +79,24 @@ def test_chat_template_prompts_have_one_bos_and_open_the_assistant_turn(bpe_mode
 def test_bpe_trial_with_chat_template_through_the_cli_into_mlflow(bpe_model):
     root, jsonl, _ = bpe_model
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    proc = run_cli(["train", *TRAIN, "--set", f"task.path={jsonl}", "--set", f"model.path={root / 'model'}",
-                    "--set", "task.chat_template=true", "--set", "eval.batch_size=7", "--tracking-uri", uri, "--json"], root)
+    proc = run_cli(
+        [
+            "train",
+            *TRAIN,
+            "--set",
+            f"task.path={jsonl}",
+            "--set",
+            f"model.path={root / 'model'}",
+            "--set",
+            "task.chat_template=true",
+            "--set",
+            "eval.batch_size=7",
+            "--tracking-uri",
+            uri,
+            "--json",
+        ],
+        root,
+    )
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last["metrics"]["final/steps"] == 3
@@ -77,26 +114,50 @@ def test_bpe_trial_with_chat_template_through_the_cli_into_mlflow(bpe_model):
 def test_chat_template_needs_a_tokenizer_that_has_one(bpe_model, tmp_path):
     root, jsonl, _ = bpe_model
     plain = tmp_path / "plain"
-    proc = run_cli(["build-model", str(plain), "--jsonl", str(jsonl), "--vocab-size", "400", "--no-chat-template"], tmp_path)
+    proc = run_cli(
+        ["build-model", str(plain), "--jsonl", str(jsonl), "--vocab-size", "400", "--no-chat-template"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(["train", *TRAIN, "--set", f"task.path={jsonl}", "--set", f"model.path={plain}", "--set", "task.chat_template=true",
-                    "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"], tmp_path)
+    proc = run_cli(
+        [
+            "train",
+            *TRAIN,
+            "--set",
+            f"task.path={jsonl}",
+            "--set",
+            f"model.path={plain}",
+            "--set",
+            "task.chat_template=true",
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == f"workbench: error: task.chat_template: the tokenizer in {plain} has no chat template"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == f"workbench: error: task.chat_template: the tokenizer in {plain} has no chat template"
+    )
 
 
 def test_chat_template_with_the_embedded_model_is_a_config_error(bpe_model, tmp_path):
     _, jsonl, _ = bpe_model
-    proc = run_cli(["train", "--set", "task.name=jsonl", "--set", f"task.path={jsonl}", "--set", "task.chat_template=true"], tmp_path)
+    proc = run_cli(
+        ["train", "--set", "task.name=jsonl", "--set", f"task.path={jsonl}", "--set", "task.chat_template=true"],
+        tmp_path,
+    )
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert "task.chat_template" in line and "model.path" in line
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--size", "huge"], "--size"),
-    (["--vocab-size", "10"], "--vocab-size"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--size", "huge"], "--size"),
+        (["--vocab-size", "10"], "--vocab-size"),
+    ],
+)
 def test_build_model_bad_input_is_one_line(bpe_model, tmp_path, args, field):
     _, jsonl, _ = bpe_model
     proc = run_cli(["build-model", str(tmp_path / "m"), "--jsonl", str(jsonl), *args], tmp_path)

@@ -20,7 +20,11 @@ def test_every_task_trains_with_its_defaults(task, tmp_path, capsys):
         settings["path"] = str(write_sample_jsonl(tmp_path / "sample.jsonl", n=120))
     model = {"warm_start": {"target_accuracy": 0.2, "steps": 40}}  # a short warm start: the trial, not its skill
     config = tmp_path / "toy.yaml"
-    config.write_text(yaml.safe_dump(toy_dict(task=settings, model=model, budget={"compute_units": None, "steps": 2}, eval={"every": 2})))
+    config.write_text(
+        yaml.safe_dump(
+            toy_dict(task=settings, model=model, budget={"compute_units": None, "steps": 2}, eval={"every": 2})
+        )
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = main(["train", "--config", str(config), "--tracking-uri", uri, "--json", "--quiet"])
     out = capsys.readouterr()

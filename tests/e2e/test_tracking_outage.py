@@ -31,8 +31,13 @@ def test_a_trial_outlives_a_tracking_server_outage_with_every_point_exactly_once
     err_path = tmp_path / "stderr.txt"
     with mlflow_server(backend, artifacts, port=port) as uri:
         with open(err_path, "w") as err:
-            trial = start_cli(["train", "--config", str(config), "--tracking-uri", uri, "--json"], tmp_path,
-                              stdout=subprocess.PIPE, stderr=err, text=True)
+            trial = start_cli(
+                ["train", "--config", str(config), "--tracking-uri", uri, "--json"],
+                tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
         client = mlflow.tracking.MlflowClient(uri)
         deadline = time.monotonic() + 300
         while True:  # until the trial is training and has logged some steps
@@ -68,13 +73,20 @@ def test_a_trial_outlives_a_tracking_server_outage_with_every_point_exactly_once
 def test_a_tracking_server_gone_for_good_fails_the_trial_in_one_line(tmp_path):
     outage = 15
     config = tmp_path / "trial.yaml"
-    config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 100000}, eval={"every": 50},
-                                              tracking={"outage_s": outage})))
+    config.write_text(
+        yaml.safe_dump(
+            toy_dict(budget={"compute_units": None, "steps": 100000}, eval={"every": 50}, tracking={"outage_s": outage})
+        )
+    )
     err_path = tmp_path / "stderr.txt"
     with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts") as uri:
         with open(err_path, "w") as err:
-            trial = start_cli(["train", "--config", str(config), "--tracking-uri", uri], tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=err)
+            trial = start_cli(
+                ["train", "--config", str(config), "--tracking-uri", uri],
+                tmp_path,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         client = mlflow.tracking.MlflowClient(uri)
         deadline = time.monotonic() + 300
         while True:
@@ -93,8 +105,12 @@ def test_a_tracking_server_gone_for_good_fails_the_trial_in_one_line(tmp_path):
     err = err_path.read_text()
     errors = [line for line in err.splitlines() if line.startswith("workbench: ")]
     assert trial.returncode == 1 and "Traceback" not in err, err[-3000:]
-    assert errors and errors[-1].startswith("workbench: error: the tracking server at http://127.0.0.1:") and \
-        f"did not answer for" in errors[-1] and f"(tracking.outage_s {outage})" in errors[-1], errors
+    assert (
+        errors
+        and errors[-1].startswith("workbench: error: the tracking server at http://127.0.0.1:")
+        and "did not answer for" in errors[-1]
+        and f"(tracking.outage_s {outage})" in errors[-1]
+    ), errors
     assert outage <= took <= outage + 90, took
     # the trial went on training while it waited: evaluations after the server left
     assert len(re.findall(r"^step +\d+ ", err, re.M)) >= 3
@@ -102,14 +118,26 @@ def test_a_tracking_server_gone_for_good_fails_the_trial_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_tracking_server_gone_for_good_mid_study_fails_its_trials_and_stops_the_study_in_one_line(tmp_path):
-    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 400},
-            "eval": {**TOY["eval"], "every": 50}, "tracking": {"outage_s": 5}}
+    base = {
+        **{k: v for k, v in TOY.items() if k != "threads"},
+        "budget": {"compute_units": None, "steps": 400},
+        "eval": {**TOY["eval"], "every": 50},
+        "tracking": {"outage_s": 5},
+    }
     err_path = tmp_path / "stderr.txt"
     with mlflow_server(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "artifacts") as uri:
-        spec = toy_spec(tmp_path, n_trials=6, tracking_uri=uri, max_same_failures=2, base=base,
-                        search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}})
+        spec = toy_spec(
+            tmp_path,
+            n_trials=6,
+            tracking_uri=uri,
+            max_same_failures=2,
+            base=base,
+            search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}},
+        )
         with open(err_path, "w") as err:
-            study = start_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+            study = start_cli(
+                ["study", "run", str(spec), "--workers", "1"], tmp_path, stdout=subprocess.DEVNULL, stderr=err
+            )
         deadline = time.monotonic() + 300
         while "trial 1 starts" not in err_path.read_text():  # the baseline recorded; the next trial training
             assert study.poll() is None and time.monotonic() < deadline, err_path.read_text()[-3000:]
@@ -126,5 +154,7 @@ def test_a_tracking_server_gone_for_good_mid_study_fails_its_trials_and_stops_th
     trials = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     assert len(failed) >= 2 and trials[0].state == optuna.trial.TrialState.COMPLETE
-    assert all("tracking server" in t.user_attrs["fail_reason"] or "API request to" in t.user_attrs["fail_reason"]
-               for t in failed), [t.user_attrs["fail_reason"] for t in failed]
+    assert all(
+        "tracking server" in t.user_attrs["fail_reason"] or "API request to" in t.user_attrs["fail_reason"]
+        for t in failed
+    ), [t.user_attrs["fail_reason"] for t in failed]

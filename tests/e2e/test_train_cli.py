@@ -34,9 +34,13 @@ STEP_KEYS = [
 @pytest.mark.slow
 def test_train_cli_logs_params_step_and_final_metrics(tmp_path):
     config = tmp_path / "toy.yaml"
-    config.write_text(yaml.safe_dump(toy_dict(replay={"ratio": 2, "capacity": 48}, budget={"compute_units": None, "steps": 6})))
+    config.write_text(
+        yaml.safe_dump(toy_dict(replay={"ratio": 2, "capacity": 48}, budget={"compute_units": None, "steps": 6}))
+    )
     uri = f"sqlite:///{tmp_path / 'store.db'}"
-    proc = run_cli(["train", "--config", str(config), "--set", "eval.every=3", "--tracking-uri", uri, "--json"], tmp_path)
+    proc = run_cli(
+        ["train", "--config", str(config), "--set", "eval.every=3", "--tracking-uri", uri, "--json"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     run_id = last["run_id"]
@@ -82,7 +86,11 @@ def test_train_cli_honours_mlflow_tracking_uri_and_jsonl_tasks(tmp_path):
     overrides = ["task.name=jsonl", f"task.path={data}", "task.n_eval=16", "eval.pass_k_prompts=4", "batch_size=8"]
     overrides += ["group_size=4", "budget.compute_units=null", "budget.steps=2", "eval.every=2", "model.hidden_size=32"]
     overrides += ["model.num_layers=1", "model.intermediate_size=64", "model.num_heads=2", "model.warm_start.steps=5"]
-    proc = run_cli(["train", "--json", "--quiet", *sum((["--set", o] for o in overrides), [])], tmp_path, {"MLFLOW_TRACKING_URI": uri})
+    proc = run_cli(
+        ["train", "--json", "--quiet", *sum((["--set", o] for o in overrides), [])],
+        tmp_path,
+        {"MLFLOW_TRACKING_URI": uri},
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
     assert MlflowClient(uri).get_run(run_id).data.params["task.name"] == "jsonl"
@@ -92,6 +100,21 @@ def test_train_cli_honours_mlflow_tracking_uri_and_jsonl_tasks(tmp_path):
 def test_malformed_jsonl_exits_2_naming_file_and_line(tmp_path):
     data = tmp_path / "bad.jsonl"
     data.write_text('{"question": "q", "answer": "#### 1"}\n{oops\n')
-    proc = run_cli(["train", "--set", "task.name=jsonl", "--set", f"task.path={data}", "--set", "task.n_eval=1", "--set", "eval.pass_k_prompts=1"], tmp_path)
+    proc = run_cli(
+        [
+            "train",
+            "--set",
+            "task.name=jsonl",
+            "--set",
+            f"task.path={data}",
+            "--set",
+            "task.n_eval=1",
+            "--set",
+            "eval.pass_k_prompts=1",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"workbench: error: {data}:2: invalid JSON (Expecting property name enclosed in double quotes)"]
+    assert proc.stderr.strip().splitlines() == [
+        f"workbench: error: {data}:2: invalid JSON (Expecting property name enclosed in double quotes)"
+    ]

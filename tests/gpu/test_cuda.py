@@ -66,7 +66,9 @@ def test_vllm_engine_is_reused_across_seeds_on_cuda(tracking_uri):
 
     engines = []
     for seed in (0, 1):
-        cfg = tracked(cuda_cfg(generation={"backend": "vllm"}, budget={"compute_units": None, "steps": 3}), tracking_uri)
+        cfg = tracked(
+            cuda_cfg(generation={"backend": "vllm"}, budget={"compute_units": None, "steps": 3}), tracking_uri
+        )
         cfg.seed = seed
         run_trial(cfg)
         engines.append(next(iter(backend._ENGINES.values())))
@@ -78,8 +80,21 @@ def test_bounded_scoring_on_cuda_peaks_near_one_micro_batch_of_logits():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     vocab = 151_936
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)).cuda().eval()
+    model = (
+        LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=vocab,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                tie_word_embeddings=False,
+            )
+        )
+        .cuda()
+        .eval()
+    )
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, vocab, (12,), generator=g).tolist() for _ in range(8)]
     rows = [p for p in prompts for _ in range(4)]
@@ -95,24 +110,39 @@ def test_bounded_scoring_on_cuda_peaks_near_one_micro_batch_of_logits():
         whole = score(model, rows, completions, temperature=0.7, with_entropy=True)
         whole_peak = torch.cuda.max_memory_allocated() - base
     assert torch.allclose(bounded[0], whole[0], atol=1e-3)
-    print(json.dumps({"bounded_peak_mib": bounded_peak / 2**20, "whole_peak_mib": whole_peak / 2**20, "micro_batch_mib": mib}))
+    print(
+        json.dumps(
+            {"bounded_peak_mib": bounded_peak / 2**20, "whole_peak_mib": whole_peak / 2**20, "micro_batch_mib": mib}
+        )
+    )
     assert bounded_peak <= 1.5 * mib * 2**20, bounded_peak / 2**20
 
 
 def test_an_asynchronous_trial_runs_on_one_gpu(tracking_uri):
-    cfg = tracked(cuda_cfg(pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 6}, eval={**TOY["eval"], "every": 3}), tracking_uri)
+    cfg = tracked(
+        cuda_cfg(
+            pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 6}, eval={**TOY["eval"], "every": 3}
+        ),
+        tracking_uri,
+    )
     result = run_trial(cfg)
     assert result.metrics["final/steps"] >= 6
 
 
 def test_a_short_study_on_the_gpu_with_devices(tmp_path):
-    path = toy_spec(tmp_path, n_trials=2, seeds=2, base={**{k: v for k, v in TOY.items() if k != "threads"},
-                                                         "model": {**TOY["model"], "device": "cuda"}},
-                    search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [4]}})
+    path = toy_spec(
+        tmp_path,
+        n_trials=2,
+        seeds=2,
+        base={**{k: v for k, v in TOY.items() if k != "threads"}, "model": {**TOY["model"], "device": "cuda"}},
+        search_space={"replay.ratio": {"choices": [2]}, "x": {"choices": [4]}},
+    )
     proc = run_cli(["study", "run", str(path), "--workers", "1", "--devices", "0"], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    seeds = client.search_runs([client.get_experiment_by_name("toy").experiment_id], filter_string="tags.`workbench.kind` = 'seed'")
+    seeds = client.search_runs(
+        [client.get_experiment_by_name("toy").experiment_id], filter_string="tags.`workbench.kind` = 'seed'"
+    )
     assert len(seeds) == 4 and all(r.info.status == "FINISHED" for r in seeds)
     import optuna
 
@@ -130,20 +160,55 @@ def test_an_asynchronous_trial_launched_by_torchrun_on_cuda(tmp_path):
     import yaml
 
     config = tmp_path / "trial.yaml"
-    config.write_text(yaml.safe_dump(toy_dict(pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 6},
-                                              eval={**TOY["eval"], "every": 3})))
+    config.write_text(
+        yaml.safe_dump(
+            toy_dict(
+                pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 6}, eval={**TOY["eval"], "every": 3}
+            )
+        )
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-                           "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "workbench.cli", "train",
-                           "--config", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "-m",
+            "workbench.cli",
+            "train",
+            "--config",
+            str(config),
+            "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.search_runs([e.experiment_id for e in client.search_experiments()])[0]
     backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
-    print(json.dumps({"launch": run.data.tags["pipeline.launch"], "device": run.data.tags.get("workbench.device"),
-                      "steps": run.data.metrics["final/steps"], "mu": run.data.metrics.get("final/mu_measured")}))
+    print(
+        json.dumps(
+            {
+                "launch": run.data.tags["pipeline.launch"],
+                "device": run.data.tags.get("workbench.device"),
+                "steps": run.data.metrics["final/steps"],
+                "mu": run.data.metrics.get("final/mu_measured"),
+            }
+        )
+    )
     assert run.data.tags["pipeline.launch"] == f"torchrun, 2 processes, backend {backend}"
     assert run.info.status == "FINISHED" and run.data.metrics["final/steps"] == 6

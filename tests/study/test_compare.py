@@ -7,16 +7,27 @@ from optuna.trial import create_trial
 
 from workbench.study import attrs, compare, summary
 
-SPACE = {"replay.ratio": CategoricalDistribution([1, 2]), "x": CategoricalDistribution([1, 2]),
-         "lr": CategoricalDistribution([1e-5, 1e-4])}
+SPACE = {
+    "replay.ratio": CategoricalDistribution([1, 2]),
+    "x": CategoricalDistribution([1, 2]),
+    "lr": CategoricalDistribution([1e-5, 1e-4]),
+}
 
 
 def _study(tmp_path, table):
     study = optuna.create_study(study_name="lr", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     for i, ((y, x, lr), c) in enumerate(table.items()):
-        per_seed = [{"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(4)]
-        study.add_trial(create_trial(params={"replay.ratio": y, "x": x, "lr": lr}, distributions=SPACE, value=c,
-                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+        per_seed = [
+            {"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(4)
+        ]
+        study.add_trial(
+            create_trial(
+                params={"replay.ratio": y, "x": x, "lr": lr},
+                distributions=SPACE,
+                value=c,
+                user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0},
+            )
+        )
     return study
 
 
@@ -46,9 +57,18 @@ def test_seeds_censored_on_both_sides_give_no_verdict_whatever_their_totals(tmp_
     # 100.0000001 units), and the summary read "resolved: more compute (x1.00)".
     study = optuna.create_study(study_name="cens", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     for i, (lr, total) in enumerate([(1e-5, 100.0), (1e-4, 100.0 + 1e-7)]):
-        per_seed = [{"seed": s, "compute_to_target": total, "total_units": total * (1 + 1e-9 * s), "censored": 1} for s in range(4)]
-        study.add_trial(create_trial(params={"replay.ratio": 1 + i, "x": 1 + i, "lr": lr}, distributions=SPACE, value=total,
-                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+        per_seed = [
+            {"seed": s, "compute_to_target": total, "total_units": total * (1 + 1e-9 * s), "censored": 1}
+            for s in range(4)
+        ]
+        study.add_trial(
+            create_trial(
+                params={"replay.ratio": 1 + i, "x": 1 + i, "lr": lr},
+                distributions=SPACE,
+                value=total,
+                user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0},
+            )
+        )
     rows = compare.comparison(study)
     assert rows[1].verdict == compare.NOTHING_MEASURED
     text = "\n".join(summary.summary_lines(study))
@@ -59,7 +79,9 @@ def test_seeds_censored_on_both_sides_give_no_verdict_whatever_their_totals(tmp_
     ratio = arm.ratio(base)
     assert (ratio.n, ratio.one_censored, ratio.both_censored) == (1, 1, 3)
     verdict = compare.paired_verdict(arm, base, ratio)
-    assert verdict != compare.NOTHING_MEASURED and verdict.startswith("no verdict: fewer than two seeds reached the target")
+    assert verdict != compare.NOTHING_MEASURED and verdict.startswith(
+        "no verdict: fewer than two seeds reached the target"
+    )
     assert "1 informative pair, 1 of them censored on one side; 3 both-censored left out" in ratio.fmt()
 
 

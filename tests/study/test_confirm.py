@@ -17,23 +17,34 @@ def test_confirm_says_which_warm_starts_its_fresh_seeds_use(tmp_path):
     assert selection == set(range(8)) and fresh_seeds(study, 6) == [8, 9, 10, 11, 12, 13]
     assert [spec.checkpoint_of(s) for s in (7, 8, 11, 12)] == [1, 2, 2, 3]
     line = warm_start_line(spec, [8, 9, 10, 11, 12, 13], selection)
-    assert line == ("fresh seeds 8-13 start from warm starts (model.init_seed, 4 seeds each): 2 for seeds 8-11 (a fresh"
-                    " checkpoint), 3 for seeds 12-13 (a fresh checkpoint)")
+    assert line == (
+        "fresh seeds 8-13 start from warm starts (model.init_seed, 4 seeds each): 2 for seeds 8-11 (a fresh"
+        " checkpoint), 3 for seeds 12-13 (a fresh checkpoint)"
+    )
     # selection seeds 0-5 fill checkpoint 1 only half: fresh seeds 6-7 start where selection seeds 4-5 did
     shared = warm_start_line(spec, [6, 7, 8], set(range(6)))
-    assert shared.endswith(": 1 for seeds 6-7 (checkpoint 1, also used in selection), 2 for seed 8 (a fresh checkpoint)")
+    assert shared.endswith(
+        ": 1 for seeds 6-7 (checkpoint 1, also used in selection), 2 for seed 8 (a fresh checkpoint)"
+    )
     assert warm_start_line(spec, [6, 7], set(range(6))).endswith(
-        ": 1 for seeds 6-7 (checkpoint 1, also used in selection); no fresh checkpoint: more seeds (--seeds) reach one")
+        ": 1 for seeds 6-7 (checkpoint 1, also used in selection); no fresh checkpoint: more seeds (--seeds) reach one"
+    )
     assert "\n" not in line + shared
 
 
 def test_confirm_says_every_seed_shares_one_checkpoint_where_the_spec_does_not_vary_it(tmp_path):
     spec = load_spec(toy_spec(tmp_path, seeds=4))
     line = warm_start_line(spec, [4, 5, 6, 7], set(range(4)))
-    assert line == ("fresh seeds 4-7: every seed of this study shares one checkpoint (model.init_seed 0), so confirm"
-                    " replicates over training's randomness only, not over the warm start (a spec's seeds_per_checkpoint"
-                    " varies it)")
-    moved = load_spec(toy_spec(tmp_path, seeds=4, base={**spec.base, "model": {**spec.base.get("model", {}), "init_seed": 5}}))
+    assert line == (
+        "fresh seeds 4-7: every seed of this study shares one checkpoint (model.init_seed 0), so confirm"
+        " replicates over training's randomness only, not over the warm start (a spec's seeds_per_checkpoint"
+        " varies it)"
+    )
+    moved = load_spec(
+        toy_spec(tmp_path, seeds=4, base={**spec.base, "model": {**spec.base.get("model", {}), "init_seed": 5}})
+    )
     assert "(model.init_seed 5)" in warm_start_line(moved, [4, 5], set(range(4)))
     varied = load_spec(toy_spec(tmp_path, seeds=4, seeds_per_checkpoint=2, base=moved.base))
-    assert warm_start_line(varied, [4, 5], set(range(4))).endswith(": 7 for seeds 4-5 (a fresh checkpoint)")  # 5 + 4 // 2
+    assert warm_start_line(varied, [4, 5], set(range(4))).endswith(
+        ": 7 for seeds 4-5 (a fresh checkpoint)"
+    )  # 5 + 4 // 2

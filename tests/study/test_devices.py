@@ -13,24 +13,30 @@ from workbench.study import devices
 from workbench.study.devices import parse_devices, per_trial, split_devices, worker_env
 
 
-@pytest.mark.parametrize("text, ids", [
-    ("0,1,2,3", [0, 1, 2, 3]),
-    ("0-3", [0, 1, 2, 3]),
-    ("4-5,0,2-2", [4, 5, 0, 2]),
-    (" 7 ", [7]),
-])
+@pytest.mark.parametrize(
+    "text, ids",
+    [
+        ("0,1,2,3", [0, 1, 2, 3]),
+        ("0-3", [0, 1, 2, 3]),
+        ("4-5,0,2-2", [4, 5, 0, 2]),
+        (" 7 ", [7]),
+    ],
+)
 def test_parse_devices(text, ids):
     assert parse_devices(text) == ids
 
 
-@pytest.mark.parametrize("text, message", [
-    ("0,0", "0 listed twice"),
-    ("0-2,1", "1 listed twice"),
-    ("3-1", "runs backwards"),
-    ("a", "expected ids like"),
-    ("-1", "expected ids like"),
-    ("0,,1", "expected ids like"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0,0", "0 listed twice"),
+        ("0-2,1", "1 listed twice"),
+        ("3-1", "runs backwards"),
+        ("a", "expected ids like"),
+        ("-1", "expected ids like"),
+        ("0,,1", "expected ids like"),
+    ],
+)
 def test_bad_devices_are_one_line_errors_naming_the_option(text, message):
     with pytest.raises(ConfigError) as err:
         parse_devices(text)
@@ -66,12 +72,15 @@ def test_worker_env_sets_the_thread_count_and_leaves_the_gpus_to_the_worker():
     assert worker_env([0, 1, 2], "cpu") == {"OMP_NUM_THREADS": "3"}
 
 
-@pytest.mark.parametrize("inherited, ids, names", [
-    (None, [2, 3], "2,3"),                           # no mask: CUDA's own indices
-    ("4,5,6,7", [0, 1], "4,5"),                      # a scheduler's mask: indices count within it
-    ("4,5,6,7", [3], "7"),
-    ("GPU-aa, GPU-bb", [1], "GPU-bb"),               # UUIDs, as Slurm and Kubernetes may give them
-])
+@pytest.mark.parametrize(
+    "inherited, ids, names",
+    [
+        (None, [2, 3], "2,3"),  # no mask: CUDA's own indices
+        ("4,5,6,7", [0, 1], "4,5"),  # a scheduler's mask: indices count within it
+        ("4,5,6,7", [3], "7"),
+        ("GPU-aa, GPU-bb", [1], "GPU-bb"),  # UUIDs, as Slurm and Kubernetes may give them
+    ],
+)
 def test_gpu_ids_count_within_the_inherited_cuda_visible_devices(monkeypatch, inherited, ids, names):
     monkeypatch.setattr(devices, "_INHERITED", {"value": inherited})
     assert devices.gpu_names(ids) == names
@@ -82,14 +91,19 @@ def test_gpu_ids_beyond_the_inherited_mask_are_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(devices, "_INHERITED", {"value": "4,5"})
     with pytest.raises(ConfigError) as err:
         devices.gpu_names([1, 2])
-    assert str(err.value) == ("--devices: 2 beyond the 2 GPU(s) this process may use (CUDA_VISIBLE_DEVICES=4,5; "
-                              "--devices counts within it)")
+    assert str(err.value) == (
+        "--devices: 2 beyond the 2 GPU(s) this process may use (CUDA_VISIBLE_DEVICES=4,5; --devices counts within it)"
+    )
 
 
 def _apply_in_child(ids: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    code = ("import json, os; from workbench.study.devices import apply; "
-            f"seen = apply([{ids}]); print(json.dumps(seen)); print(os.environ.get('CUDA_VISIBLE_DEVICES'))")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    code = (
+        "import json, os; from workbench.study.devices import apply; "
+        f"seen = apply([{ids}]); print(json.dumps(seen)); print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux API")

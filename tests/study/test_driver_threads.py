@@ -36,7 +36,9 @@ class Recorded:
 def _baseline_threads(tmp_path, monkeypatch, extra: str) -> list[int]:
     path = tmp_path / "s.yaml"
     path.write_text(SPEC.format(extra=extra))
-    ctx = context(load_spec(path), f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", str(path))
+    ctx = context(
+        load_spec(path), f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}", str(path)
+    )
     Recorded.commands = []
     monkeypatch.setattr(driver, "subprocess", types.SimpleNamespace(Popen=Recorded))  # the driver's workers only
     monkeypatch.setattr(driver.os, "cpu_count", lambda: 4)
@@ -45,7 +47,10 @@ def _baseline_threads(tmp_path, monkeypatch, extra: str) -> list[int]:
     return [int(c[c.index("--baseline-threads") + 1]) for c in Recorded.commands]
 
 
-@pytest.mark.parametrize("extra, want", [("", [4, 2]), ("compute_mu: 0.5\ntarget_accuracy: 0.5", [2, 2])],
-                         ids=["baseline alone", "calibrated"])
+@pytest.mark.parametrize(
+    "extra, want",
+    [("", [4, 2]), ("compute_mu: 0.5\ntarget_accuracy: 0.5", [2, 2])],
+    ids=["baseline alone", "calibrated"],
+)
 def test_the_baseline_gets_every_core_only_when_it_runs_alone(tmp_path, monkeypatch, extra, want):
     assert _baseline_threads(tmp_path, monkeypatch, extra) == want

@@ -24,7 +24,10 @@ SPACE = {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}}
 def jsonl_spec(tmp_path, lines: int, task: dict | None = None, **fields):
     """A toy spec on a GSM8K-style file of `lines` examples."""
     data = write_sample_jsonl(tmp_path / "train.jsonl", n=lines)
-    base = {**{k: v for k, v in TOY.items() if k != "threads"}, "task": {"name": "jsonl", "path": str(data), **(task or {})}}
+    base = {
+        **{k: v for k, v in TOY.items() if k != "threads"},
+        "task": {"name": "jsonl", "path": str(data), **(task or {})},
+    }
     return load_spec(toy_spec(tmp_path, base=base, **fields)), data
 
 
@@ -43,21 +46,37 @@ def test_a_base_whose_held_out_set_exceeds_its_file_is_refused_naming_the_field(
 
 
 def test_a_point_and_a_search_space_value_that_cannot_run_are_named(tmp_path):
-    spec, _ = jsonl_spec(tmp_path, 20, {"n_eval": 8}, points=[{"replay.ratio": 2, "x": 4, "task.n_eval": 30}],
-                         search_space={**SPACE, "task.n_eval": {"choices": [8, 30]}})
-    with pytest.raises(ConfigError, match=r"^points\[0\] gives a trial that cannot run here: task\.n_eval: must be < the 20"):
+    spec, _ = jsonl_spec(
+        tmp_path,
+        20,
+        {"n_eval": 8},
+        points=[{"replay.ratio": 2, "x": 4, "task.n_eval": 30}],
+        search_space={**SPACE, "task.n_eval": {"choices": [8, 30]}},
+    )
+    with pytest.raises(
+        ConfigError, match=r"^points\[0\] gives a trial that cannot run here: task\.n_eval: must be < the 20"
+    ):
         check_study(spec)
     spec.points = []
-    with pytest.raises(ConfigError, match=r"^search_space\.task\.n_eval: 30 gives a trial that cannot run here: task\.n_eval"):
+    with pytest.raises(
+        ConfigError, match=r"^search_space\.task\.n_eval: 30 gives a trial that cannot run here: task\.n_eval"
+    ):
         check_study(spec)
     spec.search_space["task.n_eval"].choices = [8, 10]
     check_study(spec)  # every configuration can run
 
 
 def test_a_missing_data_file_among_the_choices_is_named(tmp_path):
-    spec, data = jsonl_spec(tmp_path, 20, {"n_eval": 8},
-                            search_space={**SPACE, "task.path": {"choices": [str(tmp_path / "train.jsonl"), str(tmp_path / "gone.jsonl")]}})
-    with pytest.raises(ConfigError, match=r"^search_space\.task\.path: '.*gone\.jsonl' gives a trial that cannot run here: task\.path: no such file"):
+    spec, data = jsonl_spec(
+        tmp_path,
+        20,
+        {"n_eval": 8},
+        search_space={**SPACE, "task.path": {"choices": [str(tmp_path / "train.jsonl"), str(tmp_path / "gone.jsonl")]}},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^search_space\.task\.path: '.*gone\.jsonl' gives a trial that cannot run here: task\.path: no such file",
+    ):
         check_study(spec)
 
 
@@ -79,7 +98,9 @@ def test_a_missing_vllm_is_caught_up_front_with_the_trials_own_message(tmp_path)
 
 
 def toy_study(tmp_path, **fields):
-    spec = load_spec(toy_spec(tmp_path, search_space={"replay.ratio": {"choices": [1, 2, 3, 4]}}, baseline=False, **fields))
+    spec = load_spec(
+        toy_spec(tmp_path, search_space={"replay.ratio": {"choices": [1, 2, 3, 4]}}, baseline=False, **fields)
+    )
     return optuna.create_study(), spec
 
 
@@ -88,10 +109,16 @@ def add(study, state, ratio=2, reason=None, **user_attrs):
     system_attrs = user_attrs.pop("system_attrs", None)
     if reason is not None:
         user_attrs[attrs.FAIL_REASON] = reason
-    study.add_trial(optuna.trial.create_trial(
-        state=state, value=1.0 if state == TrialState.COMPLETE else None, params={"replay.ratio": ratio},
-        distributions={"replay.ratio": CategoricalDistribution([1, 2, 3, 4])}, user_attrs=user_attrs,
-        system_attrs=system_attrs))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=state,
+            value=1.0 if state == TrialState.COMPLETE else None,
+            params={"replay.ratio": ratio},
+            distributions={"replay.ratio": CategoricalDistribution([1, 2, 3, 4])},
+            user_attrs=user_attrs,
+            system_attrs=system_attrs,
+        )
+    )
     return study.trials[-1].number
 
 
@@ -99,11 +126,18 @@ def test_a_config_error_in_one_trial_stops_the_study_with_exit_code_2(tmp_path):
     study, spec = toy_study(tmp_path)
     add(study, TrialState.COMPLETE)
     assert failfast.check(study, spec) is None
-    n = add(study, TrialState.FAIL, 3, "ConfigError: task.chat_template: no chat template",
-            **{attrs.CONFIG_ERROR: "task.chat_template: no chat template"})
+    n = add(
+        study,
+        TrialState.FAIL,
+        3,
+        "ConfigError: task.chat_template: no chat template",
+        **{attrs.CONFIG_ERROR: "task.chat_template: no chat template"},
+    )
     stop = failfast.check(study, spec)
     assert stop.exit_code == 2 and stop.trials == (n,)
-    assert stop.reason.startswith(f"trial {n} failed: task.chat_template: no chat template (a configuration that cannot run;")
+    assert stop.reason.startswith(
+        f"trial {n} failed: task.chat_template: no chat template (a configuration that cannot run;"
+    )
     assert "\n" not in stop.reason
 
 
@@ -121,7 +155,9 @@ def test_the_same_failure_k_times_in_a_row_stops_the_study(tmp_path):
     last = add(study, TrialState.FAIL, 1, oom)
     stop = failfast.check(study, spec)
     assert stop.exit_code == 1 and stop.trials == (last - 2, last - 1, last)
-    assert stop.reason.startswith(f"3 trials in a row failed with {oom} (trials {last - 2}, {last - 1}, {last}; max_same_failures = 3;")
+    assert stop.reason.startswith(
+        f"3 trials in a row failed with {oom} (trials {last - 2}, {last - 1}, {last}; max_same_failures = 3;"
+    )
     spec.max_same_failures = 0  # never
     assert failfast.check(study, spec) is None
 
@@ -155,7 +191,9 @@ def test_a_failed_baseline_stops_the_study(tmp_path):
     n = add(study, TrialState.FAIL, 1, "TrialDiverged: loss is nan at step 1", **{attrs.BASELINE: True})
     stop = failfast.check(study, spec)
     assert stop.exit_code == 1 and stop.trials == (n,)
-    assert stop.reason.startswith(f"the on-policy baseline (trial {n}) failed with TrialDiverged: loss is nan at step 1;")
+    assert stop.reason.startswith(
+        f"the on-policy baseline (trial {n}) failed with TrialDiverged: loss is nan at step 1;"
+    )
 
 
 def test_a_study_that_completed_no_trial_ends_non_zero(tmp_path):
@@ -182,11 +220,12 @@ def test_a_resume_enqueues_the_stopped_configurations_again_unless_the_fix_remov
 
     waiting = study.get_trials(states=(TrialState.WAITING,))
     assert [(t.system_attrs["fixed_params"], t.user_attrs[attrs.REQUEUED_FROM]) for t in waiting] == [
-        ({"replay.ratio": 2}, first), ({"replay.ratio": 3}, interrupted)]
+        ({"replay.ratio": 2}, first),
+        ({"replay.ratio": 3}, interrupted),
+    ]
     assert waiting[0].user_attrs.get(attrs.POINT) is True
     assert study.user_attrs[attrs.REQUEUED] == [first, second, interrupted]
     assert failfast.check(study, spec) is None  # the stop is dealt with: the workers may go on
     assert [t.state for t in study.trials[:4]] == [TrialState.COMPLETE, *[TrialState.FAIL] * 3]  # nothing lost
     driver._requeue(study, spec)
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2  # once
-

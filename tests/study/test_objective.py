@@ -8,7 +8,8 @@ from workbench.trial.loop import TrialResult
 
 def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
     evals = lambda accs: [  # noqa: E731
-        {"step": i, "accuracy": a, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)} for i, a in enumerate(accs)
+        {"step": i, "accuracy": a, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)}
+        for i, a in enumerate(accs)
     ]
     result = lambda accs: TrialResult("run", {}, evals(accs))  # noqa: E731
     reached = seed_values(result([0.1, 0.5, 0.9]), 0.8, 1.0, 16, "first")
@@ -26,8 +27,17 @@ def test_censored_seeds_rank_after_reached_ones_and_closer_misses_rank_better():
 
 
 def test_seed_values_read_the_studys_metric_and_keep_greedy_accuracy_as_accuracy():
-    rows = [{"step": i, "accuracy": a, "demo_prob": d, "gen_rollouts": 16 * i, "train_rollouts": 16 * i, "seconds": float(i)}
-            for i, (a, d) in enumerate([(0.05, 0.02), (0.9, 0.05), (0.9, 0.2)])]
+    rows = [
+        {
+            "step": i,
+            "accuracy": a,
+            "demo_prob": d,
+            "gen_rollouts": 16 * i,
+            "train_rollouts": 16 * i,
+            "seconds": float(i),
+        }
+        for i, (a, d) in enumerate([(0.05, 0.02), (0.9, 0.05), (0.9, 0.2)])
+    ]
     values = seed_values(TrialResult("run", {}, rows), 0.1, 1.0, 16, "first", metric="demo_prob")
     assert values["compute_to_target"] == pytest.approx(2.0)  # demo_prob crosses 0.1 at the third evaluation
     assert values["best_accuracy"] == 0.9 and values["final_accuracy"] == 0.9

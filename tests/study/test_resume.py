@@ -44,15 +44,25 @@ def test_changed_categorical_choices_stop_the_resume_in_one_line_naming_the_knob
     path = toy_spec(tmp_path)
     create_or_load(context(load_spec(path)))
     spec = _edit(path, search_space={"replay.ratio": {"choices": [1, 2, 4]}, "x": {"choices": [2, 4]}})
-    with pytest.raises(ConfigError, match=r"^search_space\.replay\.ratio\.choices: \[1, 2, 4\] now, \[1, 2\] when study 'toy' was created"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^search_space\.replay\.ratio\.choices: \[1, 2, 4\] now, \[1, 2\] when study 'toy' was created",
+    ):
         create_or_load(context(spec))
     study = optuna.load_study(study_name="toy", storage=context(spec).storage_url)
-    assert len(study.get_trials()) == 1 and study.user_attrs[attrs.SPEC]["search_space"]["replay.ratio"]["choices"] == [1, 2]
+    assert len(study.get_trials()) == 1 and study.user_attrs[attrs.SPEC]["search_space"]["replay.ratio"]["choices"] == [
+        1,
+        2,
+    ]
 
 
 def test_a_distribution_the_storage_refuses_is_a_config_error_naming_the_knob(tmp_path):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}")
-    study.add_trial(optuna.trial.create_trial(params={"replay.ratio": 1}, distributions={"replay.ratio": CategoricalDistribution([1, 2])}, value=1.0))
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"replay.ratio": 1}, distributions={"replay.ratio": CategoricalDistribution([1, 2])}, value=1.0
+        )
+    )
     spec = load_spec(toy_spec(tmp_path, search_space={"replay.ratio": {"choices": [1, 2, 4]}}))
     with pytest.raises(ConfigError, match=r"^search_space\.replay\.ratio: .*dynamic value space"):
         suggest(study.ask(), spec)
@@ -66,8 +76,12 @@ def test_a_knob_added_to_the_space_at_its_base_value_leaves_the_old_points_as_th
     assert len(_queued(study)) == 2
     base_lr = load_spec(path).base_config_dict()["lr"]
     space = {"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}, "lr": {"choices": [base_lr, 2 * base_lr]}}
-    spec = _edit(path, search_space=space, n_trials=4,
-                 points=[{"replay.ratio": 2, "x": 4, "lr": base_lr}, {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}])
+    spec = _edit(
+        path,
+        search_space=space,
+        n_trials=4,
+        points=[{"replay.ratio": 2, "x": 4, "lr": base_lr}, {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}],
+    )
     study = create_or_load(context(spec))
     assert len(_queued(study)) == 3 and _queued(study)[-1] == {"replay.ratio": 2, "x": 4, "lr": 2 * base_lr}
 

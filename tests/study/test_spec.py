@@ -29,24 +29,54 @@ STUDIES = Path(__file__).resolve().parents[2] / "studies"
         ({"target_accuracy": 1.5}, "target_accuracy"),
         ({"base": {"replay": {"capacity": 0}}}, "base.replay.capacity"),
         ({"sampler": "grid", "search_space": {"replay.ratio": {"low": 1, "high": 2}}}, "search_space: step"),
-        ({"search_space": {"replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}}},
-         "search_space.replay.dgg.tau.when: 'replay.strategy' must be a knob listed before"),
-        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
-                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "rlep"}}}},
-         "search_space.replay.dgg.tau.when: replay.strategy never takes the value 'rlep'"),
-        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]}}, "points": [{"replay.strategy": "per"}]},
-         "points[0].replay.strategy: 'per' is not among the choices"),
-        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
-                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
-          "points": [{"replay.strategy": "uniform", "replay.dgg.tau": 0.5}]},
-         "points[0].replay.dgg.tau: inactive here"),
-        ({"search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]},
-                           "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}},
-          "points": [{"replay.strategy": "dgg"}]},
-         "points[0]: missing knob replay.dgg.tau"),
-        ({"search_space": {"replay.strategy": {"choices": ["uniform", "prioritized"]}}, "points": [{"replay.strategy": "prioritized"}],
-          "base": {**{k: v for k, v in TOY.items() if k != "threads"}, "replay": {"ratio": 2}}},
-         "search_space.replay.strategy: value 'prioritized' gives an invalid trial (replay.ratio: must be 1"),
+        (
+            {"search_space": {"replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}}}},
+            "search_space.replay.dgg.tau.when: 'replay.strategy' must be a knob listed before",
+        ),
+        (
+            {
+                "search_space": {
+                    "replay.strategy": {"choices": ["uniform", "dgg"]},
+                    "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "rlep"}},
+                }
+            },
+            "search_space.replay.dgg.tau.when: replay.strategy never takes the value 'rlep'",
+        ),
+        (
+            {
+                "search_space": {"replay.strategy": {"choices": ["uniform", "dgg"]}},
+                "points": [{"replay.strategy": "per"}],
+            },
+            "points[0].replay.strategy: 'per' is not among the choices",
+        ),
+        (
+            {
+                "search_space": {
+                    "replay.strategy": {"choices": ["uniform", "dgg"]},
+                    "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}},
+                },
+                "points": [{"replay.strategy": "uniform", "replay.dgg.tau": 0.5}],
+            },
+            "points[0].replay.dgg.tau: inactive here",
+        ),
+        (
+            {
+                "search_space": {
+                    "replay.strategy": {"choices": ["uniform", "dgg"]},
+                    "replay.dgg.tau": {"low": 0.1, "high": 1, "when": {"replay.strategy": "dgg"}},
+                },
+                "points": [{"replay.strategy": "dgg"}],
+            },
+            "points[0]: missing knob replay.dgg.tau",
+        ),
+        (
+            {
+                "search_space": {"replay.strategy": {"choices": ["uniform", "prioritized"]}},
+                "points": [{"replay.strategy": "prioritized"}],
+                "base": {**{k: v for k, v in TOY.items() if k != "threads"}, "replay": {"ratio": 2}},
+            },
+            "search_space.replay.strategy: value 'prioritized' gives an invalid trial (replay.ratio: must be 1",
+        ),
     ],
 )
 def test_bad_specs_name_their_field(tmp_path, change, field):

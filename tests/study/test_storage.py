@@ -56,8 +56,14 @@ def _claims(tmp_path, plain: bool) -> list[int]:
     for i in range(20):
         study.enqueue_trial({"i": i})  # enqueued trials: claimed by reading WAITING, then writing RUNNING
     start = time.time() + 8  # every process loaded and waiting, then all claim at once
-    procs = [subprocess.Popen([sys.executable, "-c", CLAIM, url, str(start), "plain" if plain else "ours"],
-                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIM, url, str(start), "plain" if plain else "ours"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     return [int(n) for p in procs for n in p.communicate(timeout=120)[0].split()]
 
 

@@ -16,17 +16,27 @@ SWEEP = [2.5e-5, 5e-5, 1e-4]
 
 
 def _spec(**fields) -> StudySpec:
-    data = {"name": "lr", "base": {"budget": {"compute_units": 10}},
-            "search_space": {"replay.ratio": {"choices": [2]}, "x": {"choices": [8]}},
-            "points": [{"replay.ratio": 2, "x": 8}], "lr_sweep": SWEEP, "n_trials": 2, **fields}
+    data = {
+        "name": "lr",
+        "base": {"budget": {"compute_units": 10}},
+        "search_space": {"replay.ratio": {"choices": [2]}, "x": {"choices": [8]}},
+        "points": [{"replay.ratio": 2, "x": 8}],
+        "lr_sweep": SWEEP,
+        "n_trials": 2,
+        **fields,
+    }
     return StudySpec.model_validate(data)
 
 
 def test_every_arm_runs_at_every_lr_of_the_sweep():
     spec = _spec()
-    assert spec.points == [{"replay.ratio": 1, "x": 1, "lr": 5e-5}, {"replay.ratio": 1, "x": 1, "lr": 1e-4},
-                           {"replay.ratio": 2, "x": 8, "lr": 2.5e-5}, {"replay.ratio": 2, "x": 8, "lr": 5e-5},
-                           {"replay.ratio": 2, "x": 8, "lr": 1e-4}]
+    assert spec.points == [
+        {"replay.ratio": 1, "x": 1, "lr": 5e-5},
+        {"replay.ratio": 1, "x": 1, "lr": 1e-4},
+        {"replay.ratio": 2, "x": 8, "lr": 2.5e-5},
+        {"replay.ratio": 2, "x": 8, "lr": 5e-5},
+        {"replay.ratio": 2, "x": 8, "lr": 1e-4},
+    ]
     assert spec.n_trials == 6 and spec.baseline_params()["lr"] == 2.5e-5  # the baseline runs the base lr
     lr = spec.search_space["lr"]
     assert lr.log and lr.low < 2.5e-5 / 4 and lr.high > 1e-4 * 4  # room for two extensions each side
@@ -37,7 +47,9 @@ def test_every_arm_runs_at_every_lr_of_the_sweep():
 @pytest.mark.parametrize("sweep, why", [([5e-5, 1e-4], "must include the base lr"), ([1e-4, 5e-5], "ascending")])
 def test_a_sweep_that_cannot_bound_the_baseline_is_one_line(tmp_path, sweep, why):
     path = tmp_path / "s.yaml"
-    path.write_text(f"name: s\nbase: {{budget: {{compute_units: 10}}}}\nsearch_space: {{x: {{choices: [8]}}}}\nlr_sweep: {sweep}\n")
+    path.write_text(
+        f"name: s\nbase: {{budget: {{compute_units: 10}}}}\nsearch_space: {{x: {{choices: [8]}}}}\nlr_sweep: {sweep}\n"
+    )
     with pytest.raises(ConfigError, match=f"^lr_sweep: .*{why}"):
         load_spec(path)
 
@@ -45,20 +57,40 @@ def test_a_sweep_that_cannot_bound_the_baseline_is_one_line(tmp_path, sweep, why
 def _study(tmp_path, table):
     """Trials of (y, x, lr) -> compute-to-target on 4 seeds, the first the baseline."""
     study = optuna.create_study(study_name="lr", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    space = {"replay.ratio": CategoricalDistribution([1, 2]), "x": CategoricalDistribution([1, 8]),
-             "lr": FloatDistribution(1e-6, 1e-3, log=True)}
+    space = {
+        "replay.ratio": CategoricalDistribution([1, 2]),
+        "x": CategoricalDistribution([1, 8]),
+        "lr": FloatDistribution(1e-6, 1e-3, log=True),
+    }
     for i, ((y, x, lr), c) in enumerate(table.items()):
-        per_seed = [{"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(4)]
-        study.add_trial(create_trial(params={"replay.ratio": y, "x": x, "lr": lr}, distributions=space, value=c,
-                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+        per_seed = [
+            {"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(4)
+        ]
+        study.add_trial(
+            create_trial(
+                params={"replay.ratio": y, "x": x, "lr": lr},
+                distributions=space,
+                value=c,
+                user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0},
+            )
+        )
     return study
 
 
 def test_an_arm_best_at_an_end_of_its_sweep_is_run_once_more_past_it(tmp_path):
     spec = _spec()
     # on-policy is best in the middle (bounded); replay is best at the highest lr: 2e-4 is queued for it
-    study = _study(tmp_path, {(1, 1, 2.5e-5): 100.0, (1, 1, 5e-5): 80.0, (1, 1, 1e-4): 90.0,
-                              (2, 8, 2.5e-5): 120.0, (2, 8, 5e-5): 100.0, (2, 8, 1e-4): 70.0})
+    study = _study(
+        tmp_path,
+        {
+            (1, 1, 2.5e-5): 100.0,
+            (1, 1, 5e-5): 80.0,
+            (1, 1, 1e-4): 90.0,
+            (2, 8, 2.5e-5): 120.0,
+            (2, 8, 5e-5): 100.0,
+            (2, 8, 1e-4): 70.0,
+        },
+    )
     assert lr_sweep.extend(study, spec) == 1 and lr_sweep.extensions(study) == 1
     (waiting,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     fixed = waiting.system_attrs["fixed_params"]
@@ -68,8 +100,18 @@ def test_an_arm_best_at_an_end_of_its_sweep_is_run_once_more_past_it(tmp_path):
 
 def test_no_extension_past_lr_extend_or_while_an_arm_is_still_sweeping(tmp_path):
     spec = _spec(lr_extend=1)
-    study = _study(tmp_path, {(1, 1, 2.5e-5): 100.0, (1, 1, 5e-5): 80.0, (1, 1, 1e-4): 90.0,
-                              (2, 8, 2.5e-5): 120.0, (2, 8, 5e-5): 100.0, (2, 8, 1e-4): 80.0, (2, 8, 2e-4): 60.0})
+    study = _study(
+        tmp_path,
+        {
+            (1, 1, 2.5e-5): 100.0,
+            (1, 1, 5e-5): 80.0,
+            (1, 1, 1e-4): 90.0,
+            (2, 8, 2.5e-5): 120.0,
+            (2, 8, 5e-5): 100.0,
+            (2, 8, 1e-4): 80.0,
+            (2, 8, 2e-4): 60.0,
+        },
+    )
     assert lr_sweep.due(study, spec) == []  # best at 2e-4, one past the sweep: lr_extend 1 reached
     (tmp_path / "b").mkdir()
     partial = _study(tmp_path / "b", {(1, 1, 2.5e-5): 100.0, (2, 8, 2.5e-5): 90.0, (2, 8, 5e-5): 80.0})

@@ -21,11 +21,20 @@ NOISY = {(1, 1): [30.0, 25.0, 33.0], (2, 4): [31.0, 30.0, 30.5], (2, 8): [24.0, 
 def _spec_file(tmp_path, metric="demo_prob", task="arithmetic", **fields):
     spec = {
         "name": "explain",
-        "base": {"batch_size": 32, "group_size": 4, "task": {"name": task, "digits": 2},
-                 "budget": {"compute_units": 60}, "eval": {"every_units": 3, "metric": metric}},
+        "base": {
+            "batch_size": 32,
+            "group_size": 4,
+            "task": {"name": task, "digits": 2},
+            "budget": {"compute_units": 60},
+            "eval": {"every_units": 3, "metric": metric},
+        },
         "search_space": {"replay.ratio": {"choices": [2]}, "x": {"choices": [4, 8]}},
-        "seeds": 3, "target_accuracy": "auto", "n_trials": 3, "sampler": "grid",
-        "storage": f"sqlite:///{tmp_path / 'optuna.db'}", "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "seeds": 3,
+        "target_accuracy": "auto",
+        "n_trials": 3,
+        "sampler": "grid",
+        "storage": f"sqlite:///{tmp_path / 'optuna.db'}",
+        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
         **fields,
     }
     path = tmp_path / "explain.yaml"
@@ -48,11 +57,25 @@ def _study(tmp_path, table, *, target=0.13, mu=0.9, seeds=(0, 1, 2), **spec_fiel
 
 
 def _add(study, knobs, values, on_seeds, baseline=False, censored=0, **extra):
-    per_seed = [{"seed": s, "compute_to_target": c, "total_units": 60.0, "censored": censored, "final_accuracy": 0.75 + 0.01 * s}
-                for s, c in zip(on_seeds, values)]
+    per_seed = [
+        {
+            "seed": s,
+            "compute_to_target": c,
+            "total_units": 60.0,
+            "censored": censored,
+            "final_accuracy": 0.75 + 0.01 * s,
+        }
+        for s, c in zip(on_seeds, values)
+    ]
     params = {} if extra.get(attrs.ARM) else knobs
-    study.add_trial(create_trial(params=params, distributions={k: SPACE[k] for k in params}, value=sum(values) / len(values),
-                                 user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: baseline, attrs.KNOBS: knobs, **extra}))
+    study.add_trial(
+        create_trial(
+            params=params,
+            distributions={k: SPACE[k] for k in params},
+            value=sum(values) / len(values),
+            user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: baseline, attrs.KNOBS: knobs, **extra},
+        )
+    )
 
 
 def _bottom(study, path):
@@ -66,8 +89,10 @@ def test_the_lines_name_the_curve_define_x_and_y_and_give_the_unit_once(tmp_path
     lines = summary.summary_lines(study)
     text = "\n".join(lines)
     target = next(line for line in lines if line.startswith("target: "))
-    assert target.startswith("target: demo_prob 0.13 = the held-out demonstrations' probability (expected sampled accuracy;"
-                             " set at 70% of on-policy's gain)")
+    assert target.startswith(
+        "target: demo_prob 0.13 = the held-out demonstrations' probability (expected sampled accuracy;"
+        " set at 70% of on-policy's gain)"
+    )
     assert target.endswith("greedy accuracy at the runs' end: 0.76")  # the other curve, so 0.13 is not read as accuracy
     assert "y = replay.ratio, the mean number of steps a rollout is trained in (1: on-policy)" in text
     assert "x = N/R, the staleness horizon in steps (buffer capacity N over fresh rollouts per step R)" in text
@@ -93,9 +118,11 @@ def test_an_unresolved_comparison_is_never_called_a_win(tmp_path):
     assert closest.ratio.estimate < 1 and stats.direction(closest.ratio) == 0  # a lower estimate, inside the noise
     lines = summary.summary_lines(study)
     bottom, nxt = _bottom(study, path)
-    assert bottom == (f"Bottom line: no replay setting resolvably beats on-policy to reach the demo_prob target 0.13 (3 paired"
-                      f" seeds, 95% intervals); the closest, y=2 x=8 (trial 2), {ratio_text(closest.ratio)}: unresolved, its"
-                      " interval contains 1.")
+    assert bottom == (
+        f"Bottom line: no replay setting resolvably beats on-policy to reach the demo_prob target 0.13 (3 paired"
+        f" seeds, 95% intervals); the closest, y=2 x=8 (trial 2), {ratio_text(closest.ratio)}: unresolved, its"
+        " interval contains 1."
+    )
     assert not any(w in line for line in lines + [bottom] for w in ("saved", "reaches the target", "resolved: less"))
     assert f"workbench study race {path} (more seeds where unresolved)" in nxt and f"workbench report {path}" in nxt
     assert "confirm" not in nxt  # nothing resolved to replicate yet
@@ -106,28 +133,42 @@ def test_a_resolved_saving_is_claimed_with_its_interval_until_replicated(tmp_pat
     iv = _pairs({0: 21.0, 1: 17.6, 2: 23.4}, {0: 30.0, 1: 25.0, 2: 33.0})
     assert stats.direction(iv) < 0
     bottom, nxt = _bottom(study, path)
-    assert bottom == (f"Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches the demo_prob target 0.13 with"
-                      f" {ratio_text(iv)} the compute of on-policy (3 paired seeds, 95% interval: resolved, 30% saved); a"
-                      " selection estimate until replicated on fresh seeds.")
+    assert bottom == (
+        f"Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches the demo_prob target 0.13 with"
+        f" {ratio_text(iv)} the compute of on-policy (3 paired seeds, 95% interval: resolved, 30% saved); a"
+        " selection estimate until replicated on fresh seeds."
+    )
     assert f"workbench study confirm {path} (fresh seeds)" in nxt and "race" not in nxt
 
     # `study confirm`: on-policy and the setting again on seeds 3-5, where the saving holds
-    _add(study, {"replay.ratio": 1, "x": 1}, [28.0, 31.0, 26.0], (3, 4, 5), baseline=True, **{attrs.ARM: "confirm", attrs.CONFIRMS: 0})
+    _add(
+        study,
+        {"replay.ratio": 1, "x": 1},
+        [28.0, 31.0, 26.0],
+        (3, 4, 5),
+        baseline=True,
+        **{attrs.ARM: "confirm", attrs.CONFIRMS: 0},
+    )
     _add(study, {"replay.ratio": 2, "x": 8}, [20.0, 22.0, 18.0], (3, 4, 5), **{attrs.ARM: "confirm", attrs.CONFIRMS: 1})
     rep = _pairs({3: 20.0, 4: 22.0, 5: 18.0}, {3: 28.0, 4: 31.0, 5: 26.0})
     bottom, nxt = _bottom(study, path)
-    assert bottom.endswith(f"(3 paired seeds, 95% interval: resolved, 30% saved); on fresh seeds {ratio_text(rep)}: the"
-                           " saving holds.")
+    assert bottom.endswith(
+        f"(3 paired seeds, 95% interval: resolved, 30% saved); on fresh seeds {ratio_text(rep)}: the saving holds."
+    )
     assert "confirm" not in nxt and f"workbench study verify {path} (runs the fitted optimum)" in nxt
 
 
 def test_resolvably_more_compute_everywhere_is_said_so(tmp_path):
     study, path = _study(tmp_path, {(1, 1): [30.0, 25.0, 33.0], (2, 4): [39.0, 33.0, 42.0]}, n_trials=2)
     bottom, nxt = _bottom(study, path)
-    assert bottom.startswith("Bottom line: every replay setting tried needs resolvably more compute than on-policy to reach"
-                             " the demo_prob target 0.13 (3 paired seeds, 95% interval); the closest, y=2 x=4 (trial 1), 1.30x [")
-    assert nxt == (f"Next: workbench study run {path} (once its search_space holds other knobs); workbench report {path}"
-                   " (figures and the fitted model)")
+    assert bottom.startswith(
+        "Bottom line: every replay setting tried needs resolvably more compute than on-policy to reach"
+        " the demo_prob target 0.13 (3 paired seeds, 95% interval); the closest, y=2 x=4 (trial 1), 1.30x ["
+    )
+    assert nxt == (
+        f"Next: workbench study run {path} (once its search_space holds other knobs); workbench report {path}"
+        " (figures and the fitted model)"
+    )
 
 
 def test_a_saving_from_the_learning_rate_alone_is_not_the_bottom_line(tmp_path):
@@ -139,9 +180,17 @@ def test_a_saving_from_the_learning_rate_alone_is_not_the_bottom_line(tmp_path):
     study.set_user_attr(attrs.SPEC, spec.model_dump(mode="json"))
     dist = {k: CategoricalDistribution(v["choices"]) for k, v in space.items()}
     for i, ((y, x, lr), c) in enumerate({(1, 1, 1e-5): 100.0, (1, 1, 1e-4): 50.0, (2, 2, 1e-4): 60.0}.items()):
-        per_seed = [{"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(3)]
-        study.add_trial(create_trial(params={"replay.ratio": y, "x": x, "lr": lr}, distributions=dist, value=c,
-                                     user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0}))
+        per_seed = [
+            {"seed": s, "compute_to_target": c * (1 + 0.02 * s), "total_units": 150.0, "censored": 0} for s in range(3)
+        ]
+        study.add_trial(
+            create_trial(
+                params={"replay.ratio": y, "x": x, "lr": lr},
+                distributions=dist,
+                value=c,
+                user_attrs={attrs.PER_SEED: per_seed, attrs.BASELINE: i == 0},
+            )
+        )
     text = "\n".join(summary.summary_lines(study))
     assert "resolved: less compute (40% saved)" in text  # against the baseline's lr, in the table
     bottom, _ = _bottom(study, path)
@@ -155,8 +204,10 @@ def test_runs_that_never_reached_the_target_measure_nothing(tmp_path):
     _add(study, {"replay.ratio": 1, "x": 1}, [70.0, 66.0, 75.0], (0, 1, 2), baseline=True, censored=1)
     _add(study, {"replay.ratio": 2, "x": 8}, [61.0, 64.0, 62.0], (0, 1, 2), censored=1)
     bottom, nxt = _bottom(study, path)
-    assert bottom == ("Bottom line: no run reached the demo_prob target 0.13 within its budget, so nothing is measured:"
-                      " every compute number is a run's total, a lower bound.")
+    assert bottom == (
+        "Bottom line: no run reached the demo_prob target 0.13 within its budget, so nothing is measured:"
+        " every compute number is a run's total, a lower bound."
+    )
     assert nxt == f"Next: workbench report {path} --target T (the same runs read at a lower target T)"
 
 
@@ -168,18 +219,26 @@ def test_no_complete_trial_is_said_plainly_with_the_commonest_failure(tmp_path):
     assert summary.summary_lines(study) == ["study explain: 3 failed"]
     bottom, nxt = _bottom(study, path)
     assert bottom == f"Bottom line: no trial completed, so there is nothing to compare; 3 of 3 failures: {reason}."
-    assert nxt.startswith(f"Next: workbench study status {path} --table") and f"workbench study run {path} (it resumes" in nxt
+    assert (
+        nxt.startswith(f"Next: workbench study status {path} --table")
+        and f"workbench study run {path} (it resumes" in nxt
+    )
 
 
 def test_what_is_there_to_compare_without_a_replay_arm_or_without_a_baseline(tmp_path):
     study, path = _study(tmp_path, {(1, 1): [30.0, 25.0, 33.0]})
     bottom, nxt = _bottom(study, path)
-    assert bottom.startswith("Bottom line: only on-policy has completed (") and "no replay setting to compare yet" in bottom
+    assert (
+        bottom.startswith("Bottom line: only on-policy has completed (")
+        and "no replay setting to compare yet" in bottom
+    )
     assert f"workbench study run {path} (resumes: 2 more trial(s))" in nxt
     (tmp_path / "b").mkdir()
     study, path = _study(tmp_path / "b", {(2, 4): [30.0, 25.0, 33.0], (2, 8): [24.0, 25.5, 33.0]}, baseline=False)
     bottom, _ = _bottom(study, path)
-    assert bottom.startswith("Bottom line: no on-policy run completed, so no saving can be claimed; the lowest compute to target: y=2 x=")
+    assert bottom.startswith(
+        "Bottom line: no on-policy run completed, so no saving can be claimed; the lowest compute to target: y=2 x="
+    )
 
 
 def test_objectives_without_intervals_are_leads_not_claims(tmp_path):
@@ -190,7 +249,9 @@ def test_objectives_without_intervals_are_leads_not_claims(tmp_path):
     for y, x, acc in ((1, 1, 0.70), (2, 8, 0.74)):
         study.add_trial(create_trial(params={"replay.ratio": y, "x": x}, distributions=SPACE, value=acc))
     bottom, nxt = _bottom(study, path)
-    assert bottom.startswith("Bottom line: the best by best_accuracy: y=2 x=8 (trial 1), 0.74") and "not a claim" in bottom
+    assert (
+        bottom.startswith("Bottom line: the best by best_accuracy: y=2 x=8 (trial 1), 0.74") and "not a claim" in bottom
+    )
     assert "race" not in nxt and "confirm" not in nxt
 
     (tmp_path / "m").mkdir()
@@ -202,8 +263,10 @@ def test_objectives_without_intervals_are_leads_not_claims(tmp_path):
         study.add_trial(create_trial(params={"replay.ratio": y, "x": x}, distributions=SPACE, values=[acc, units]))
     assert "Pareto front (best_accuracy, compute_units):" in summary.summary_lines(study)
     bottom, _ = _bottom(study, path)
-    assert bottom == ("Bottom line: 2 configuration(s) on the Pareto front of best_accuracy and compute_units, values over"
-                      " seeds without intervals: a shortlist, not a claim.")
+    assert bottom == (
+        "Bottom line: 2 configuration(s) on the Pareto front of best_accuracy and compute_units, values over"
+        " seeds without intervals: a shortlist, not a claim."
+    )
 
 
 def test_the_cli_prints_a_dozen_lines_ending_with_the_bottom_line_and_the_next_command(tmp_path, capsys):
@@ -217,7 +280,11 @@ def test_the_cli_prints_a_dozen_lines_ending_with_the_bottom_line_and_the_next_c
 
     assert main(["study", "compare", str(path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[0].startswith("target: demo_prob 0.13 = ") and out[-2].startswith("Bottom line: ") and out[-1].startswith("Next: ")
+    assert (
+        out[0].startswith("target: demo_prob 0.13 = ")
+        and out[-2].startswith("Bottom line: ")
+        and out[-1].startswith("Next: ")
+    )
     assert main(["study", "compare", str(path), "--noise"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("target: demo_prob") and out[-2].startswith("Bottom line: ")
@@ -225,7 +292,9 @@ def test_the_cli_prints_a_dozen_lines_ending_with_the_bottom_line_and_the_next_c
 
 def test_an_interrupted_study_is_resumed_not_debugged(tmp_path):
     study, path = _study(tmp_path, {})
-    study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={attrs.FAIL_REASON: "interrupted", attrs.INTERRUPTED: True}))
+    study.add_trial(
+        create_trial(state=TrialState.FAIL, user_attrs={attrs.FAIL_REASON: "interrupted", attrs.INTERRUPTED: True})
+    )
     bottom, nxt = _bottom(study, path)
     assert bottom == "Bottom line: no trial completed, so there is nothing to compare: the study was interrupted."
     assert nxt == f"Next: workbench study run {path} (it resumes; nothing recorded is lost)"
@@ -238,15 +307,31 @@ def test_race_and_confirm_end_with_the_same_bottom_line_and_next_command(tmp_pat
     assert main(["study", "race", str(path), "--max-seeds", "3"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("race over") and out[-2:] == summary.closing_lines(study, str(path))
-    assert out[-2].startswith("Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches") and "confirm" in out[-1]
+    assert (
+        out[-2].startswith("Bottom line: the best replay setting, y=2 x=8 (trial 1), reaches") and "confirm" in out[-1]
+    )
 
     fresh = (3, 4, 5)
-    _add(study, {"replay.ratio": 1, "x": 1}, [28.0, 31.0, 26.0], fresh, baseline=True,
-         **{attrs.ARM: "confirm", attrs.CONFIRMS: 0, attrs.SEEDS: list(fresh)})
-    _add(study, {"replay.ratio": 2, "x": 8}, [20.0, 22.0, 18.0], fresh, **{attrs.ARM: "confirm", attrs.CONFIRMS: 1, attrs.SEEDS: list(fresh)})
+    _add(
+        study,
+        {"replay.ratio": 1, "x": 1},
+        [28.0, 31.0, 26.0],
+        fresh,
+        baseline=True,
+        **{attrs.ARM: "confirm", attrs.CONFIRMS: 0, attrs.SEEDS: list(fresh)},
+    )
+    _add(
+        study,
+        {"replay.ratio": 2, "x": 8},
+        [20.0, 22.0, 18.0],
+        fresh,
+        **{attrs.ARM: "confirm", attrs.CONFIRMS: 1, attrs.SEEDS: list(fresh)},
+    )
     assert main(["study", "confirm", str(path), "--top", "1", "--seeds", "3", "--json"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(optuna.load_study(study_name="explain", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 4  # nothing trained
+    assert (
+        len(optuna.load_study(study_name="explain", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 4
+    )  # nothing trained
     assert out[-3:-1] == summary.closing_lines(study, str(path)) and out[-1].startswith("[")  # the JSON stays last
     assert out[-3].endswith(": the saving holds.") and out[-2].startswith(f"Next: workbench study verify {path}")
 

@@ -63,9 +63,15 @@ def postgres_server(databases=("optuna", "mlflow")):
         shutil.chown(root, "postgres")
         shutil.chown(sock, "postgres")
     port = free_port()
-    subprocess.run(_as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres"]), check=True, capture_output=True)
+    subprocess.run(
+        _as_postgres([initdb, "-D", str(data), "-A", "trust", "-U", "postgres"]), check=True, capture_output=True
+    )
     opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"]), check=True, capture_output=True)
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"]),
+        check=True,
+        capture_output=True,
+    )
     try:
         import psycopg2
 
@@ -75,15 +81,24 @@ def postgres_server(databases=("optuna", "mlflow")):
             for db in databases:
                 cur.execute(f"CREATE DATABASE {db}")
         conn.close()
+
         def restart(down_s: float = 0.0) -> None:
             """Stop the server (fast: open connections are cut), wait `down_s`, start it again on its port."""
-            subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]), check=True, capture_output=True)
+            subprocess.run(
+                _as_postgres([pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"]), check=True, capture_output=True
+            )
             time.sleep(down_s)
-            subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"]),
-                           check=True, capture_output=True)
+            subprocess.run(
+                _as_postgres([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"]),
+                check=True,
+                capture_output=True,
+            )
 
-        yield {"port": port, "url": {db: f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{db}" for db in databases},
-               "restart": restart}
+        yield {
+            "port": port,
+            "url": {db: f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{db}" for db in databases},
+            "restart": restart,
+        }
     finally:
         subprocess.run(_as_postgres([pg_ctl, "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
@@ -97,9 +112,24 @@ def mlflow_server(backend_uri: str, artifacts: Path, timeout: float = 120, port:
     mlflow = Path(sys.executable).parent / "mlflow"
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(
-        [str(mlflow), "server", "--backend-store-uri", backend_uri, "--artifacts-destination", str(artifacts),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -112,7 +142,9 @@ def mlflow_server(backend_uri: str, artifacts: Path, timeout: float = 120, port:
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+                raise RuntimeError(
+                    f"mlflow server did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
+                )
             time.sleep(0.5)
         yield uri
     finally:

@@ -26,7 +26,13 @@ TOY = {
 }
 # The embedded architecture, warm-started on 2-digit addition to ~20% held-out accuracy (about 10 s, once per
 # session): rewards and advantages are non-zero from the first step, so the trainer tests are not degenerate.
-TINY_MODEL = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "num_heads": 2, "warm_start": {"steps": 20, "eval_every": 10}}
+TINY_MODEL = {
+    "hidden_size": 32,
+    "num_layers": 1,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "warm_start": {"steps": 20, "eval_every": 10},
+}
 """A smaller, untrained-to-accuracy model for tests that only need a checkpoint (determinism, loading)."""
 
 

@@ -54,10 +54,15 @@ def test_checkpoint_key_changes_with_what_shapes_it():
 
 def test_a_jsonl_task_gets_its_files_characters_and_a_hint_when_the_warm_start_learns_nothing(tmp_path):
     data = tmp_path / "prix.jsonl"
-    rows = [{"question": f"Un café coûte {i} €, et deux ?", "answer": f"{i} × 2 = {2 * i}\n#### {2 * i}"} for i in range(1, 21)]
+    rows = [
+        {"question": f"Un café coûte {i} €, et deux ?", "answer": f"{i} × 2 = {2 * i}\n#### {2 * i}"}
+        for i in range(1, 21)
+    ]
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     model = {**TINY_MODEL, "cache_dir": str(tmp_path / "cache"), "warm_start": {"steps": 0}}
-    cfg = build_config(toy_dict(task={"name": "jsonl", "path": str(data), "n_eval": 4}, eval={"pass_k_prompts": 4}, model=model))
+    cfg = build_config(
+        toy_dict(task={"name": "jsonl", "path": str(data), "n_eval": 4}, eval={"pass_k_prompts": 4}, model=model)
+    )
     task = load_task(cfg.task)
     with captured_logs() as records:
         path = ensure_embedded_checkpoint(cfg.model, cfg.task, task)
@@ -76,12 +81,23 @@ def test_a_warm_start_that_never_reaches_its_target_keeps_its_most_accurate_chec
 
     from workbench.trial import checkpoint
 
-    cfg = build_config(toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 40, "eval_every": 10, "target_accuracy": 0.9}}))
+    cfg = build_config(
+        toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 40, "eval_every": 10, "target_accuracy": 0.9}})
+    )
     task = load_task(cfg.task)
     tok = checkpoint.build_char_tokenizer()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
     accuracies, states = iter([0.0, 0.1, 0.4, 0.2, 0.0]), []  # steps 0, 10, 20, 30, 40: best at 20, below the target
 
     def scripted(m, *args, **kwargs):
@@ -103,7 +119,9 @@ def test_the_built_in_tasks_ship_their_default_checkpoints_and_trials_load_them(
     for name in BUILT_IN_TASKS:
         cfg = build_config({"task": {"name": name}})
         shipped = SHIPPED / f"tiny-llama-{embedded_key(cfg.model, cfg.task)}"
-        assert (shipped / "warm_start.json").is_file(), f"{name}: no shipped checkpoint for the current key; run `make embedded-checkpoints`"
+        assert (shipped / "warm_start.json").is_file(), (
+            f"{name}: no shipped checkpoint for the current key; run `make embedded-checkpoints`"
+        )
         assert (shipped / "model.safetensors").is_file() and not list(shipped.glob("*.bin"))
         assert ensure_embedded_checkpoint(cfg.model, cfg.task, load_task(cfg.task)) == shipped  # nothing built
         assert not list((model_cache / "models").glob(shipped.name))
@@ -119,12 +137,23 @@ def test_the_warm_start_reports_its_step_and_held_out_accuracy_as_it_goes(monkey
     from workbench import progress
     from workbench.trial import checkpoint
 
-    cfg = build_config(toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 30, "eval_every": 10, "target_accuracy": 0.3}}))
+    cfg = build_config(
+        toy_dict(model={**TINY_MODEL, "warm_start": {"steps": 30, "eval_every": 10, "target_accuracy": 0.3}})
+    )
     task = load_task(cfg.task)
     tok = checkpoint.build_char_tokenizer()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    )
     accuracies = iter([0.0, 0.1, 0.25, 0.35])  # steps 0, 10, 20, 30: the target reached at the last evaluation
     monkeypatch.setattr(checkpoint, "greedy_accuracy", lambda *args, **kwargs: next(accuracies))
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line at every step (off a terminal: every 10 s)
@@ -132,5 +161,9 @@ def test_the_warm_start_reports_its_step_and_held_out_accuracy_as_it_goes(monkey
         assert checkpoint.warm_start(model, tok, task, cfg.model) == (30, 0.35)
     lines = [r.getMessage() for r in records]
     assert lines[0].startswith("warm start: 1/30 steps, held-out accuracy 0.000 (target 0.3)")
-    assert any(line.startswith("warm start: 20/30 steps, loss ") and "held-out accuracy 0.250" in line for line in lines)
-    assert lines[-1].startswith("warm start: 30 steps in ") and lines[-1].endswith("held-out accuracy 0.350 (target 0.3)")
+    assert any(
+        line.startswith("warm start: 20/30 steps, loss ") and "held-out accuracy 0.250" in line for line in lines
+    )
+    assert lines[-1].startswith("warm start: 30 steps in ") and lines[-1].endswith(
+        "held-out accuracy 0.350 (target 0.3)"
+    )

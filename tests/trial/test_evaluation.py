@@ -25,8 +25,10 @@ def _toy_policy():
 
 
 def test_a_trial_logs_pass_at_1_and_the_demonstrations_at_each_temperature_where_it_samples(tracking_uri, tmp_path):
-    cfg = tracked(build_config(toy_dict(budget={"steps": 3}, eval={"every": 1, "pass_k_every": 2, "temperatures": [0.5, 1.0]})),
-                  tracking_uri)
+    cfg = tracked(
+        build_config(toy_dict(budget={"steps": 3}, eval={"every": 1, "pass_k_every": 2, "temperatures": [0.5, 1.0]})),
+        tracking_uri,
+    )
     result = run_trial(cfg)
     client = MlflowClient(tracking_uri)
 
@@ -38,7 +40,10 @@ def test_a_trial_logs_pass_at_1_and_the_demonstrations_at_each_temperature_where
     entropy = history(tracking.EVAL_SAMPLE_ENTROPY)
     assert sorted(entropy) == sampled_steps and all(v > 0 for v in entropy.values())
     for t in (0.5, 1.0):
-        at_mean, at_demo = history(tracking.EVAL_MEAN_AT_K_AT_T.format(t)), history(tracking.EVAL_DEMO_PROB_AT_T.format(t))
+        at_mean, at_demo = (
+            history(tracking.EVAL_MEAN_AT_K_AT_T.format(t)),
+            history(tracking.EVAL_DEMO_PROB_AT_T.format(t)),
+        )
         assert sorted(at_mean) == sorted(at_demo) == sampled_steps
         assert all(0 <= v <= 1 for v in at_mean.values()) and all(0 < v < 1 for v in at_demo.values())
     # the generation temperature (1.0) reuses its own samples and scoring pass
@@ -56,8 +61,9 @@ def test_a_trial_logs_pass_at_1_and_the_demonstrations_at_each_temperature_where
     for path in Path(tracking_uri.removeprefix("sqlite:///")).parent.rglob(Path(tracking.CURVE_ARTIFACT).name):
         path.unlink()
     rebuilt = _curve(client, result.run_id, str(tmp_path))
-    keys = [tracking.CURVE_SAMPLE_ENTROPY] + [k.format(t) for t in (0.5, 1.0)
-                                              for k in (tracking.CURVE_MEAN_AT_K_AT_T, tracking.CURVE_DEMO_PROB_AT_T)]
+    keys = [tracking.CURVE_SAMPLE_ENTROPY] + [
+        k.format(t) for t in (0.5, 1.0) for k in (tracking.CURVE_MEAN_AT_K_AT_T, tracking.CURVE_DEMO_PROB_AT_T)
+    ]
     assert [{k: r[k] for k in keys} for r in rebuilt] == [{k: r[k] for k in keys} for r in rows]
 
 
@@ -77,7 +83,9 @@ def test_each_temperature_reads_its_own_samples_and_scoring_pass():
     assert temperatures == [1.0, 0.3, 0.7]  # the generation temperature first, once; then the others in order
     assert set(res.at_temperature) == {0.3, 1.0, 0.7}
     for t in (0.3, 0.7):
-        assert res.at_temperature[t].demo_prob == pytest.approx(evaluate.demonstration_probability(policy.model, t), rel=1e-5)
+        assert res.at_temperature[t].demo_prob == pytest.approx(
+            evaluate.demonstration_probability(policy.model, t), rel=1e-5
+        )
     assert res.at_temperature[1.0].demo_prob == res.demo_prob and res.at_temperature[1.0].mean_at_k == res.mean_at_k
     assert res.at_temperature[0.3].demo_prob > res.at_temperature[0.7].demo_prob > res.demo_prob
     # with pass@k off nothing is sampled at any temperature
@@ -86,10 +94,16 @@ def test_each_temperature_reads_its_own_samples_and_scoring_pass():
 
 def test_listing_temperatures_leaves_the_generation_temperatures_first_draws_as_they_were():
     cfg, task, policy = _toy_policy()
-    kw = dict(k=2, pass_k_prompts=8, max_new_tokens=policy.max_new_tokens, temperature=1.0, seed=3, sampler=policy.sample)
+    kw = dict(
+        k=2, pass_k_prompts=8, max_new_tokens=policy.max_new_tokens, temperature=1.0, seed=3, sampler=policy.sample
+    )
     plain = Evaluator(task, policy.tokenizer, **kw)(policy.model)
     listed = Evaluator(task, policy.tokenizer, temperatures=[0.5], **kw)(policy.model)
-    assert (listed.pass_at_k, listed.mean_at_k, listed.sample_entropy) == (plain.pass_at_k, plain.mean_at_k, plain.sample_entropy)
+    assert (listed.pass_at_k, listed.mean_at_k, listed.sample_entropy) == (
+        plain.pass_at_k,
+        plain.mean_at_k,
+        plain.sample_entropy,
+    )
     assert plain.at_temperature == {} and set(listed.at_temperature) == {0.5}
 
 

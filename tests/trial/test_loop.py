@@ -34,7 +34,9 @@ def test_ratio_one_with_capacity_b_is_on_policy_grpo(tracking_uri):
     sampler = torch.Generator().manual_seed(cfg.seed)
     groups = cfg.batch_size // cfg.group_size
     for step, record in enumerate(records):
-        fresh, _ = generate_groups(policy, task, prompts.take(groups), cfg.group_size, step, sampler, step * cfg.batch_size)
+        fresh, _ = generate_groups(
+            policy, task, prompts.take(groups), cfg.group_size, step, sampler, step * cfg.batch_size
+        )
         out, _, _ = train_step(policy, optimizer, fresh, cfg, step)
         assert [r.uid for r in record.batch] == [r.uid for r in fresh]
         assert [r.completion_ids for r in record.batch] == [r.completion_ids for r in fresh]
@@ -45,7 +47,9 @@ def test_ratio_one_with_capacity_b_is_on_policy_grpo(tracking_uri):
 
 
 def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
-    cfg = build_config(toy_dict(replay={"ratio": 2, "capacity": 64, "horizon": 3}, budget={"compute_units": None, "steps": 12}))
+    cfg = build_config(
+        toy_dict(replay={"ratio": 2, "capacity": 64, "horizon": 3}, budget={"compute_units": None, "steps": 12})
+    )
     records = []
     result = run_trial(tracked(cfg, tracking_uri), observer=records.append)
     uses: dict[int, int] = {}
@@ -66,10 +70,18 @@ def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
 
 
 def test_compute_budget_stops_the_trial_and_counts_replay_as_cheaper(tracking_uri):
-    on = run_trial(tracked(build_config(toy_dict(budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0})), tracking_uri))
+    on = run_trial(
+        tracked(build_config(toy_dict(budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0})), tracking_uri)
+    )
     rep = run_trial(
-        tracked(build_config(toy_dict(replay={"ratio": 2, "capacity": 64}, budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0})),
-                tracking_uri),
+        tracked(
+            build_config(
+                toy_dict(
+                    replay={"ratio": 2, "capacity": 64}, budget={"compute_units": 6, "steps": None}, compute={"mu": 2.0}
+                )
+            ),
+            tracking_uri,
+        ),
     )
     assert on.metrics["final/steps"] == 6 and on.metrics["final/compute_units"] == pytest.approx(6)
     # each replay step costs (B + 2 B/2) / (B + 2 B) = 2/3 of a unit (after the borrowed first fill)
@@ -132,7 +144,9 @@ def test_minibatch_steps_clip_against_the_policy_before_the_batch(tracking_uri):
     from workbench.trial.step import minibatches
 
     assert [len(m) for m in minibatches(list(range(10)), 3)] == [4, 3, 3] and len(minibatches([1], 4)) == 1
-    cfg = build_config(toy_dict(objective={"name": "decoupled_ppo", "minibatches": 2}, replay={"ratio": 2, "capacity": 64}))
+    cfg = build_config(
+        toy_dict(objective={"name": "decoupled_ppo", "minibatches": 2}, replay={"ratio": 2, "capacity": 64})
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     # The second minibatch step is taken from parameters the first one moved: pi_theta / pi_prox leaves 1.
@@ -169,7 +183,9 @@ def test_the_curve_a_study_reads_is_measured_at_every_evaluation_the_others_on_t
     assert schedule(6, pass_k_every=2) == list(zip(every_other, every_other))
     assert schedule(6, pass_k_every=2, metric="demo_prob") == [(p, True) for p in every_other]
     assert schedule(6, pass_k_every=2, demo_prob_every=1) == [(p, True) for p in every_other]
-    assert schedule(6, pass_k_every=1, demo_prob_every=3) == [(True, d) for d in [True, False, False, True, False, True]]
+    assert schedule(6, pass_k_every=1, demo_prob_every=3) == [
+        (True, d) for d in [True, False, False, True, False, True]
+    ]
     with pytest.raises((ConfigError, ValueError), match="demo_prob_every"):
         build_config(toy_dict(eval={"demo_prob_every": 0}))
 
@@ -181,7 +197,10 @@ def test_lr_warmup_rises_linearly_then_holds(tracking_uri):
     lrs = [rec.metrics["train/lr"] for rec in records]
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
     plain = []
-    run_trial(tracked(build_config(toy_dict(lr=1e-3, budget={"compute_units": None, "steps": 2})), tracking_uri), observer=plain.append)
+    run_trial(
+        tracked(build_config(toy_dict(lr=1e-3, budget={"compute_units": None, "steps": 2})), tracking_uri),
+        observer=plain.append,
+    )
     assert [rec.metrics["train/lr"] for rec in plain] == pytest.approx([1e-3, 1e-3])
 
 
@@ -200,12 +219,15 @@ def test_mean_at_k_is_the_mean_reward_of_the_pass_at_k_samples(tracking_uri):
         if greedy:
             texts = [e.answer for e in task.eval]
         else:
-            texts = [task.eval[i // k].answer if i % k == 0 and (i // k) % 2 == 0 else "x" for i in range(len(prompt_ids))]
+            texts = [
+                task.eval[i // k].answer if i % k == 0 and (i // k) % 2 == 0 else "x" for i in range(len(prompt_ids))
+            ]
         rows = len(prompt_ids)
         return Samples(prompt_ids, [[0]] * rows, [torch.zeros(1)] * rows, [True] * rows, texts, 0.0, 0)
 
-    evaluate = Evaluator(task, policy.tokenizer, k=k, pass_k_prompts=n, max_new_tokens=4, temperature=1.0, seed=0,
-                         sampler=decode)
+    evaluate = Evaluator(
+        task, policy.tokenizer, k=k, pass_k_prompts=n, max_new_tokens=4, temperature=1.0, seed=0, sampler=decode
+    )
     res = evaluate(policy.model)
     assert res.accuracy == 1.0 and res.pass_at_k == 0.5 and res.mean_at_k == 0.5 / k
     assert evaluate(policy.model, pass_k=False).mean_at_k is None
@@ -219,7 +241,9 @@ def test_demo_prob_is_the_mean_probability_of_the_reference_demonstrations():
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
     tok, model = policy.tokenizer, policy.model.eval()
-    evaluate = Evaluator(task, tok, k=2, pass_k_prompts=4, max_new_tokens=policy.max_new_tokens, temperature=0.7, seed=0)
+    evaluate = Evaluator(
+        task, tok, k=2, pass_k_prompts=4, max_new_tokens=policy.max_new_tokens, temperature=0.7, seed=0
+    )
     probs = []
     with torch.no_grad():
         for e in task.eval:
@@ -266,8 +290,12 @@ def test_eval_metric_chooses_the_curve_compute_to_target_reads(tracking_uri):
     from workbench.estimators import curve_summary, readings
 
     target = 0.01
-    cfg = tracked(build_config(toy_dict(budget={"steps": 4}, eval={"every": 1, "metric": "demo_prob", "target_accuracy": target})),
-                  tracking_uri)
+    cfg = tracked(
+        build_config(
+            toy_dict(budget={"steps": 4}, eval={"every": 1, "metric": "demo_prob", "target_accuracy": target})
+        ),
+        tracking_uri,
+    )
     result = run_trial(cfg)
     demo = readings(result.evals, "demo_prob")
     spent = [e["compute_units"] for e in result.evals]
@@ -296,11 +324,25 @@ def test_a_run_short_of_its_target_goes_on_to_it_or_to_the_cap(tracking_uri):
     """`budget.until_target_units`: past `compute_units` a run goes on only while its evaluations have not reached
     the target; one that reached it stops at the budget, one that never does stops at the cap."""
     base = {"compute_units": 2, "steps": None}
-    reached = run_trial(tracked(build_config(toy_dict(budget={**base, "until_target_units": 6},
-                                                      eval={"every_units": 1, "target_accuracy": 0.01})), tracking_uri))
-    never = run_trial(tracked(build_config(toy_dict(budget={**base, "until_target_units": 5},
-                                                    eval={"every_units": 1, "target_accuracy": 1.0})), tracking_uri))
-    plain = run_trial(tracked(build_config(toy_dict(budget=base, eval={"every_units": 1, "target_accuracy": 1.0})), tracking_uri))
+    reached = run_trial(
+        tracked(
+            build_config(
+                toy_dict(budget={**base, "until_target_units": 6}, eval={"every_units": 1, "target_accuracy": 0.01})
+            ),
+            tracking_uri,
+        )
+    )
+    never = run_trial(
+        tracked(
+            build_config(
+                toy_dict(budget={**base, "until_target_units": 5}, eval={"every_units": 1, "target_accuracy": 1.0})
+            ),
+            tracking_uri,
+        )
+    )
+    plain = run_trial(
+        tracked(build_config(toy_dict(budget=base, eval={"every_units": 1, "target_accuracy": 1.0})), tracking_uri)
+    )
     units = lambda r: r.evals[-1]["compute_units"]  # noqa: E731
     assert 2 <= units(reached) < 3 and 2 <= units(plain) < 3  # the target met before the budget: no extension
     assert 5 <= units(never) < 6  # never met: on to the cap, evaluated on its schedule all the way
@@ -340,8 +382,12 @@ def test_an_extended_run_goes_on_past_its_crossing_by_the_margin():
 
     from workbench.trial.record import budget_left
 
-    cfg = build_config(toy_dict(budget={"compute_units": 60, "steps": None, "until_target_units": 240},
-                                eval={"every_units": 3, "target_accuracy": 0.5}))
+    cfg = build_config(
+        toy_dict(
+            budget={"compute_units": 60, "steps": None, "until_target_units": 240},
+            eval={"every_units": 3, "target_accuracy": 0.5},
+        )
+    )
     rows = [{"compute_units": u, "accuracy": a} for u, a in ((0, 0.3), (60, 0.45), (160, 0.52))]
     left = lambda units, evals: budget_left(cfg, 1, SimpleNamespace(units=units), evals)  # noqa: E731
     assert left(100, rows[:2])  # short of the target past the budget: on

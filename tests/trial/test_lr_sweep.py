@@ -15,7 +15,7 @@ def test_the_sweep_extends_while_the_cheapest_run_is_at_an_edge_and_stops_inside
     # a run that never reached the target is not the cheapest: the reached one below it is inside the sweep
     assert _next_lr([point(1.0, 50), point(2.0, 30), point(4.0, 150, censored=True)]) is None
     assert _next_lr([point(1.0, 150, True), point(2.0, 150, True), point(4.0, 150, True)]) is None
-    assert _next_lr([point(2.0 ** i, 60 - i) for i in range(MAX_POINTS)]) is None
+    assert _next_lr([point(2.0**i, 60 - i) for i in range(MAX_POINTS)]) is None
 
 
 def test_a_sweep_run_is_the_trial_on_policy_at_its_lr_and_budget():

@@ -21,8 +21,15 @@ def batch_and_policy(**train):
     task = load_task(cfg.task)
     torch.manual_seed(0)
     policy = Policy(cfg, task)
-    rollouts, _ = generate_groups(policy, task, PromptStream(len(task.train), 0).take(cfg.batch_size // cfg.group_size),
-                                  cfg.group_size, 0, torch.Generator().manual_seed(0), 0)
+    rollouts, _ = generate_groups(
+        policy,
+        task,
+        PromptStream(len(task.train), 0).take(cfg.batch_size // cfg.group_size),
+        cfg.group_size,
+        0,
+        torch.Generator().manual_seed(0),
+        0,
+    )
     assert len({len(r.completion_ids) for r in rollouts}) > 1  # lengths differ: the token weighting matters
     assert any(r.advantage != 0 for r in rollouts)
     return cfg, policy, rollouts
@@ -36,7 +43,9 @@ def gradients(cfg, policy, rollouts) -> tuple[dict[str, torch.Tensor], float]:
         grads.update({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
         return True
 
-    out, _, applied = train_step(policy, torch.optim.Adam(policy.model.parameters(), lr=cfg.lr), rollouts, cfg, 0, gate=capture)
+    out, _, applied = train_step(
+        policy, torch.optim.Adam(policy.model.parameters(), lr=cfg.lr), rollouts, cfg, 0, gate=capture
+    )
     assert not applied and grads
     return grads, out.loss.item()
 
@@ -46,7 +55,9 @@ def test_micro_batches_give_the_one_pass_gradient_of_the_token_mean_loss(objecti
     cfg, policy, rollouts = batch_and_policy()
     cfg.objective.name = objective
     for r in rollouts:  # an off-policy batch, so ratios, clipping and corrections are not all trivial
-        r.behaviour_logprobs = r.behaviour_logprobs + 0.05 * torch.randn(len(r.behaviour_logprobs), generator=torch.Generator().manual_seed(r.uid))
+        r.behaviour_logprobs = r.behaviour_logprobs + 0.05 * torch.randn(
+            len(r.behaviour_logprobs), generator=torch.Generator().manual_seed(r.uid)
+        )
     whole, loss = gradients(cfg, policy, rollouts)
     cfg.train.micro_batch_size = 5  # 16 rollouts: 5, 5, 5, 1, the groups of 4 cut across micro-batches
     pieces, micro_loss = gradients(cfg, policy, rollouts)
@@ -101,9 +112,12 @@ def test_bf16_autocast_runs_the_step_in_mixed_precision_close_to_float32():
     full, loss = gradients(cfg, policy, rollouts)
     cfg.train.autocast = "bfloat16"
     mixed, mixed_loss = gradients(cfg, policy, rollouts)
-    assert mixed_loss != loss and mixed_loss == pytest.approx(loss, rel=0.05, abs=1e-3)  # bf16 matmuls: close, not equal
-    cosine = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in full.values()]),
-                                                   torch.cat([mixed[n].flatten() for n in full]), dim=0)
+    assert mixed_loss != loss and mixed_loss == pytest.approx(
+        loss, rel=0.05, abs=1e-3
+    )  # bf16 matmuls: close, not equal
+    cosine = torch.nn.functional.cosine_similarity(
+        torch.cat([g.flatten() for g in full.values()]), torch.cat([mixed[n].flatten() for n in full]), dim=0
+    )
     assert cosine > 0.95
 
 

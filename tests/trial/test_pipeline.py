@@ -42,7 +42,9 @@ def alive(pid: int) -> bool:
 
 def test_async_queue_trains_each_rollout_once_freshest_first_and_accounts_the_pipeline(tracking_uri):
     records = []
-    result = run_trial(async_cfg(tracking_uri, replay={"strategy": "queue"}, budget={"steps": 6}), observer=records.append)
+    result = run_trial(
+        async_cfg(tracking_uri, replay={"strategy": "queue"}, budget={"steps": 6}), observer=records.append
+    )
     trained = [r.uid for rec in records for r in rec.batch]
     assert len(trained) == len(set(trained)) == 6 * 16  # no rollout twice
     arrived = [r for rec in records for r in rec.fresh]
@@ -64,8 +66,14 @@ def test_async_queue_trains_each_rollout_once_freshest_first_and_accounts_the_pi
     assert m["final/gen_seconds"] > 0 and m["final/train_seconds"] > 0 and m["final/mu_measured"] > 0
     # the clock starts with the first rollouts: the generator's start-up (a process, its imports, the model) apart
     assert m["final/pipeline_startup_seconds"] > 0.5
-    assert m["final/pipeline_wall_seconds"] + m["final/pipeline_startup_seconds"] + m["final/eval_seconds"] <= m["final/wall_seconds"]
-    assert m["final/pipeline_wall_seconds"] < m["final/wall_seconds"] - m["final/pipeline_startup_seconds"] - m["final/eval_seconds"] + 5
+    assert (
+        m["final/pipeline_wall_seconds"] + m["final/pipeline_startup_seconds"] + m["final/eval_seconds"]
+        <= m["final/wall_seconds"]
+    )
+    assert (
+        m["final/pipeline_wall_seconds"]
+        < m["final/wall_seconds"] - m["final/pipeline_startup_seconds"] - m["final/eval_seconds"] + 5
+    )
     client = MlflowClient(tracking_uri)
     assert client.get_run(result.run_id).info.status == "FINISHED"
     assert not any(alive(p) for p in generator_pids(client, result.run_id))
@@ -73,15 +81,21 @@ def test_async_queue_trains_each_rollout_once_freshest_first_and_accounts_the_pi
 
 def test_async_uniform_buffer_reuses_rollouts_and_two_generators_never_share_a_uid(tracking_uri):
     records = []
-    cfg = async_cfg(tracking_uri, replay={"strategy": "uniform", "capacity": 64}, budget={"steps": 6},
-                    pipeline={"generators": 2, "chunk_groups": 2})
+    cfg = async_cfg(
+        tracking_uri,
+        replay={"strategy": "uniform", "capacity": 64},
+        budget={"steps": 6},
+        pipeline={"generators": 2, "chunk_groups": 2},
+    )
     result = run_trial(cfg, observer=records.append)
     arrived = [r for rec in records for r in rec.fresh]
     assert len({r.uid for r in arrived}) == len(arrived) and len({r.group for r in arrived}) == len(arrived) // 4
     trained = [r.uid for rec in records for r in rec.batch]
     assert len(trained) > len(set(trained))  # the buffer hands rollouts out again
     assert all(len(rec.batch) == 16 for rec in records)
-    assert result.metrics["final/pipeline_mu_d4"] == pytest.approx(2 * len(trained) / len(arrived))  # (K_train/1)/(K_gen/2)
+    assert result.metrics["final/pipeline_mu_d4"] == pytest.approx(
+        2 * len(trained) / len(arrived)
+    )  # (K_train/1)/(K_gen/2)
 
 
 @pytest.mark.parametrize("sync_every, versions", [(1, [0, 0, 1, 2, 3, 4]), (2, [0, 0, 0, 2, 2, 4])])
@@ -94,8 +108,13 @@ def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, s
     slow generator's in flight), pushed when the trainer has published version k (lag at generation k - versions[k])
     and trained at step k (the same lag at training)."""
     records = []
-    cfg = async_cfg(tracking_uri, replay={"strategy": "queue", "capacity": 16}, budget={"steps": 6},
-                    generation={"decode": "static", "sync_every": sync_every}, pipeline={"generator_slowdown": 15})
+    cfg = async_cfg(
+        tracking_uri,
+        replay={"strategy": "queue", "capacity": 16},
+        budget={"steps": 6},
+        generation={"decode": "static", "sync_every": sync_every},
+        pipeline={"generator_slowdown": 15},
+    )
     result = run_trial(cfg, observer=records.append)
     for k, rec in enumerate(records):
         assert len(rec.fresh) == 16 and {r.uid for r in rec.fresh} == {r.uid for r in rec.batch}
@@ -133,7 +152,9 @@ def test_a_collective_broken_by_a_peer_that_is_still_exiting_names_the_dead_peer
 
 @pytest.mark.slow
 @pytest.mark.parametrize("victim, trainers", [("generator-0", 1), ("trainer-1", 2)])
-def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(tracking_uri, victim, trainers):
+def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves_no_process(
+    tracking_uri, victim, trainers
+):
     killed = {}
 
     def kill(rec):
@@ -142,7 +163,9 @@ def test_a_process_killed_with_sigkill_fails_the_trial_within_seconds_and_leaves
             os.kill(child.pid, signal.SIGKILL)
             killed["pid"], killed["at"] = child.pid, time.monotonic()
 
-    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000}, pipeline={"trainers": trainers})
+    cfg = async_cfg(
+        tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000}, pipeline={"trainers": trainers}
+    )
     with pytest.raises(PipelineError, match=rf"{victim.replace('-', ' ')} \(pid \d+\) died \(killed by signal 9\)"):
         run_trial(cfg, observer=kill)
     assert time.monotonic() - killed["at"] < 10
@@ -159,8 +182,12 @@ def test_a_buffer_arms_generators_never_wait_on_the_transfer_queue(tracking_uri)
     """Two generators pushing one group at a time into a one-chunk transfer queue: a buffer strategy takes any number
     of rollouts, so its inbox is emptied as chunks arrive, also while the trainer trains (the paper's workers append
     to the buffer directly). Measured before: the generators idled 53% of the pipeline's time on the full queue."""
-    cfg = async_cfg(tracking_uri, replay={"strategy": "uniform", "capacity": 64}, budget={"steps": 12},
-                    pipeline={"generators": 2, "chunk_groups": 1, "queue_chunks": 1})
+    cfg = async_cfg(
+        tracking_uri,
+        replay={"strategy": "uniform", "capacity": 64},
+        budget={"steps": 12},
+        pipeline={"generators": 2, "chunk_groups": 1, "queue_chunks": 1},
+    )
     m = run_trial(cfg).metrics
     assert m["final/pipeline_generator_idle_fraction"] < 0.15, m["final/pipeline_gen_blocked_seconds"]
     # still a buffer: every step trains a full batch drawn from it, however many rollouts arrived (how many arrive,
@@ -175,8 +202,14 @@ def test_a_hung_generator_ends_the_trial_within_its_stall_timeout(tracking_uri, 
     it forever and the buffer arm replay a frozen buffer. The trial ends with one line naming it, within the timeout
     and a step, and the stopped process does not survive it."""
     replay = {"strategy": "queue", "capacity": 16} if strategy == "queue" else {"strategy": "uniform", "capacity": 32}
-    cfg = async_cfg(tracking_uri, replay=replay, budget={"steps": 100000}, eval={**TOY["eval"], "every": 100000},
-                    generation={"decode": "static"}, pipeline={"stall_timeout_s": 3})
+    cfg = async_cfg(
+        tracking_uri,
+        replay=replay,
+        budget={"steps": 100000},
+        eval={**TOY["eval"], "every": 100000},
+        generation={"decode": "static"},
+        pipeline={"stall_timeout_s": 3},
+    )
     hung = {}
 
     def hang(rec):
@@ -214,14 +247,43 @@ def test_a_trainer_exception_stops_the_generators_and_fails_the_run(tracking_uri
 @pytest.mark.slow
 def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["train", "--quiet", "--tracking-uri", uri, "--set", "pipeline.mode=async", "--set", "pipeline.generators=2",
-            "--set", "budget.steps=1000", "--set", "budget.compute_units=null", "--set", "eval.every=1000"]
-    for key, value in [("batch_size", 16), ("group_size", 4), ("threads", 1), ("task.digits", 2), ("task.n_eval", 64),
-                       ("model.warm_start.target_accuracy", 0.2), ("eval.k", 2), ("eval.pass_k_prompts", 8),
-                       ("generation.decode", "static")]:
+    args = [
+        "train",
+        "--quiet",
+        "--tracking-uri",
+        uri,
+        "--set",
+        "pipeline.mode=async",
+        "--set",
+        "pipeline.generators=2",
+        "--set",
+        "budget.steps=1000",
+        "--set",
+        "budget.compute_units=null",
+        "--set",
+        "eval.every=1000",
+    ]
+    for key, value in [
+        ("batch_size", 16),
+        ("group_size", 4),
+        ("threads", 1),
+        ("task.digits", 2),
+        ("task.n_eval", 64),
+        ("model.warm_start.target_accuracy", 0.2),
+        ("eval.k", 2),
+        ("eval.pass_k_prompts", 8),
+        ("generation.decode", "static"),
+    ]:
         args += ["--set", f"{key}={value}"]
-    proc = start_cli(args, tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_cli(
+        args,
+        tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     client = MlflowClient(uri)
     deadline = time.monotonic() + 300
     pids: list[int] = []
@@ -245,10 +307,18 @@ def test_an_async_trial_that_ends_well_exits_without_an_abort_from_a_child(tmp_p
     """No C++ abort (`terminate called without an active exception`) or traceback from a generator or trainer
     process on a clean exit: the user sees the trial's own lines only."""
     config = tmp_path / "toy.yaml"
-    config.write_text(yaml.safe_dump(toy_dict(pipeline={"mode": "async", "generators": 2, "trainers": 2},
-                                              budget={"compute_units": None, "steps": 4})))
-    proc = run_cli(["train", "--config", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"], tmp_path,
-                   timeout=600)
+    config.write_text(
+        yaml.safe_dump(
+            toy_dict(
+                pipeline={"mode": "async", "generators": 2, "trainers": 2}, budget={"compute_units": None, "steps": 4}
+            )
+        )
+    )
+    proc = run_cli(
+        ["train", "--config", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+        tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[-1].startswith("done: ")  # nothing after the trial's last line
@@ -258,8 +328,12 @@ def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_iden
     """T = 2: data parallel replicas with the buffer sharded (B/T from N/T each); the counts are summed over both,
     and the published weights are the replicas' common ones (a generator samples with them)."""
     records = []
-    cfg = async_cfg(tracking_uri, replay={"strategy": "uniform", "capacity": 64}, budget={"steps": 4},
-                    pipeline={"trainers": 2, "generators": 1})
+    cfg = async_cfg(
+        tracking_uri,
+        replay={"strategy": "uniform", "capacity": 64},
+        budget={"steps": 4},
+        pipeline={"trainers": 2, "generators": 1},
+    )
     result = run_trial(cfg, observer=records.append)
     assert all(len(rec.batch) == 8 for rec in records)  # rank 0's shard: B/T
     m = result.metrics
@@ -288,7 +362,9 @@ def test_async_settings_are_checked_at_the_edge():
         build_config(toy_dict(pipeline={"mode": "async", "trainers": 3}))
     with pytest.raises((ConfigError, ValueError), match="replay.capacity"):
         build_config(toy_dict(replay={"strategy": "queue", "capacity": 8}))
-    with pytest.raises((ConfigError, ValueError), match=r"replay.ratio: emerges from the split"):  # would be ignored silently
+    with pytest.raises(
+        (ConfigError, ValueError), match=r"replay.ratio: emerges from the split"
+    ):  # would be ignored silently
         build_config(toy_dict(pipeline={"mode": "async"}, replay={"strategy": "uniform", "capacity": 64, "ratio": 2}))
 
 
@@ -344,7 +420,9 @@ def test_a_generator_has_a_startup_grace_before_its_first_chunk_and_the_timeout_
     arrivals.check()
     now[0] = 104.0 + driver.STARTUP_GRACE_S + 1
     arrivals.arrived(SimpleNamespace(worker=0), [])
-    with pytest.raises(PipelineError, match=rf"generator 1 \(pid 12\) delivered no rollouts for {driver.STARTUP_GRACE_S:g} s"):
+    with pytest.raises(
+        PipelineError, match=rf"generator 1 \(pid 12\) delivered no rollouts for {driver.STARTUP_GRACE_S:g} s"
+    ):
         arrivals.check()
 
 
@@ -383,8 +461,12 @@ def test_a_hung_trainer_ends_the_trial_within_its_stall_timeout(tracking_uri):
     """A second trainer alive but silent (stopped with SIGSTOP after the first step): the first waits in a collective
     for it; the collective times out after `pipeline.stall_timeout_s` and the trial ends with one line, leaving no
     process behind."""
-    cfg = async_cfg(tracking_uri, budget={"steps": 1000}, eval={**TOY["eval"], "every": 1000},
-                    pipeline={"trainers": 2, "stall_timeout_s": 3})
+    cfg = async_cfg(
+        tracking_uri,
+        budget={"steps": 1000},
+        eval={**TOY["eval"], "every": 1000},
+        pipeline={"trainers": 2, "stall_timeout_s": 3},
+    )
     hung = {}
 
     def hang(rec):
@@ -404,10 +486,16 @@ def test_an_emulated_slow_generator_holds_for_its_counted_work_when_a_token_time
     measured sampling time (a loaded machine's); unset, it is (s - 1) x the measured time, as before."""
     from workbench.trial.pipeline.generator import emulated_hold
 
-    counted = build_config(toy_dict(pipeline={"mode": "async", "generator_slowdown": 12.0, "generator_token_seconds": 1e-4},
-                                    replay={"strategy": "queue"}))
+    counted = build_config(
+        toy_dict(
+            pipeline={"mode": "async", "generator_slowdown": 12.0, "generator_token_seconds": 1e-4},
+            replay={"strategy": "queue"},
+        )
+    )
     assert emulated_hold(counted, busy_s=0.5, generated_tokens=2000) == pytest.approx(11 * 0.2)
     assert emulated_hold(counted, busy_s=5.0, generated_tokens=2000) == pytest.approx(11 * 0.2)  # load: same hold
-    measured = build_config(toy_dict(pipeline={"mode": "async", "generator_slowdown": 12.0}, replay={"strategy": "queue"}))
+    measured = build_config(
+        toy_dict(pipeline={"mode": "async", "generator_slowdown": 12.0}, replay={"strategy": "queue"})
+    )
     assert emulated_hold(measured, busy_s=0.5, generated_tokens=2000) == pytest.approx(11 * 0.5)
     assert emulated_hold(build_config(toy_dict()), busy_s=0.5, generated_tokens=2000) == 0.0

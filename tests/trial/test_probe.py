@@ -40,7 +40,10 @@ def test_the_probe_reads_noise_by_age_and_leaves_the_run_as_an_unprobed_one(trac
 
     plain = run_trial(_cfg(tracking_uri))
     client = MlflowClient(tracking_uri)
-    loss = lambda run_id: [m.value for m in sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)]  # noqa: E731
+
+    def loss(run_id):
+        return [m.value for m in sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)]
+
     assert loss(probed.run_id) == loss(plain.run_id)  # gradients measured in eval mode, no random draws consumed
     assert probed.metrics["final/accuracy"] == plain.metrics["final/accuracy"]
     assert client.get_metric_history(probed.run_id, "probe/reuse_correlation")
@@ -51,4 +54,8 @@ def test_the_default_probe_takes_the_gradients_the_docs_state_on_one_thread_unle
     plan = probe_plan(cfg)
     assert (plan.probe_steps, plan.rho_steps, plan.lag) == ([24, 28, 32, 36, 40, 44], [24, 28, 32, 36], 8)
     assert plan.gradients == 6 * 1024 + 4 * 128 == 6656  # docs/performance.md, "The probe's time"
-    assert cfg.threads == 1 and probe_config({"threads": 2}).threads == 2 and probe_config({"threads": None}).threads is None
+    assert (
+        cfg.threads == 1
+        and probe_config({"threads": 2}).threads == 2
+        and probe_config({"threads": None}).threads is None
+    )

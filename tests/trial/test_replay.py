@@ -62,7 +62,13 @@ def test_fresh_credit_rate_is_exact_over_many_steps(batch, group, ratio, steps):
 
 
 @settings(max_examples=100, deadline=None)
-@given(batch=st.integers(1, 64), group=st.integers(2, 8), ratio=st.floats(1.0, 8.0), borrow=st.integers(0, 10), steps=st.integers(50, 300))
+@given(
+    batch=st.integers(1, 64),
+    group=st.integers(2, 8),
+    ratio=st.floats(1.0, 8.0),
+    borrow=st.integers(0, 10),
+    steps=st.integers(50, 300),
+)
 def test_borrowed_groups_are_repaid_so_the_long_run_rate_holds(batch, group, ratio, borrow, steps):
     credit = FreshCredit(batch / ratio, group)
     credit.borrow(borrow)

@@ -54,7 +54,9 @@ def test_vectorised_gradients_are_each_rollouts_own_backward(toy, objective):
 
 def test_the_importance_sampling_correction_weights_both_paths_alike(toy):
     cfg, policy, rollouts, sketch = toy
-    cfg = cfg.model_copy(update={"generation": cfg.generation.model_copy(update={"mismatch_correction": "importance_sampling"})})
+    cfg = cfg.model_copy(
+        update={"generation": cfg.generation.model_copy(update={"mismatch_correction": "importance_sampling"})}
+    )
     fast = rollout_gradients.sketched_gradients(policy, rollouts, cfg, sketch)
     slow = rollout_gradients.sketched_gradients(policy, rollouts, cfg, sketch, vectorised=False)
     np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-5 * np.abs(slow).max())

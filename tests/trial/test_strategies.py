@@ -31,8 +31,15 @@ def test_every_strategy_of_the_design_is_registered():
 
 
 def test_prioritized_trains_fresh_survivors_plus_young_prioritized_replay(tracking_uri):
-    cfg = build_config(toy_dict(replay={"strategy": "prioritized", "prioritized": {"tau_max": 2, "warmup_steps": 2, "replay_fraction": 1.0}},
-                                budget={"compute_units": None, "steps": 10}))
+    cfg = build_config(
+        toy_dict(
+            replay={
+                "strategy": "prioritized",
+                "prioritized": {"tau_max": 2, "warmup_steps": 2, "replay_fraction": 1.0},
+            },
+            budget={"compute_units": None, "steps": 10},
+        )
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     replayed_total = 0
@@ -56,10 +63,19 @@ def test_prioritized_trains_fresh_survivors_plus_young_prioritized_replay(tracki
 
 
 def test_prioritized_draw_prefers_large_advantages():
-    cfg = build_config(toy_dict(replay={"strategy": "prioritized", "prioritized": {"warmup_steps": 0, "alpha": 1.0, "replay_fraction": 0.25}}))
+    cfg = build_config(
+        toy_dict(
+            replay={
+                "strategy": "prioritized",
+                "prioritized": {"warmup_steps": 0, "alpha": 1.0, "replay_fraction": 0.25},
+            }
+        )
+    )
     strategy = Prioritized(cfg)
     rng = np.random.default_rng(0)
-    old = [Rollout(i, 0, i // 4, [1], [2], torch.zeros(1), float(i % 2), 2.0 if i < 8 else 0.1, 0.5, 0) for i in range(32)]
+    old = [
+        Rollout(i, 0, i // 4, [1], [2], torch.zeros(1), float(i % 2), 2.0 if i < 8 else 0.1, 0.5, 0) for i in range(32)
+    ]
     strategy.buffer.add(old)
     fresh = [Rollout(100 + i, 1, 100 + i // 4, [1], [2], torch.zeros(1), float(i % 2), 1.0, 0.5, 1) for i in range(16)]
     counts = np.zeros(32)
@@ -75,8 +91,13 @@ def test_prioritized_draw_prefers_large_advantages():
 
 def test_positive_bias_batches_hold_the_configured_share_of_successes(tracking_uri):
     # temperature 0.3: the toy policy then samples enough successes to fill the share within a few steps
-    cfg = build_config(toy_dict(generation={"temperature": 0.3}, budget={"compute_units": None, "steps": 14},
-                                replay={"strategy": "positive_bias", "ratio": 2, "capacity": 64, "positive_bias": {"delta": 0.25}}))
+    cfg = build_config(
+        toy_dict(
+            generation={"temperature": 0.3},
+            budget={"compute_units": None, "steps": 14},
+            replay={"strategy": "positive_bias", "ratio": 2, "capacity": 64, "positive_bias": {"delta": 0.25}},
+        )
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     need = round(0.25 * cfg.batch_size)
@@ -92,10 +113,15 @@ def test_positive_bias_batches_hold_the_configured_share_of_successes(tracking_u
 
 
 def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri, tmp_path):
-    cfg = build_config(toy_dict(
-        replay={"strategy": "rlep", "rlep": {"m": 2, "n_prompts": 48, "seed_rl_steps": 2, "samples": 6, "min_correct": 1}},
-        budget={"compute_units": None, "steps": 6},
-    ))
+    cfg = build_config(
+        toy_dict(
+            replay={
+                "strategy": "rlep",
+                "rlep": {"m": 2, "n_prompts": 48, "seed_rl_steps": 2, "samples": 6, "min_correct": 1},
+            },
+            budget={"compute_units": None, "steps": 6},
+        )
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     from workbench.trial.strategies.rlep_pool import ensure_pool
@@ -112,7 +138,9 @@ def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri
             fresh = [r for r in members if r.source == "fresh"]
             pooled = [r for r in members if r.source == "pool"]
             available = len(pool.get(task.train[members[0].prompt_index].prompt, []))
-            assert len(fresh) == cfg.group_size and len(pooled) == min(2, available)  # G + M (fewer only if the pool has fewer)
+            assert len(fresh) == cfg.group_size and len(pooled) == min(
+                2, available
+            )  # G + M (fewer only if the pool has fewer)
             assert all(r.completion_ids and r.reward == 1.0 for r in pooled)  # verified successes, never empty padding
             assert members[0].prompt_index < 48
             rewards = [r.reward for r in members]
@@ -123,8 +151,12 @@ def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri
 
 
 def test_dgg_never_gates_a_first_pass_and_never_exceeds_k(tracking_uri):
-    cfg = build_config(toy_dict(replay={"strategy": "dgg", "dgg": {"max_reuse": 3, "window": 2, "tau": 0.1}},
-                                budget={"compute_units": None, "steps": 24}))
+    cfg = build_config(
+        toy_dict(
+            replay={"strategy": "dgg", "dgg": {"max_reuse": 3, "window": 2, "tau": 0.1}},
+            budget={"compute_units": None, "steps": 24},
+        )
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     passes, gated_any, updates = 0, False, 0
@@ -237,7 +269,10 @@ def test_warmup_fill_keeps_the_first_rollouts_from_being_overused():
     assert gen_fill[:9] == [16] * 8 + [8] and set(gen_fill[9:]) == {8}
     assert fill[0] < 3.3 and max(fill.values()) < 3.3
     # later rollouts: about y uses in both
-    assert abs(np.mean([fill[s] for s in range(20, 40)]) - 2) < 0.2 and abs(np.mean([borrow[s] for s in range(20, 40)]) - 2) < 0.2
+    assert (
+        abs(np.mean([fill[s] for s in range(20, 40)]) - 2) < 0.2
+        and abs(np.mean([borrow[s] for s in range(20, 40)]) - 2) < 0.2
+    )
 
 
 def test_warmup_fill_is_refused_by_strategies_that_do_not_implement_it():
@@ -282,5 +317,9 @@ def test_a_horizon_too_short_for_a_batch_is_rejected_at_the_edge():
     with pytest.raises(ConfigError, match=r"^replay\.horizon: 1 keeps 2 step\(s\)"):
         build_config(toy_dict(replay={"ratio": 4, "capacity": 64, "horizon": 1}))
     assert build_config(toy_dict(replay={"ratio": 2, "capacity": 64, "horizon": 1})).replay.horizon == 1
-    assert build_config(toy_dict(replay={"ratio": 4, "capacity": 64, "horizon": 1, "with_replacement": True})).replay.horizon == 1
-
+    assert (
+        build_config(
+            toy_dict(replay={"ratio": 4, "capacity": 64, "horizon": 1, "with_replacement": True})
+        ).replay.horizon
+        == 1
+    )

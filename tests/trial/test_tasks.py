@@ -110,7 +110,10 @@ def test_answers_are_equal_as_numbers_or_by_math_verify(stated, reference, equal
 
 def test_a_math_style_jsonl_file_is_read_and_judged_with_latex_answers(tmp_path):
     path = tmp_path / "math.jsonl"
-    rows = [{"question": f"q{i}", "answer": f"work\n#### {a}"} for i, a in enumerate(["\\frac{3}{4}", "2\\sqrt{3}", "1,250", "12.0"])]
+    rows = [
+        {"question": f"q{i}", "answer": f"work\n#### {a}"}
+        for i, a in enumerate(["\\frac{3}{4}", "2\\sqrt{3}", "1,250", "12.0"])
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples = read_jsonl_examples(path)
     assert [e.answer for e in examples] == ["\\frac{3}{4}", "2\\sqrt{3}", "1250", "12"]

@@ -39,7 +39,9 @@ def keep_freed_memory() -> bool:
 def _apply() -> bool:
     if os.environ.get("WORKBENCH_MALLOC", "").lower() == "default":
         return False
-    if any(key.startswith("MALLOC_") and key.endswith("_") for key in os.environ) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    if any(key.startswith("MALLOC_") and key.endswith("_") for key in os.environ) or "glibc.malloc" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
         return False  # the user tuned glibc's allocator already
     name = ctypes.util.find_library("c")
     if not name:
@@ -50,7 +52,15 @@ def _apply() -> bool:
     except (OSError, AttributeError):
         return False  # not glibc (macOS, musl without mallopt)
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    done = all(mallopt(option, value) == 1 for option, value in (
-        (M_MMAP_THRESHOLD, KEEP_BYTES), (M_TRIM_THRESHOLD, 4 * KEEP_BYTES), (M_TOP_PAD, KEEP_BYTES)))
-    log.debug(f"allocator: glibc mmap threshold {KEEP_BYTES >> 20} MB, trim threshold {4 * KEEP_BYTES >> 20} MB: {done}")
+    done = all(
+        mallopt(option, value) == 1
+        for option, value in (
+            (M_MMAP_THRESHOLD, KEEP_BYTES),
+            (M_TRIM_THRESHOLD, 4 * KEEP_BYTES),
+            (M_TOP_PAD, KEEP_BYTES),
+        )
+    )
+    log.debug(
+        f"allocator: glibc mmap threshold {KEEP_BYTES >> 20} MB, trim threshold {4 * KEEP_BYTES >> 20} MB: {done}"
+    )
     return done

@@ -117,8 +117,12 @@ def build(fn: Callable, example: tuple, dynamic_shapes: tuple, path: Path) -> No
     with warnings.catch_warnings():
         # torch's export copies its own tree specs through a deprecated `isinstance(treespec, LeafSpec)` check and
         # warns about it (a FutureWarning from torch's internals, twice a compile): nothing a user can act on
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-        program = torch.export.export(_Exported(fn), example, dynamic_shapes=(dynamic_shapes,), strict=False)  # one entry: *args
+        warnings.filterwarnings(
+            "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+        )
+        program = torch.export.export(
+            _Exported(fn), example, dynamic_shapes=(dynamic_shapes,), strict=False
+        )  # one entry: *args
         torch._inductor.aoti_compile_and_package(program, package_path=str(staging))
     os.replace(staging, path)
 

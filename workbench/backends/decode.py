@@ -78,7 +78,11 @@ def compile_available() -> str | None:
     reason = aot.available()
     if reason is not None:
         return reason
-    if not torch.cuda.is_available() and shutil.which(os.environ.get("CXX", "c++")) is None and shutil.which("g++") is None:
+    if (
+        not torch.cuda.is_available()
+        and shutil.which(os.environ.get("CXX", "c++")) is None
+        and shutil.which("g++") is None
+    ):
         return "no C++ compiler on PATH (inductor needs one on CPU)"
     return None
 
@@ -151,13 +155,19 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
         if s.fused:
             q, k, v = F.linear(h, w["qkv"], w.get("qkv_b")).split([q_size, kv_size, kv_size], dim=-1)
         else:
-            q, k, v = F.linear(h, w["q"], w.get("q_b")), F.linear(h, w["k"], w.get("k_b")), F.linear(h, w["v"], w.get("v_b"))
+            q, k, v = (
+                F.linear(h, w["q"], w.get("q_b")),
+                F.linear(h, w["k"], w.get("k_b")),
+                F.linear(h, w["v"], w.get("v_b")),
+            )
         q = _rotate(q.view(n, 1, s.heads, s.head_dim).transpose(1, 2), cos, sin)  # [n, heads, 1, d]
         k = _rotate(k.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2), cos, sin)  # [n, kv_heads, 1, d]
         v = v.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2)
         qg = q.reshape(n, s.kv_heads, group, s.head_dim)
         buffered = torch.matmul(qg, keys[i].permute(1, 2, 3, 0)) * s.scaling + bias.t()[:, None, None, :]
-        scores = torch.cat([buffered, (qg * k).sum(-1, keepdim=True) * s.scaling], dim=-1)  # [n, kv_heads, group, L + 1]
+        scores = torch.cat(
+            [buffered, (qg * k).sum(-1, keepdim=True) * s.scaling], dim=-1
+        )  # [n, kv_heads, group, L + 1]
         p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
         attn = torch.matmul(p[..., :-1], values[i].permute(1, 2, 0, 3)) + p[..., -1:] * v  # [n, kv_heads, group, d]
         x = x + F.linear(attn.reshape(n, 1, q_size), w["o"])
@@ -170,8 +180,11 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
         new_keys.append(k.squeeze(2))
         new_values.append(v.squeeze(2))
     logits = F.linear(_rms(x, norm, s.eps)[:, 0], head)
-    return (*pick(logits, finished, noise, temperature=temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id),
-            new_keys, new_values)
+    return (
+        *pick(logits, finished, noise, temperature=temperature, greedy=s.greedy, pad_id=s.pad_id, eos_id=s.eos_id),
+        new_keys,
+        new_values,
+    )
 
 
 def _weights(model, fused: bool):
@@ -180,14 +193,21 @@ def _weights(model, fused: bool):
     layers = []
     for layer in inner.layers:
         a, m = layer.self_attn, layer.mlp
-        w = {"ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight, "o": a.o_proj.weight, "down": m.down_proj.weight}
+        w = {
+            "ln1": layer.input_layernorm.weight,
+            "ln2": layer.post_attention_layernorm.weight,
+            "o": a.o_proj.weight,
+            "down": m.down_proj.weight,
+        }
         if fused:
             w["qkv"] = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
             w["gate_up"] = torch.cat([m.gate_proj.weight, m.up_proj.weight])
             if a.q_proj.bias is not None:
                 w["qkv_b"] = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
         else:
-            w.update(q=a.q_proj.weight, k=a.k_proj.weight, v=a.v_proj.weight, gate=m.gate_proj.weight, up=m.up_proj.weight)
+            w.update(
+                q=a.q_proj.weight, k=a.k_proj.weight, v=a.v_proj.weight, gate=m.gate_proj.weight, up=m.up_proj.weight
+            )
             if a.q_proj.bias is not None:
                 w.update(q_b=a.q_proj.bias, k_b=a.k_proj.bias, v_b=a.v_proj.bias)
         layers.append(w)
@@ -208,9 +228,13 @@ def _tensors(args) -> list[torch.Tensor]:
 def _package_key(shape: Shape, args: tuple) -> dict:
     """Everything the compiled step is specialised on: the geometry, the sampling rule, the weights' sizes, every
     input's rank and dtype, the device and the step's code."""
-    return {"step": _source_digest(), "shape": asdict(shape), "device": args[1].device.type,
-            "weights": [(tuple(w.shape), str(w.dtype)) for w in _tensors(args[0])],
-            "inputs": [(x.dim(), str(x.dtype)) for x in _tensors(args[1:])]}
+    return {
+        "step": _source_digest(),
+        "shape": asdict(shape),
+        "device": args[1].device.type,
+        "weights": [(tuple(w.shape), str(w.dtype)) for w in _tensors(args[0])],
+        "inputs": [(x.dim(), str(x.dtype)) for x in _tensors(args[1:])],
+    }
 
 
 def _symbolic(args: tuple) -> tuple:
@@ -220,9 +244,19 @@ def _symbolic(args: tuple) -> tuple:
     length = LENGTH_BUCKET * torch.export.Dim("buckets", min=1, max=MAX_BUCKETS)
     steps = torch.export.Dim("steps", min=2, max=MAX_STEPS)
     weights, _, _, keys, values, _, _, _, _, noise, _ = args
-    return (pytree.tree_map(lambda _: None, weights), {0: rows}, {0: rows}, [{0: length, 1: rows} for _ in keys],
-            [{0: length, 1: rows} for _ in values], None, {0: rows, 1: steps}, {0: rows, 1: steps},
-            {0: length, 1: rows}, None if noise is None else {0: rows}, None)
+    return (
+        pytree.tree_map(lambda _: None, weights),
+        {0: rows},
+        {0: rows},
+        [{0: length, 1: rows} for _ in keys],
+        [{0: length, 1: rows} for _ in values],
+        None,
+        {0: rows, 1: steps},
+        {0: rows, 1: steps},
+        {0: length, 1: rows},
+        None if noise is None else {0: rows},
+        None,
+    )
 
 
 def _example(args: tuple) -> tuple:
@@ -243,10 +277,19 @@ def _example(args: tuple) -> tuple:
         return torch.zeros(size, dtype=x.dtype, device=x.device)
 
     cos = zeros(cos_all, n, steps, cos_all.shape[-1])
-    return (weights, zeros(token, n), zeros(finished, n), [zeros(k, length, n, *k.shape[2:]) for k in keys],
-            [zeros(v, length, n, *v.shape[2:]) for v in values], torch.zeros_like(t),
-            cos, cos.clone(), zeros(bias, length, n), None if noise is None else zeros(noise, n, noise.shape[1]),
-            temperature.clone())
+    return (
+        weights,
+        zeros(token, n),
+        zeros(finished, n),
+        [zeros(k, length, n, *k.shape[2:]) for k in keys],
+        [zeros(v, length, n, *v.shape[2:]) for v in values],
+        torch.zeros_like(t),
+        cos,
+        cos.clone(),
+        zeros(bias, length, n),
+        None if noise is None else zeros(noise, n, noise.shape[1]),
+        temperature.clone(),
+    )
 
 
 _PACKAGES: dict[Path, aot.Package] = {}
@@ -270,9 +313,13 @@ class StaticDecoder:
         cfg = model.config
         attn = model.model.layers[0].self_attn
         self.geometry = dict(
-            heads=cfg.num_attention_heads, kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-            head_dim=attn.head_dim, inter=cfg.intermediate_size, eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
-            scaling=float(getattr(attn, "scaling", attn.head_dim**-0.5)), qkv_bias=attn.q_proj.bias is not None,
+            heads=cfg.num_attention_heads,
+            kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            head_dim=attn.head_dim,
+            inter=cfg.intermediate_size,
+            eps=float(model.model.layers[0].input_layernorm.variance_epsilon),
+            scaling=float(getattr(attn, "scaling", attn.head_dim**-0.5)),
+            qkv_bias=attn.q_proj.bias is not None,
             fused=small_enough_to_copy(model),
         )
 
@@ -289,8 +336,10 @@ class StaticDecoder:
                 else:
                     use_compile_cache(self.cache_dir)
                     what = f"generation.decode: compiling the {'greedy' if shape.greedy else 'sampled'} decode step"
-                    log.info(f"{what} ahead of time, once per machine and model shape (usually {COMPILE_TYPICAL}; later"
-                             f" runs load it in milliseconds) into {path}")
+                    log.info(
+                        f"{what} ahead of time, once per machine and model shape (usually {COMPILE_TYPICAL}; later"
+                        f" runs load it in milliseconds) into {path}"
+                    )
                     with progress.heartbeat(what, log):
                         _PACKAGES[path] = aot.load_or_build(path, eager, lambda: _example(args), _symbolic(args))
             return _PACKAGES[path]
@@ -299,12 +348,22 @@ class StaticDecoder:
             return eager
 
     def _give_up(self, err: Exception) -> None:
-        log.warning(f"generation.decode: compiling the decode step failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); decoding eagerly")
+        log.warning(
+            f"generation.decode: compiling the decode step failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); decoding eagerly"
+        )
         self.compiled = False
 
     @torch.no_grad()
-    def sample(self, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-               greedy: bool = False, generator: torch.Generator | None = None) -> Samples:
+    def sample(
+        self,
+        tokenizer,
+        prompt_ids: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> Samples:
         model = self.model
         device = next(model.parameters()).device
         eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
@@ -312,7 +371,9 @@ class StaticDecoder:
         distinct, which = distinct_prompts(prompt_ids)
         ids, mask = left_pad(distinct, pad_id, device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)  # left-padded
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )  # left-padded
         rows = torch.tensor(which, device=device)
         mask, positions, last_logits = mask[rows], positions[rows], out.logits[rows, -1, :]
         n, width = len(prompt_ids), ids.shape[1]
@@ -337,8 +398,9 @@ class StaticDecoder:
 
         finished = torch.zeros(n, dtype=torch.bool, device=device)
         noise = None if greedy else uniform_noise((n, vocab), generator, device)
-        token, logp, entropy, finished = pick(last_logits, finished, noise, temperature=temperature,
-                                              greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        token, logp, entropy, finished = pick(
+            last_logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id
+        )
         tokens, logps, entropies = [token], [logp], [entropy]
         step = None
         for t in range(max_new_tokens - 1):
@@ -347,8 +409,19 @@ class StaticDecoder:
             noise = None if greedy else uniform_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
             filled = min(length, math.ceil((width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # the positions written so far
-            args = (weights, token, finished, [k[:filled] for k in keys], [v[:filled] for v in values], index, cos_all,
-                    sin_all, bias[:filled], noise, tempered)
+            args = (
+                weights,
+                token,
+                finished,
+                [k[:filled] for k in keys],
+                [v[:filled] for v in values],
+                index,
+                cos_all,
+                sin_all,
+                bias[:filled],
+                noise,
+                tempered,
+            )
             if step is None:
                 step = self._step(shape, args)
             try:
@@ -386,8 +459,10 @@ def make_sampler(model, mode: str, cache_dir: Path):
         return partial(sample, model)
     compiled = mode == "compiled"
     if compiled and (off_cpu := on_accelerator(model)):
-        raise ConfigError(f"generation.decode: compiled is not available here: {off_cpu} (it crashed CUDA processes"
-                          " with a segmentation fault; use auto or static)")
+        raise ConfigError(
+            f"generation.decode: compiled is not available here: {off_cpu} (it crashed CUDA processes"
+            " with a segmentation fault; use auto or static)"
+        )
     if mode == "auto":
         why_not = compile_available() or on_accelerator(model)
         compiled = why_not is None

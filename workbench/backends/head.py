@@ -40,8 +40,14 @@ def tokens_per_slice(scoring_mib: float, vocab: int) -> int:
     return max(1, int(scoring_mib * 2**20 // (4 * vocab)))
 
 
-def head_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool,
-                  max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def head_logprobs(
+    model,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    max_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob `[N]` of each target token under the tempered head at `hidden` `[N, hidden]`, and each position's
     entropy `[N]` with `with_entropy`. With grad (or without `max_tokens`): one pass. Without grad: slices of at
     most `max_tokens // 2` tokens, each tempered and normalised in place, so the pass never holds more than about
@@ -53,8 +59,10 @@ def head_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperatur
         return token, (-(logp.exp() * logp).sum(-1) if with_entropy else None)
     n = hidden.shape[0]
     size = max(1, n if max_tokens is None else max_tokens // 2)
-    parts = [_in_place(logits_of, hidden[i : i + size], targets[i : i + size], temperature, with_entropy)
-             for i in (range(0, n, size) if n else [0])]
+    parts = [
+        _in_place(logits_of, hidden[i : i + size], targets[i : i + size], temperature, with_entropy)
+        for i in (range(0, n, size) if n else [0])
+    ]
     if len(parts) == 1:
         return parts[0]
     token = torch.cat([t for t, _ in parts])

@@ -46,8 +46,9 @@ def encode_prompts(tokenizer, prompts: list[str], chat: bool = False) -> list[li
     own BOS, so no second one is added)."""
     if not chat:
         return [list(ids) for ids in tokenizer(prompts, add_special_tokens=True)["input_ids"]]
-    rendered = tokenizer.apply_chat_template([[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True,
-                                             tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True, tokenize=False
+    )
     return [list(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]]
 
 
@@ -70,8 +71,16 @@ def uniform_noise(shape: tuple[int, int], generator: torch.Generator | None, dev
     return u.to(device)
 
 
-def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | None, *, temperature: float | torch.Tensor, greedy: bool,
-         pad_id: int, eos_id: int):
+def pick(
+    logits: torch.Tensor,
+    finished: torch.Tensor,
+    noise: torch.Tensor | None,
+    *,
+    temperature: float | torch.Tensor,
+    greedy: bool,
+    pad_id: int,
+    eos_id: int,
+):
     """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
     log-softmax with `noise`, uniform draws from `uniform_noise`), its log-prob, the entropy of that distribution
     (0 for rows already finished, whose token is the pad) and the updated finished flags."""
@@ -83,7 +92,9 @@ def pick(logits: torch.Tensor, finished: torch.Tensor, noise: torch.Tensor | Non
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, finished | (token == eos_id)
 
 
-def assemble(tokenizer, prompt_ids: list[list[int]], tokens: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor) -> Samples:
+def assemble(
+    tokenizer, prompt_ids: list[list[int]], tokens: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor
+) -> Samples:
     """`Samples` from a decode loop's `[n, T]` tokens, log-probs and entropies: each row cut after its EOS."""
     eos_id = tokenizer.eos_token_id
     token_mat, logp_mat = tokens.cpu(), logps.float().cpu()
@@ -123,7 +134,9 @@ def sample(
     ids, mask = left_pad(prompt_ids, pad_id, device)
     n = ids.shape[0]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)  # left-padded: the last is real
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+    )  # left-padded: the last is real
     past, logits = out.past_key_values, out.logits[:, -1, :]
     position = positions[:, -1:]
 
@@ -131,8 +144,9 @@ def sample(
     tokens, logps, entropies = [], [], []
     for _ in range(max_new_tokens):
         noise = None if greedy else uniform_noise(tuple(logits.shape), generator, device)
-        token, logp, entropy, finished = pick(logits, finished, noise, temperature=temperature, greedy=greedy,
-                                              pad_id=pad_id, eos_id=eos_id)
+        token, logp, entropy, finished = pick(
+            logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id
+        )
         tokens.append(token)
         logps.append(logp)
         entropies.append(entropy)
@@ -140,7 +154,9 @@ def sample(
             break
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
         position = position + 1
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=past, use_cache=True)
+        out = model(
+            input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=past, use_cache=True
+        )
         past, logits = out.past_key_values, out.logits[:, -1, :]
     return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
 
@@ -171,8 +187,17 @@ def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list
     return groups[::-1]
 
 
-def _score_rows(model, rows: list[list[int]], starts: list[int], lengths: list[int], t_max: int, temperature: float,
-                pad_id: int, with_entropy: bool, max_tokens: int | None):
+def _score_rows(
+    model,
+    rows: list[list[int]],
+    starts: list[int],
+    lengths: list[int],
+    t_max: int,
+    temperature: float,
+    pad_id: int,
+    with_entropy: bool,
+    max_tokens: int | None,
+):
     """Token log-probs `[n, t_max]` (0 past each row's completion) of whole rows (prompt + completion) padded to
     their own longest, and the per-token entropies when asked (same layout). The head runs on the completion
     tokens' positions only."""
@@ -196,8 +221,16 @@ def _right_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor
     return ids.to(device), mask.to(device)
 
 
-def _token_logp(model, hidden: torch.Tensor, targets: torch.Tensor, lengths: list[int], t_max: int, temperature: float,
-                with_entropy: bool, max_tokens: int | None):
+def _token_logp(
+    model,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    lengths: list[int],
+    t_max: int,
+    temperature: float,
+    with_entropy: bool,
+    max_tokens: int | None,
+):
     """`[n, t_max]` log-probs of `targets` (`[n, w]`, w <= t_max) under the head at `hidden` (`[n, w, hidden]`, the
     state before each target), 0 past each row's length; and the entropies in the same layout when asked. Only
     the real tokens go through the head (`head.head_logprobs`)."""
@@ -205,8 +238,14 @@ def _token_logp(model, hidden: torch.Tensor, targets: torch.Tensor, lengths: lis
     device = targets.device
     real = (torch.arange(w, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]).reshape(-1)
     where = real.nonzero().squeeze(-1)
-    token, entropy = head_logprobs(model, hidden.reshape(n * w, -1).index_select(0, where), targets.reshape(-1).index_select(0, where),
-                                   temperature, with_entropy, max_tokens)
+    token, entropy = head_logprobs(
+        model,
+        hidden.reshape(n * w, -1).index_select(0, where),
+        targets.reshape(-1).index_select(0, where),
+        temperature,
+        with_entropy,
+        max_tokens,
+    )
     return _spread(token, where, n, w, t_max), (_spread(entropy, where, n, w, t_max) if with_entropy else None)
 
 
@@ -228,10 +267,21 @@ class _Prefixes:
         self.kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         self.lengths = self.mask.sum(-1)
         hidden = out.last_hidden_state
-        self.last = hidden.gather(1, (self.lengths - 1)[:, None, None].expand(-1, 1, hidden.shape[-1]))  # [prompts, 1, hidden]
+        self.last = hidden.gather(
+            1, (self.lengths - 1)[:, None, None].expand(-1, 1, hidden.shape[-1])
+        )  # [prompts, 1, hidden]
 
-    def score(self, model, which: list[int], completions: list[list[int]], t_max: int, temperature: float, pad_id: int,
-              with_entropy: bool, max_tokens: int | None):
+    def score(
+        self,
+        model,
+        which: list[int],
+        completions: list[list[int]],
+        t_max: int,
+        temperature: float,
+        pad_id: int,
+        with_entropy: bool,
+        max_tokens: int | None,
+    ):
         """Log-probs `[len(which), t_max]` of `completions` after the prompts `which` (indices into the distinct
         prompts), and their entropies when asked."""
         from transformers import DynamicCache
@@ -244,15 +294,22 @@ class _Prefixes:
         # completion token j sits at position len(prompt) + j; the prompt's padding stays masked in between
         positions = self.lengths.index_select(0, idx)[:, None] + torch.arange(width, device=device)[None, :]
         attn = torch.cat([self.mask.index_select(0, idx), cmask], dim=1)
-        out = model.base_model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
+        out = model.base_model(
+            input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True
+        )
         before = torch.cat([self.last.index_select(0, idx), out.last_hidden_state[:, : width - 1]], dim=1)
-        return _token_logp(model, before, ids, [len(c) for c in completions], t_max, temperature, with_entropy, max_tokens)
+        return _token_logp(
+            model, before, ids, [len(c) for c in completions], t_max, temperature, with_entropy, max_tokens
+        )
 
 
 def checkpointing(model) -> bool:
     """Whether `model` recomputes its layers' activations in backward (transformers' activation checkpointing)."""
-    return bool(getattr(model, "is_activation_checkpointing", None) if hasattr(type(model), "is_activation_checkpointing")
-                else getattr(model, "is_gradient_checkpointing", False))
+    return bool(
+        getattr(model, "is_activation_checkpointing", None)
+        if hasattr(type(model), "is_activation_checkpointing")
+        else getattr(model, "is_gradient_checkpointing", False)
+    )
 
 
 def distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -299,10 +356,32 @@ def score(
     parts = []
     for g in groups:
         if shared:
-            parts.append(prefixes.score(model, [which[i] for i in g], [rows[i] for i in g], t_max, temperature, pad_id, with_entropy, max_tokens))
+            parts.append(
+                prefixes.score(
+                    model,
+                    [which[i] for i in g],
+                    [rows[i] for i in g],
+                    t_max,
+                    temperature,
+                    pad_id,
+                    with_entropy,
+                    max_tokens,
+                )
+            )
         else:
-            parts.append(_score_rows(model, [rows[i] for i in g], [len(prompt_ids[i]) for i in g], [lengths[i] for i in g],
-                                     t_max, temperature, pad_id, with_entropy, max_tokens))
+            parts.append(
+                _score_rows(
+                    model,
+                    [rows[i] for i in g],
+                    [len(prompt_ids[i]) for i in g],
+                    [lengths[i] for i in g],
+                    t_max,
+                    temperature,
+                    pad_id,
+                    with_entropy,
+                    max_tokens,
+                )
+            )
     if len(groups) == 1:
         token_logp, entropy = parts[0]
     else:

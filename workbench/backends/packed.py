@@ -167,8 +167,9 @@ def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
     v = attn.v_proj(h).view(n, -1, d)
     q, k, v = (at.pad(t).transpose(1, 2) for t in (q, k, v))  # [rows, heads, width, head_dim]
     kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2))
-    out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling,
-                                         enable_gqa=q.shape[1] != kk.shape[1])
+    out = F.scaled_dot_product_attention(
+        q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling, enable_gqa=q.shape[1] != kk.shape[1]
+    )
     x = x + attn.o_proj(at.unpad(out.transpose(1, 2)).reshape(n, -1))
     x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
     return x, k, v
@@ -182,8 +183,16 @@ def _compiled_layer():
     return torch.compile(_layer, dynamic=True)
 
 
-def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, temperature: float,
-                 with_entropy: bool, compiled: bool = False, max_tokens: int | None = None):
+def score_packed(
+    model,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    *,
+    temperature: float,
+    with_entropy: bool,
+    compiled: bool = False,
+    max_tokens: int | None = None,
+):
     """`hf.score`'s result (`[n, T]` log-probs, `[n, T]` mask and, with `with_entropy`, the summed entropy) with
     every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward.
     `compiled`: each layer runs compiled (`_compiled_layer`), rotating q and k the model's way (inductor generates
@@ -199,11 +208,18 @@ def score_packed(model, prompt_ids: list[list[int]], completion_ids: list[list[i
     pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
     complex_ok = not compiled and small_enough_to_copy(model)  # the permuted q/k weights copied at every call
     layer_fn = _compiled_layer() if compiled else _layer
-    rope_p, rope_c = Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok), Rope.of(inner.rotary_emb, xc, pos_c, complex_ok)
+    rope_p, rope_c = (
+        Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok),
+        Rope.of(inner.rotary_emb, xc, pos_c, complex_ok),
+    )
     # a completion token sees its prompt's real tokens and the completion's tokens up to itself
-    seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(0, which)
+    seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(
+        0, which
+    )
     causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
-    mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[:, None]
+    mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[
+        :, None
+    ]
     for layer in inner.layers:
         xp, kp, vp = layer_fn(layer, xp, prompts, rope_p, None, None)
         xc, _, _ = layer_fn(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)

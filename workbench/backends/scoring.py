@@ -17,9 +17,18 @@ from workbench.backends import hf, packed
 from workbench.backends.head import tokens_per_slice
 
 
-def score(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *, temperature: float = 1.0,
-          pad_id: int = 0, with_entropy: bool = False, packing: bool = True, compiled: bool = False,
-          scoring_mib: float | None = None):
+def score(
+    model,
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    *,
+    temperature: float = 1.0,
+    pad_id: int = 0,
+    with_entropy: bool = False,
+    packing: bool = True,
+    compiled: bool = False,
+    scoring_mib: float | None = None,
+):
     """`[n, T]` log-probs (with grad) and `[n, T]` mask of the completions, and with `with_entropy` the summed
     entropy; `packing=False` forces the padded path; `compiled` runs the packed path's layers compiled
     (`train.compile`; the padded path runs eagerly). `scoring_mib`, without grad: rows in consecutive micro-batches
@@ -29,11 +38,23 @@ def score(model, prompt_ids: list[list[int]], completion_ids: list[list[int]], *
     max_tokens = tokens_per_slice(scoring_mib, model.get_output_embeddings().weight.shape[0])
     pieces = token_micro_batches([len(c) for c in completion_ids], max_tokens)
     if len(pieces) == 1:
-        return _score(model, prompt_ids, completion_ids, temperature, pad_id, with_entropy, packing, compiled, max_tokens)
+        return _score(
+            model, prompt_ids, completion_ids, temperature, pad_id, with_entropy, packing, compiled, max_tokens
+        )
     t_max = max(len(c) for c in completion_ids)
     logps, masks, entropy = [], [], 0.0
     for a, b in pieces:
-        out = _score(model, prompt_ids[a:b], completion_ids[a:b], temperature, pad_id, with_entropy, packing, compiled, max_tokens)
+        out = _score(
+            model,
+            prompt_ids[a:b],
+            completion_ids[a:b],
+            temperature,
+            pad_id,
+            with_entropy,
+            packing,
+            compiled,
+            max_tokens,
+        )
         logps.append(F.pad(out[0], (0, t_max - out[0].shape[1])))
         masks.append(F.pad(out[1], (0, t_max - out[1].shape[1])))
         entropy += out[2] if with_entropy else 0.0
@@ -55,7 +76,21 @@ def token_micro_batches(lengths: list[int], max_tokens: int) -> list[tuple[int, 
 
 def _score(model, prompt_ids, completion_ids, temperature, pad_id, with_entropy, packing, compiled, max_tokens):
     if packing and max(len(c) for c in completion_ids) > 0 and packed.supports(model) is None:
-        return packed.score_packed(model, prompt_ids, completion_ids, temperature=temperature, with_entropy=with_entropy,
-                                   compiled=compiled, max_tokens=max_tokens)
-    return hf.score(model, prompt_ids, completion_ids, temperature=temperature, pad_id=pad_id, with_entropy=with_entropy,
-                    max_tokens=max_tokens)
+        return packed.score_packed(
+            model,
+            prompt_ids,
+            completion_ids,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            compiled=compiled,
+            max_tokens=max_tokens,
+        )
+    return hf.score(
+        model,
+        prompt_ids,
+        completion_ids,
+        temperature=temperature,
+        pad_id=pad_id,
+        with_entropy=with_entropy,
+        max_tokens=max_tokens,
+    )

@@ -50,8 +50,15 @@ def import_vllm():
 class VllmSampler:
     """A vLLM engine serving the trainer's current (or `sync_every`-lagged) weights."""
 
-    def __init__(self, model_path: str, cfg: TrialConfig, max_model_len: int, dtype: torch.dtype, device: torch.device,
-                 model: torch.nn.Module | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        cfg: TrialConfig,
+        max_model_len: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        model: torch.nn.Module | None = None,
+    ):
         vcfg = cfg.generation.vllm
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{vcfg.cpu_kvcache_gib:g}")
         _, LLM, self.SamplingParams, self.TokensPrompt = import_vllm()
@@ -71,7 +78,9 @@ class VllmSampler:
             kwargs["gpu_memory_utilization"] = vcfg.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = vcfg.sleep
         else:
-            kwargs["block_size"] = 32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
+            kwargs["block_size"] = (
+                32  # CPU attention takes multiples of 32; the default (128) would rarely fill a block
+            )
         self.sleeps = vcfg.sleep and device.type == "cuda"
         self.asleep = False
         self.eos_ids = stop_ids(model)
@@ -94,18 +103,33 @@ class VllmSampler:
             weights["lm_head.weight"] = out.weight.detach()
         # Copies, one tensor at a time: the engine must never alias the trainer's parameters (an in-place optimizer
         # step would silently change the behaviour policy), and a generator keeps the peak at one extra tensor.
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ((k, v.clone()) for k, v in weights.items())})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": ((k, v.clone()) for k, v in weights.items())}
+        )
         self.llm.reset_prefix_cache()
         self.version, self.syncs = version, self.syncs + 1
 
-    def sample(self, tokenizer, prompt_ids: list[list[int]], *, max_new_tokens: int, temperature: float,
-               generator: torch.Generator | None = None) -> Samples:
+    def sample(
+        self,
+        tokenizer,
+        prompt_ids: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        generator: torch.Generator | None = None,
+    ) -> Samples:
         """One completion per row (rows repeat a prompt for a group), with the engine's per-token log-probs."""
         seeds = torch.randint(0, 2**31 - 1, (len(prompt_ids),), generator=generator).tolist()
-        params = [self.SamplingParams(n=1, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=int(s), detokenize=False)
-                  for s in seeds]
+        params = [
+            self.SamplingParams(
+                n=1, temperature=temperature, max_tokens=max_new_tokens, logprobs=0, seed=int(s), detokenize=False
+            )
+            for s in seeds
+        ]
         self._wake()
-        outs = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False)
+        outs = self.llm.generate(
+            [self.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False
+        )
         if self.sleeps:  # the trainer trains next: its memory back (weights to host, the KV cache dropped)
             self.llm.sleep(level=1)
             self.asleep = True
@@ -117,7 +141,9 @@ class VllmSampler:
             completions.append(ids)
             logprobs.append(torch.tensor([step[t].logprob for step, t in zip(c.logprobs, ids)], dtype=torch.float32))
             finished.append(bool(ids) and ids[-1] in eos)
-        texts = tokenizer.batch_decode([c[:-1] if d else c for c, d in zip(completions, finished)], skip_special_tokens=True)
+        texts = tokenizer.batch_decode(
+            [c[:-1] if d else c for c, d in zip(completions, finished)], skip_special_tokens=True
+        )
         return Samples(
             prompt_ids=[list(p) for p in prompt_ids],
             completion_ids=completions,
@@ -142,9 +168,13 @@ class VllmSampler:
         if temperature != 1.0:
             raise ValueError("score: the engine's prompt log-probs are untempered; use temperature 1")
         params = self.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-        out = self.llm.generate([self.TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))], params, use_tqdm=False)[0]
+        out = self.llm.generate(
+            [self.TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))], params, use_tqdm=False
+        )[0]
         start = len(prompt_ids)
-        return torch.tensor([out.prompt_logprobs[start + i][t].logprob for i, t in enumerate(completion_ids)], dtype=torch.float32)
+        return torch.tensor(
+            [out.prompt_logprobs[start + i][t].logprob for i, t in enumerate(completion_ids)], dtype=torch.float32
+        )
 
 
 def stop_ids(model: torch.nn.Module | None) -> set[int]:

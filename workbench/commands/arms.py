@@ -19,19 +19,44 @@ class Verify(Command):
     flags = (flags.spec, flags.stores, flags.threads, flags.json_line)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap", type=int, default=0, help="bootstrap refits for the fit's intervals (default 0: the point fit decides)")
+        p.add_argument(
+            "--bootstrap",
+            type=int,
+            default=0,
+            help="bootstrap refits for the fit's intervals (default 0: the point fit decides)",
+        )
         p.add_argument("--force", action="store_true", help="run it even when the same knobs were already measured")
-        p.add_argument("--probe", action="store_true", help="predict with one `workbench probe` run on the study's base config instead of the fitted model")
-        p.add_argument("--probe-steps", type=int, default=48, help="with --probe: the probe run's optimizer steps (default 48; more probes"
-                       " where the fresh gradient is not resolved from its noise)")
-        p.add_argument("--lr-sweep", action=argparse.BooleanOptionalAction, default=None,
-                       help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)")
-        p.add_argument("--model", help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
-                       "extended_lr) instead of the distinct-draw fit; best = the first model selected (it beats the constant, "
-                       "lr-only and nearest null predictors out of sample) by leave-one-configuration-out error, and where none "
-                       "is selected the first by that error, run with a warning that its prediction has no demonstrated skill")
-        p.add_argument("--ridge", action="store_true", help="with --model: where the model refuses a point because its optimum"
-                       " is a flat ridge, run the ridge's simplest point (smallest horizon, least reuse) to test the claim")
+        p.add_argument(
+            "--probe",
+            action="store_true",
+            help="predict with one `workbench probe` run on the study's base config instead of the fitted model",
+        )
+        p.add_argument(
+            "--probe-steps",
+            type=int,
+            default=48,
+            help="with --probe: the probe run's optimizer steps (default 48; more probes"
+            " where the fresh gradient is not resolved from its noise)",
+        )
+        p.add_argument(
+            "--lr-sweep",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="with --probe: locate on-policy's best learning rate with a short sweep (default: when the study searches lr)",
+        )
+        p.add_argument(
+            "--model",
+            help="predict with this compared model (analysis.models: thm45, with_replacement, extended, "
+            "extended_lr) instead of the distinct-draw fit; best = the first model selected (it beats the constant, "
+            "lr-only and nearest null predictors out of sample) by leave-one-configuration-out error, and where none "
+            "is selected the first by that error, run with a warning that its prediction has no demonstrated skill",
+        )
+        p.add_argument(
+            "--ridge",
+            action="store_true",
+            help="with --model: where the model refuses a point because its optimum"
+            " is a flat ridge, run the ridge's simplest point (smallest horizon, least reuse) to test the claim",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         if args.bootstrap < 0:
@@ -68,12 +93,20 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
 
     choice = verify.choose_model(result, args.model, args.ridge, ctx.spec.trial_config({}, 0).batch_size)
     if choice.summary is None:
-        print(f"no prediction: {args.model} was not fitted to this study (too few uniform configurations, or a"
-              f" learning-rate model on a study with one learning rate; fitted: {', '.join(choice.fitted) or 'none'})")
+        print(
+            f"no prediction: {args.model} was not fitted to this study (too few uniform configurations, or a"
+            f" learning-rate model on a study with one learning rate; fitted: {', '.join(choice.fitted) or 'none'})"
+        )
         return 0
     opt, ridge = choice.optimum, choice.ridge_point
-    print(f"model {choice.summary['model']} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
-          + (f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "") if "x" in opt else ""))
+    print(
+        f"model {choice.summary['model']} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
+        + (
+            f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "")
+            if "x" in opt
+            else ""
+        )
+    )
     if choice.warning:
         print(f"  warning: {choice.warning}")
     if "refused" in opt:
@@ -84,7 +117,9 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
         if not args.ridge:
             print(f"  the ridge's simplest point is {where} ({ridge['compute']:.4g} units predicted); --ridge runs it")
             return 0
-        print(f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units")
+        print(
+            f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units"
+        )
     _print_verification(args, verify.run(ctx, study, choice.prediction, result, threads=args.threads, force=args.force))
     return 0
 
@@ -97,14 +132,23 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
 
     p = verify.probe_study(ctx, study, result, args.probe_steps, sweep=args.lr_sweep, threads=args.threads)
     res, o, sweep = p.measured, p.predicted, p.sweep
-    print(f"probe: {res.steps} steps ({cost_words(res.compute_units, sweep)}), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
-          + (f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute" if "x" in o else ""))
+    print(
+        f"probe: {res.steps} steps ({cost_words(res.compute_units, sweep)}), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
+        + (
+            f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute"
+            if "x" in o
+            else ""
+        )
+    )
     print(f"  {claim_line(p.against_sweep)}")
     if p.prediction is None:
         print(f"  no prediction: {o['refused']}")
         return 0
     v = verify.run(ctx, study, p.prediction, result, threads=args.threads, force=args.force)
-    print(f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}" + (f" (already run as trial {v.same_as})" if v.same_as is not None else ""))
+    print(
+        f"  measured {v.measured:.4g} against predicted {v.predicted:.4g}"
+        + (f" (already run as trial {v.same_as})" if v.same_as is not None else "")
+    )
     _print_verification(args, v)
     return 0
 
@@ -120,8 +164,11 @@ class Confirm(Command):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--top", type=int, default=2, help="configurations to confirm, best first (default 2)")
         p.add_argument("--seeds", type=int, default=4, help="fresh seeds each (default 4)")
-        p.add_argument("--predicted", action="store_true",
-                       help="also re-run the optima `study verify` predicted (model and probe arms) on the same fresh seeds")
+        p.add_argument(
+            "--predicted",
+            action="store_true",
+            help="also re-run the optima `study verify` predicted (model and probe arms) on the same fresh seeds",
+        )
         p.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -129,8 +176,14 @@ class Confirm(Command):
         from workbench.study.summary import closing_lines
         from workbench.workflow.confirm import confirm
 
-        study, done = confirm(study_context(args), args.top, args.seeds, threads=args.threads, predicted=args.predicted,
-                              devices=devices(args.devices))
+        study, done = confirm(
+            study_context(args),
+            args.top,
+            args.seeds,
+            threads=args.threads,
+            predicted=args.predicted,
+            devices=devices(args.devices),
+        )
         for line in confirmation_lines(study) + closing_lines(study, args.spec):  # the bottom line: did the saving hold
             print(line)
         if args.json:  # last, on a line of its own
@@ -155,7 +208,9 @@ class Race(Command):
         from workbench.study.summary import closing_lines
         from workbench.workflow.race import race
 
-        study, raced = race(study_context(args), args.max_seeds, args.step, threads=args.threads, devices=devices(args.devices))
+        study, raced = race(
+            study_context(args), args.max_seeds, args.step, threads=args.threads, devices=devices(args.devices)
+        )
         for line in raced + comparison_lines(study) + closing_lines(study, args.spec):
             print(line)
         return 0

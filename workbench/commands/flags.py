@@ -18,11 +18,15 @@ def spec_or_study(p: argparse.ArgumentParser) -> None:
 
 
 def storage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--storage", help="Optuna storage URL (default: the spec's, else sqlite:///optuna.db); shared by every worker")
+    p.add_argument(
+        "--storage", help="Optuna storage URL (default: the spec's, else sqlite:///optuna.db); shared by every worker"
+    )
 
 
 def tracking_uri(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the spec's, else $MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    p.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: the spec's, else $MLFLOW_TRACKING_URI, else ./mlflow.db)"
+    )
 
 
 def stores(p: argparse.ArgumentParser) -> None:
@@ -36,8 +40,11 @@ def threads(p: argparse.ArgumentParser) -> None:
 
 
 def side_by_side(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", help="GPU ids (CPU: core ids) to run on, e.g. 0-1: a configuration's seeds run side by side,"
-                   " one per trial's need")
+    p.add_argument(
+        "--devices",
+        help="GPU ids (CPU: core ids) to run on, e.g. 0-1: a configuration's seeds run side by side,"
+        " one per trial's need",
+    )
 
 
 def overrides(p: argparse.ArgumentParser) -> None:
@@ -59,6 +66,9 @@ def target(p: argparse.ArgumentParser) -> None:
 
 
 def out_force(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", help="output folder (default: reports-out/NAME/ beside the study's MLflow store, e.g. next to"
-                   " ./mlflow.db; a store on a server: in the working directory)")
+    p.add_argument(
+        "--out",
+        help="output folder (default: reports-out/NAME/ beside the study's MLflow store, e.g. next to"
+        " ./mlflow.db; a store on a server: in the working directory)",
+    )
     p.add_argument("--force", action="store_true", help="write even over files git tracks (refused otherwise)")

@@ -24,21 +24,49 @@ class Probe(Command):
         p.add_argument("--x", type=float, default=16.0, help="buffer horizon N/R of the probe run (default 16)")
         p.add_argument("--ratio", type=float, default=2.0, help="replay ratio y of the probe run (default 2)")
         p.add_argument("--steps", type=int, default=48, help="optimizer steps (default 48)")
-        p.add_argument("--every", type=int, default=4, help="probe every k steps once the buffer holds every age (default 4)")
-        p.add_argument("--lag", type=int, default=None, help="steps between a rollout's two gradients for rho (default x/y, the mean gap between two uses)")
+        p.add_argument(
+            "--every", type=int, default=4, help="probe every k steps once the buffer holds every age (default 4)"
+        )
+        p.add_argument(
+            "--lag",
+            type=int,
+            default=None,
+            help="steps between a rollout's two gradients for rho (default x/y, the mean gap between two uses)",
+        )
         p.add_argument("--sketch", type=int, default=2048, help="CountSketch size of a gradient (default 2048)")
-        p.add_argument("--lr-sweep", action="store_true", help="also locate on-policy's best learning rate with short on-policy runs at"
-                       " lr x 1, 2, 4 (extended while the cheapest is at an edge), each read as compute to --target")
-        p.add_argument("--target", type=float, help="the accuracy (on the trial's eval.metric) the sweep's runs are read to")
-        p.add_argument("--sweep-units", type=float, default=workflow.DEFAULT_SWEEP_UNITS, help="compute units of the sweep's first run (default 100)")
+        p.add_argument(
+            "--lr-sweep",
+            action="store_true",
+            help="also locate on-policy's best learning rate with short on-policy runs at"
+            " lr x 1, 2, 4 (extended while the cheapest is at an edge), each read as compute to --target",
+        )
+        p.add_argument(
+            "--target", type=float, help="the accuracy (on the trial's eval.metric) the sweep's runs are read to"
+        )
+        p.add_argument(
+            "--sweep-units",
+            type=float,
+            default=workflow.DEFAULT_SWEEP_UNITS,
+            help="compute units of the sweep's first run (default 100)",
+        )
         p.add_argument("--json", action="store_true", help="print the measurements and the prediction as one JSON line")
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.config import apply_overrides, load_yaml_mapping
 
         if args.lr_sweep and args.target is None:
-            raise ConfigError("--target: required with --lr-sweep (the accuracy, on the trial's eval.metric, each sweep run is read to)")
-        for name, low in (("x", 1.0), ("ratio", 1.0), ("steps", 1), ("every", 1), ("lag", 1), ("sketch", 16), ("sweep_units", 1.0)):
+            raise ConfigError(
+                "--target: required with --lr-sweep (the accuracy, on the trial's eval.metric, each sweep run is read to)"
+            )
+        for name, low in (
+            ("x", 1.0),
+            ("ratio", 1.0),
+            ("steps", 1),
+            ("every", 1),
+            ("lag", 1),
+            ("sketch", 16),
+            ("sweep_units", 1.0),
+        ):
             value = getattr(args, name)
             if value is None and name == "lag":
                 continue
@@ -50,9 +78,18 @@ class Probe(Command):
             data["tracking"]["uri"] = args.tracking_uri
         from workbench.workflow.probe import probe
 
-        probed = probe(data, x=args.x, ratio=args.ratio, steps=args.steps, every=args.every, lag=args.lag, sketch=args.sketch,
-                       sweep_target=args.target if args.lr_sweep else None, sweep_units=args.sweep_units,
-                       show_progress=progress.bars_wanted(args.json, args.quiet))
+        probed = probe(
+            data,
+            x=args.x,
+            ratio=args.ratio,
+            steps=args.steps,
+            every=args.every,
+            lag=args.lag,
+            sketch=args.sketch,
+            sweep_target=args.target if args.lr_sweep else None,
+            sweep_units=args.sweep_units,
+            show_progress=progress.bars_wanted(args.json, args.quiet),
+        )
         if args.json:
             print(json.dumps(probed.recorded, default=float))
             return 0
@@ -68,22 +105,38 @@ def _print_measured(probed) -> None:
     res, cfg = probed.measured, probed.config
     g = res.growth
     c = probed.predicted.get("c", math.nan)
-    print(f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.get('lr_sweep'))}), {res.probes} probes;"
-          f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}")
-    print(f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; within-group gradient correlation {res.group_correlation:.3g} -> c {c:.3g}")
+    print(
+        f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.get('lr_sweep'))}), {res.probes} probes;"
+        f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}"
+    )
+    print(
+        f"  mu {res.mu:.3g}; rho (a rollout's noise {res.rho_lag} step later) {res.rho:.3g}; within-group gradient correlation {res.group_correlation:.3g} -> c {c:.3g}"
+    )
     print("  sigma²(tau): " + ", ".join(f"{a['age']}: {a['sigma2']:.3g}" for a in res.noise))
     if g:
-        print(f"  fitted sigma0² {g['sigma0_sq']:.3g}, tau0 {g['tau0']:.3g}, alpha {g['alpha']:.3g};"
-              f" F6 (noise non-decreasing with age): {'holds' if g['non_decreasing'] else 'falsified'}"
-              f" (log sigma² per step of age {g['log_slope']:+.3f} ± {1.96 * g['log_slope_se']:.3f})")
+        print(
+            f"  fitted sigma0² {g['sigma0_sq']:.3g}, tau0 {g['tau0']:.3g}, alpha {g['alpha']:.3g};"
+            f" F6 (noise non-decreasing with age): {'holds' if g['non_decreasing'] else 'falsified'}"
+            f" (log sigma² per step of age {g['log_slope']:+.3f} ± {1.96 * g['log_slope_se']:.3f})"
+        )
     resolved = {t: k for t, k in res.kappa.items() if math.isfinite(k)}
-    print("  kappa(tau), staleness bias: " + (", ".join(f"{t}: {k:.2f}" for t, k in resolved.items()) if resolved else
-                                              "not resolved (the mean gradient at age 0 is within the noise of its estimate)"))
+    print(
+        "  kappa(tau), staleness bias: "
+        + (
+            ", ".join(f"{t}: {k:.2f}" for t, k in resolved.items())
+            if resolved
+            else "not resolved (the mean gradient at age 0 is within the noise of its estimate)"
+        )
+    )
     shares = probed.alignment()
     if shares:
-        print("  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one, 95% over"
-              " resampled groups): " + ", ".join(f"x {x}: {share:.2f}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "")
-                                                 for x, share, iv in shares))
+        print(
+            "  g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean gradient points along the fresh one, 95% over"
+            " resampled groups): "
+            + ", ".join(
+                f"x {x}: {share:.2f}" + (f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "") for x, share, iv in shares
+            )
+        )
 
 
 def _print_predicted(probed) -> None:
@@ -93,18 +146,31 @@ def _print_predicted(probed) -> None:
     p = probed.recorded["predicted"]
     if "lr_sweep" in p:
         best = p["lr_optimum"]
-        print("  on-policy lr sweep, compute to target: " + ", ".join(
-            f"lr {q['lr']:.3g}: {'>' if q['censored'] else ''}{q['compute_to_target']:.3g}" for q in p["lr_sweep"])
-            + (f"; no lr*: {best['refused']}" if "refused" in best else f"; lr* {best['lr']:.3g} ({best['compute']:.3g} units)"))
+        print(
+            "  on-policy lr sweep, compute to target: "
+            + ", ".join(
+                f"lr {q['lr']:.3g}: {'>' if q['censored'] else ''}{q['compute_to_target']:.3g}" for q in p["lr_sweep"]
+            )
+            + (
+                f"; no lr*: {best['refused']}"
+                if "refused" in best
+                else f"; lr* {best['lr']:.3g} ({best['compute']:.3g} units)"
+            )
+        )
     if "x" in p:
-        print(f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
-              f" (capacity {p['capacity']}), lr {p['lr']:.3g} ({p['lr_source']}; x{p['lr_factor']:.2f} on-policy's),"
-              f" {p['relative_compute']:.2f}x on-policy's compute" + (f" ({p['compute']:.3g} units)" if "compute" in p else "")
-              + f"; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}")
+        print(
+            f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
+            f" (capacity {p['capacity']}), lr {p['lr']:.3g} ({p['lr_source']}; x{p['lr_factor']:.2f} on-policy's),"
+            f" {p['relative_compute']:.2f}x on-policy's compute"
+            + (f" ({p['compute']:.3g} units)" if "compute" in p else "")
+            + f"; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}"
+        )
     if "stability" in p:
         st = p["stability"]
-        print(f"  stability over {st['draws']} bootstrap resamples of the probe's groups: the same point in {st['same_point']:.0%};"
-              f" 95% of draws within x {st['x_95'][0]:g}-{st['x_95'][1]:g}, y {st['y_95'][0]:.3g}-{st['y_95'][1]:.3g}")
+        print(
+            f"  stability over {st['draws']} bootstrap resamples of the probe's groups: the same point in {st['same_point']:.0%};"
+            f" 95% of draws within x {st['x_95'][0]:g}-{st['x_95'][1]:g}, y {st['y_95'][0]:.3g}-{st['y_95'][1]:.3g}"
+        )
     if "refused" in p:
         print(f"  no prediction: {p['refused']}")
     print(f"  {claim_line(probed.against_sweep)}")

@@ -26,8 +26,11 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     """What `analyze` and `report` both take: the re-accounting, the intervals, the reading."""
     p.add_argument("--whatif-mu", type=float, action="append", help="also re-account at this mu (default 5.28)")
     p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals")
-    p.add_argument("--estimator", choices=["first", "interpolated", "sustained", "fitted"],
-                   help="read compute-to-target with this estimator instead of the study's")
+    p.add_argument(
+        "--estimator",
+        choices=["first", "interpolated", "sustained", "fitted"],
+        help="read compute-to-target with this estimator instead of the study's",
+    )
 
 
 class Analyze(Command):
@@ -42,18 +45,37 @@ class Analyze(Command):
         whatif_mu, reading = _whatif(args.whatif_mu), target(args.target)
         from workbench.workflow.predict import analysis_json
 
-        result, path = analysis_json(name, uri, Path(args.out) if args.out else None, args.force, whatif_mu=whatif_mu,
-                                     bootstrap=args.bootstrap, target=reading, estimator=args.estimator, bar=progress.bars_wanted())
+        result, path = analysis_json(
+            name,
+            uri,
+            Path(args.out) if args.out else None,
+            args.force,
+            whatif_mu=whatif_mu,
+            bootstrap=args.bootstrap,
+            target=reading,
+            estimator=args.estimator,
+            bar=progress.bars_wanted(),
+        )
         f, p, e = result["fit"], result["predicted"], result["empirical"]
-        print(f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}")
-        print(f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
-              f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}")
+        print(
+            f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}"
+        )
+        print(
+            f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
+            f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}"
+        )
         for m in result.get("models", []):  # best first (analysis.models.compare)
             o, loco = m["optimum"], m["loco"]
-            where = f"refused ({o['refused']})" if "refused" in o else f"x {o['x']:.3g}, y {o['y']:.3g}" + (f", lr {o['lr']:.3g}" if "lr" in o else "")
+            where = (
+                f"refused ({o['refused']})"
+                if "refused" in o
+                else f"x {o['x']:.3g}, y {o['y']:.3g}" + (f", lr {o['lr']:.3g}" if "lr" in o else "")
+            )
             held = f"{loco['median_abs_log_error']:.3g} over {loco['n']}" if loco.get("n") else "-"
-            print(f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
-                  f"{', '.join(m['unidentified']) or 'none'}; optimum {where}")
+            print(
+                f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
+                f"{', '.join(m['unidentified']) or 'none'}; optimum {where}"
+            )
         for law in result.get("laws", []):
             print(law["line"])
         print(f"wrote {path}")
@@ -74,8 +96,18 @@ class Report(Command):
         whatif_mu, reading = _whatif(args.whatif_mu), target(args.target)
         from workbench.workflow.predict import report
 
-        line, paths = report(name, uri, Path(args.out) if args.out else None, args.force, whatif_mu=whatif_mu, bootstrap=args.bootstrap,
-                             target=reading, estimator=args.estimator, bar=progress.bars_wanted(), spec=args.spec)
+        line, paths = report(
+            name,
+            uri,
+            Path(args.out) if args.out else None,
+            args.force,
+            whatif_mu=whatif_mu,
+            bootstrap=args.bootstrap,
+            target=reading,
+            estimator=args.estimator,
+            bar=progress.bars_wanted(),
+            spec=args.spec,
+        )
         print(line)
         print(f"wrote {paths['html']} (open it in a browser), with report.md, analysis.json and the figures beside it")
         return 0
@@ -95,34 +127,58 @@ class Recommend(Command):
     lr-tuned on-policy and its interval, or why none is supported."""
 
     name = "recommend"
-    help = ("the buffer settings, lr and W:T split a study or a probe supports at your mu, with the saving against"
-            " lr-tuned on-policy and its interval")
+    help = (
+        "the buffer settings, lr and W:T split a study or a probe supports at your mu, with the saving against"
+        " lr-tuned on-policy and its interval"
+    )
     flags = (flags.spec_or_study, flags.tracking_uri, flags.target)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--probe", metavar="RUN_ID", help="a probe run (`workbench probe --lr-sweep`) instead of a study")
-        p.add_argument("--mu", type=float, help="your mu: generating a rollout over training on one (default: the source's measured mu)")
-        p.add_argument("--gen-seconds", type=float, help="instead of --mu: seconds to generate one rollout on a generator")
-        p.add_argument("--train-seconds", type=float, help="with --gen-seconds: seconds of one training step (B rollouts)")
-        p.add_argument("--split", metavar="W:T", help="your split of generators to trainers: the replay ratio it gives is shown")
+        p.add_argument(
+            "--probe", metavar="RUN_ID", help="a probe run (`workbench probe --lr-sweep`) instead of a study"
+        )
+        p.add_argument(
+            "--mu",
+            type=float,
+            help="your mu: generating a rollout over training on one (default: the source's measured mu)",
+        )
+        p.add_argument(
+            "--gen-seconds", type=float, help="instead of --mu: seconds to generate one rollout on a generator"
+        )
+        p.add_argument(
+            "--train-seconds", type=float, help="with --gen-seconds: seconds of one training step (B rollouts)"
+        )
+        p.add_argument(
+            "--split", metavar="W:T", help="your split of generators to trainers: the replay ratio it gives is shown"
+        )
         p.add_argument("--json", action="store_true", help="print the recommendation as one JSON line")
 
     def run(self, args: argparse.Namespace) -> int:
         mu = positive("mu", args.mu)
         gen, train = positive("gen-seconds", args.gen_seconds), positive("train-seconds", args.train_seconds)
         if (gen is None) != (train is None):
-            raise ConfigError("--gen-seconds: give it with --train-seconds (seconds per generated rollout, per training step)")
+            raise ConfigError(
+                "--gen-seconds: give it with --train-seconds (seconds per generated rollout, per training step)"
+            )
         if mu is not None and gen is not None:
             raise ConfigError("--mu: give either --mu or --gen-seconds with --train-seconds, not both")
         split = _split(args.split)
         from workbench.workflow import recommend
 
         if args.probe:
-            out = recommend.from_probe(args.probe, resolve_tracking_uri(args.tracking_uri), mu=mu, gen_seconds=gen,
-                                       train_seconds=train, split=split)
+            out = recommend.from_probe(
+                args.probe,
+                resolve_tracking_uri(args.tracking_uri),
+                mu=mu,
+                gen_seconds=gen,
+                train_seconds=train,
+                split=split,
+            )
         else:
             name, uri = analysis_inputs(args)
-            out = recommend.from_study(name, uri, mu=mu, gen_seconds=gen, train_seconds=train, split=split, target=target(args.target))
+            out = recommend.from_study(
+                name, uri, mu=mu, gen_seconds=gen, train_seconds=train, split=split, target=target(args.target)
+            )
         if args.json:
             print(json.dumps({k: v for k, v in out.items() if k != "lines"}, default=float))
         else:
@@ -135,8 +191,10 @@ class Regime(Command):
     and wall time, the crossover, the confirmation on fresh seeds."""
 
     name = "regime"
-    help = ("asynchronous studies at several generator slowdowns read together: the buffer against the lr-tuned queue at"
-            " each mu, the crossover, the confirmation")
+    help = (
+        "asynchronous studies at several generator slowdowns read together: the buffer against the lr-tuned queue at"
+        " each mu, the crossover, the confirmation"
+    )
     flags = (flags.tracking_uri, flags.out_force, flags.target)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
@@ -152,12 +210,21 @@ class Regime(Command):
         uri = resolve_tracking_uri(args.tracking_uri or specs[0].tracking_uri)
         confirm = load_spec(args.confirm).name if args.confirm else None
         sync = load_spec(args.sync).name if args.sync else None
-        result, paths = report([s.name for s in specs], uri, Path(args.out) if args.out else None, args.force,
-                               confirm=confirm, target=target(args.target), sync=sync)
+        result, paths = report(
+            [s.name for s in specs],
+            uri,
+            Path(args.out) if args.out else None,
+            args.force,
+            confirm=confirm,
+            target=target(args.target),
+            sync=sync,
+        )
         c = result["crossover"]
         where = lambda p: "none measured" if p is None else f"s {p['slowdown']:g} (mu {p['mu']:.2f})"  # noqa: E731
-        print(f"crossover: compute {where(c['compute'])}, device time {where(c['device_time'])}; theory (mu·T/W > 1) {where(c['theory'])}"
-              + (f"; the synchronous runs re-accounted: {where(c['reaccounted'])}" if sync else ""))
+        print(
+            f"crossover: compute {where(c['compute'])}, device time {where(c['device_time'])}; theory (mu·T/W > 1) {where(c['theory'])}"
+            + (f"; the synchronous runs re-accounted: {where(c['reaccounted'])}" if sync else "")
+        )
         print(f"wrote {paths['regime.md']}, with regime.json and the figures beside it")
         return 0
 
@@ -167,12 +234,16 @@ class Results(Command):
     exit 1 when one does not hold."""
 
     name = "results"
-    help = ("recompute every number docs/results.md states from the per-run tables committed beside the reports"
-            " (reports/NAME/runs.csv)")
+    help = (
+        "recompute every number docs/results.md states from the per-run tables committed beside the reports"
+        " (reports/NAME/runs.csv)"
+    )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--docs", default="docs/results.md", help="the results page (default docs/results.md)")
-        p.add_argument("--reports", default="reports", help="the folder of reports with their runs.csv (default reports)")
+        p.add_argument(
+            "--reports", default="reports", help="the folder of reports with their runs.csv (default reports)"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.workflow.results import recompute_page
@@ -181,6 +252,8 @@ class Results(Command):
         for c in checks:
             print(c.fmt())
         failed = [c for c in checks if not c.held]
-        print(f"{len(checks) - len(failed)} of {len(checks)} numbers recomputed from {args.reports}/*/runs.csv"
-              + (f"; {len(failed)} did not hold" if failed else ""))
+        print(
+            f"{len(checks) - len(failed)} of {len(checks)} numbers recomputed from {args.reports}/*/runs.csv"
+            + (f"; {len(failed)} did not hold" if failed else "")
+        )
         return 1 if failed or not checks else 0

@@ -19,8 +19,11 @@ class Run(Command):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--n-trials", type=int, help="trials to complete (default: the spec's n_trials)")
         p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1)")
-        p.add_argument("--devices", help="GPU ids (CPU: core ids) split among the workers, e.g. 0-7: one per synchronous"
-                       " trial, W + T per asynchronous one")
+        p.add_argument(
+            "--devices",
+            help="GPU ids (CPU: core ids) split among the workers, e.g. 0-7: one per synchronous"
+            " trial, W + T per asynchronous one",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.study.driver import run_study
@@ -28,8 +31,13 @@ class Run(Command):
         from workbench.study.summary import closing_lines, summary_lines
 
         ctx = study_context(args)
-        study = run_study(ctx, args.n_trials or ctx.spec.n_trials, args.workers, show_progress=progress.bars_wanted(),
-                          devices=devices(args.devices))
+        study = run_study(
+            ctx,
+            args.n_trials or ctx.spec.n_trials,
+            args.workers,
+            show_progress=progress.bars_wanted(),
+            devices=devices(args.devices),
+        )
         for line in summary_lines(study):
             print(line)
         storage, uri = tracking.redact_url(ctx.storage_url), tracking.redact_url(ctx.tracking_uri)
@@ -53,17 +61,29 @@ class Worker(Command):
         p.add_argument("--n-trials", type=int, help="trials to complete (default: the spec's n_trials)")
         p.add_argument("--baseline-threads", type=int, help="torch threads for the baseline trial (default: --threads)")
         p.add_argument("--quiet", action="store_true", help="warnings only (no per-trial progress lines)")
-        p.add_argument("--devices", help="the GPU ids (CPU: core ids) this worker may use, e.g. 0,1; it uses no other "
-                       "(more than one trial needs: a configuration's seeds run side by side)")
-        p.add_argument("--baseline-devices", help="the devices of the on-policy baseline, run side by side over them "
-                       "(default: --devices; the driver gives every device to a baseline that runs alone)")
+        p.add_argument(
+            "--devices",
+            help="the GPU ids (CPU: core ids) this worker may use, e.g. 0,1; it uses no other "
+            "(more than one trial needs: a configuration's seeds run side by side)",
+        )
+        p.add_argument(
+            "--baseline-devices",
+            help="the devices of the on-policy baseline, run side by side over them "
+            "(default: --devices; the driver gives every device to a baseline that runs alone)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.study.worker import run_worker
 
         ctx = study_context(args)
-        stop = run_worker(ctx, args.n_trials or ctx.spec.n_trials, threads=args.threads, baseline_threads=args.baseline_threads,
-                          devices=devices(args.devices), baseline_devices=devices(args.baseline_devices))
+        stop = run_worker(
+            ctx,
+            args.n_trials or ctx.spec.n_trials,
+            threads=args.threads,
+            baseline_threads=args.baseline_threads,
+            devices=devices(args.devices),
+            baseline_devices=devices(args.baseline_devices),
+        )
         return stop.exit_code if stop is not None else 0  # the worker logged why its study stopped
 
 
@@ -112,9 +132,15 @@ class Compare(Command):
     flags = (flags.spec, flags.stores)
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("--noise", action="store_true", help="per estimator: the per-run noise (sd of log compute-to-target)")
-        p.add_argument("--runs-csv", metavar="FILE", help="also write the per-run table of the complete trials from the Optuna"
-                       " record (the columns of a report's runs.csv)")
+        p.add_argument(
+            "--noise", action="store_true", help="per estimator: the per-run noise (sd of log compute-to-target)"
+        )
+        p.add_argument(
+            "--runs-csv",
+            metavar="FILE",
+            help="also write the per-run table of the complete trials from the Optuna"
+            " record (the columns of a report's runs.csv)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.study.compare import comparison_lines, confirmation_lines, noise_lines
@@ -127,7 +153,9 @@ class Compare(Command):
             from workbench.study import runs
 
             n = runs.write(study, ctx.spec, Path(args.runs_csv))
-            print(f"wrote {args.runs_csv}: {n} runs of the complete trials (the per-run table `workbench results` reads)")
+            print(
+                f"wrote {args.runs_csv}: {n} runs of the complete trials (the per-run table `workbench results` reads)"
+            )
         rows = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
         for line in (reading_lines(study) + rows if rows else []) + closing_lines(study, args.spec):
             print(line)

@@ -23,7 +23,9 @@ class Theory(Command):
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("--mu", type=float, required=True, help="generation cost / training cost of a rollout")
         p.add_argument("--rho", type=float, required=True, help="sample-iterate coupling, >= 0")
-        p.add_argument("--alpha", type=float, required=True, help="noise growth exponent, sigma(tau) ~ tau^alpha, < 1/2")
+        p.add_argument(
+            "--alpha", type=float, required=True, help="noise growth exponent, sigma(tau) ~ tau^alpha, < 1/2"
+        )
         p.add_argument("--batch-size", type=int, default=128)
         p.add_argument("--json", action="store_true")
 
@@ -31,9 +33,13 @@ class Theory(Command):
         for name in ("mu", "rho", "alpha"):
             value = getattr(args, name)
             if not math.isfinite(value) or value < 0 or (name != "rho" and value == 0):
-                raise ConfigError(f"--{name}: must be a {'non-negative' if name == 'rho' else 'positive'} number (got {value})")
+                raise ConfigError(
+                    f"--{name}: must be a {'non-negative' if name == 'rho' else 'positive'} number (got {value})"
+                )
         if not args.alpha < 0.5:
-            raise ConfigError(f"--alpha: must be < 1/2 (got {args.alpha}); at alpha >= 1/2 the optimum is on-policy (y* -> 0)")
+            raise ConfigError(
+                f"--alpha: must be < 1/2 (got {args.alpha}); at alpha >= 1/2 the optimum is on-policy (y* -> 0)"
+            )
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size: must be >= 1 (got {args.batch_size})")
         from workbench.workflow.theory import theory
@@ -77,8 +83,12 @@ class Ui(Command):
             print(f"MLflow is served by the tracking server at {uri}")
         else:
             mlflow_bin = os.path.join(bindir, "mlflow")
-            procs.append(subprocess.Popen([mlflow_bin, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port)],
-                                          env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
+            procs.append(
+                subprocess.Popen(
+                    [mlflow_bin, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(args.port)],
+                    env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                )
+            )
             print(f"MLflow UI: http://127.0.0.1:{args.port}  ({tracking.redact_url(uri)})")
         if args.storage:
             dash = shutil.which("optuna-dashboard", path=bindir) or shutil.which("optuna-dashboard")

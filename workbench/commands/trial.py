@@ -64,12 +64,18 @@ class Config(Command):
 
     name = "config"
     help = "list every trial-config key with its value, default and doc"
-    description = ("Every key of the trial config with its default and its doc (each registered strategy's replay.<name>.*"
-                   " included); with --config or overrides, the resolved values.")
+    description = (
+        "Every key of the trial config with its default and its doc (each registered strategy's replay.<name>.*"
+        " included); with --config or overrides, the resolved values."
+    )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument("keys", nargs="*", metavar="KEY|KEY=VALUE",
-                       help="show only these keys or sections (replay, replay.ratio); KEY=VALUE overrides like --set")
+        p.add_argument(
+            "keys",
+            nargs="*",
+            metavar="KEY|KEY=VALUE",
+            help="show only these keys or sections (replay, replay.ratio); KEY=VALUE overrides like --set",
+        )
         flags.overrides(p)
         p.add_argument("--study", action="store_true", help="list the keys of a study spec instead (studies/*.yaml)")
         p.add_argument("--json", action="store_true", help="one JSON list: key, value, default, type, choices, doc")
@@ -84,7 +90,9 @@ class Config(Command):
             from workbench.study.spec import StudySpec
 
             if overrides or args.config:
-                raise ConfigError("--study: lists the keys of a study spec; --config and overrides set a trial's values")
+                raise ConfigError(
+                    "--study: lists the keys of a study spec; --config and overrides set a trial's values"
+                )
             keys, sections = model_keys(StudySpec), section_docs(StudySpec)
             values = defaults = {k.key: "required" if k.required else k.default for k in keys}
         else:
@@ -95,8 +103,22 @@ class Config(Command):
                 raise ConfigError(unknown_key(p, [k.key for k in keys], foreign=not args.study))
         shown = [k for k in keys if not prefixes or any(k.key == p or k.key.startswith(f"{p}.") for p in prefixes)]
         if args.json:
-            print(json.dumps([{"key": k.key, "value": values[k.key], "default": defaults[k.key], "type": k.type,
-                               "choices": list(k.choices), "doc": k.doc} for k in shown], default=str))
+            print(
+                json.dumps(
+                    [
+                        {
+                            "key": k.key,
+                            "value": values[k.key],
+                            "default": defaults[k.key],
+                            "type": k.type,
+                            "choices": list(k.choices),
+                            "doc": k.doc,
+                        }
+                        for k in shown
+                    ],
+                    default=str,
+                )
+            )
             return 0
         _print_keys(shown, values, defaults, sections, args.study)
         return 0
@@ -106,8 +128,11 @@ def _print_keys(shown, values: dict, defaults: dict, sections: dict, study: bool
     import textwrap
 
     wrap = textwrap.TextWrapper(width=116, break_on_hyphens=False)
-    what, where = ("Study spec", "(studies/*.yaml)") if study else \
-        ("Trial config", "(--config) or with --set KEY=VALUE or a bare KEY=VALUE (docs/conventions.md)")
+    what, where = (
+        ("Study spec", "(studies/*.yaml)")
+        if study
+        else ("Trial config", "(--config) or with --set KEY=VALUE or a bare KEY=VALUE (docs/conventions.md)")
+    )
     print(wrap.fill(f"{what} keys: value [type], then its doc. Set them in a YAML file {where}."))
     section = ""
     for k in shown:
@@ -193,13 +218,22 @@ class BuildModel(Command):
         p.add_argument("--size", default="tiny", help="tiny (tests, CPU) or 100m (a first GPU run)")
         p.add_argument("--vocab-size", type=int, default=1000)
         p.add_argument("--no-chat-template", action="store_true", help="leave the tokenizer without a chat template")
-        p.add_argument("--pad-token", action="store_true", help="give the tokenizer a pad token (default: none, EOS pads)")
+        p.add_argument(
+            "--pad-token", action="store_true", help="give the tokenizer a pad token (default: none, EOS pads)"
+        )
         p.add_argument("--seed", type=int, default=0)
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.trial.subword import build_model_dir
 
-        summary = build_model_dir(args.out, args.jsonl, size=args.size, vocab_size=args.vocab_size,
-                                  chat_template=not args.no_chat_template, pad_token=args.pad_token, seed=args.seed)
+        summary = build_model_dir(
+            args.out,
+            args.jsonl,
+            size=args.size,
+            vocab_size=args.vocab_size,
+            chat_template=not args.no_chat_template,
+            pad_token=args.pad_token,
+            seed=args.seed,
+        )
         print(json.dumps(summary))
         return 0

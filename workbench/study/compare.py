@@ -97,7 +97,9 @@ def arms(study: optuna.Study) -> list[Arm]:
         knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
         arm = Arm(t.number, kind, knobs, per_seed, baseline, t.user_attrs.get(attrs.CONFIRMS))
         what = "on-policy" if baseline else knob_label(knobs)
-        arm.label = f"trial {t.number} {what}" + (f" (confirms trial {arm.confirms})" if arm.confirms is not None else "")
+        arm.label = f"trial {t.number} {what}" + (
+            f" (confirms trial {arm.confirms})" if arm.confirms is not None else ""
+        )
         out.append(arm)
     return out
 
@@ -138,7 +140,9 @@ def comparison(study: optuna.Study, estimator: str | None = None) -> list[Row]:
 NOTHING_MEASURED = "no verdict: every seed censored on both sides (neither reached the target)"
 
 
-def paired_verdict(arm: Arm, other: Arm, ratio: stats.Interval, estimator: str | None = None, brief: bool = False) -> str:
+def paired_verdict(
+    arm: Arm, other: Arm, ratio: stats.Interval, estimator: str | None = None, brief: bool = False
+) -> str:
     """`ratio` (arm over other, paired by seed) in words, as far as censoring allows. A seed censored on both sides
     measured nothing: its ratio is that of the two runs' total compute, which differ by float rounding, and a
     verdict drawn from such seeds alone is noise. Where every shared seed is, there is no verdict; where some seeds
@@ -153,14 +157,22 @@ def leader(rows: list[Row]) -> Row | None:
     """The replay selection arm (sampler or predicted) with the lowest geometric mean compute-to-target: not the
     baseline, nor on-policy at another learning rate."""
     on_policy = {a.number for a in on_policy_arms([r.arm for r in rows])}
-    pool = [r for r in rows if not r.arm.baseline and r.arm.number not in on_policy and r.arm.kind != "confirm"
-            and math.isfinite(r.estimate.estimate)]
+    pool = [
+        r
+        for r in rows
+        if not r.arm.baseline
+        and r.arm.number not in on_policy
+        and r.arm.kind != "confirm"
+        and math.isfinite(r.estimate.estimate)
+    ]
     return min(pool, key=lambda r: r.estimate.estimate) if pool else None
 
 
 def on_policy_arms(all_arms: list[Arm]) -> list[Arm]:
     """The baseline and, when a study searches lr, the selection arms whose knobs are the baseline's but for lr."""
-    base = next((a for a in all_arms if a.baseline and a.kind == "baseline"), None) or next((a for a in all_arms if a.baseline), None)
+    base = next((a for a in all_arms if a.baseline and a.kind == "baseline"), None) or next(
+        (a for a in all_arms if a.baseline), None
+    )
     if base is None:
         return []
     knobs = lambda a: {k: v for k, v in a.knobs.items() if k != "lr"}  # noqa: E731
@@ -190,10 +202,14 @@ def matched_lr_lines(rows: list[Row], lead: Row, estimator: str | None = None) -
     same = ops.get(float(lead.arm.knobs["lr"]))
     if same is not None and same.number != lead.arm.number:
         iv = lead.arm.ratio(same, estimator)
-        out.append(f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {paired_verdict(lead.arm, same, iv, estimator)}")
+        out.append(
+            f"  against on-policy at the same lr (trial {same.number}, lr {float(same.knobs['lr']):g}): {iv.fmt()}, {paired_verdict(lead.arm, same, iv, estimator)}"
+        )
     if best.number != lead.arm.number:
         iv = lead.arm.ratio(best, estimator)
-        out.append(f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {paired_verdict(lead.arm, best, iv, estimator)}")
+        out.append(
+            f"  against on-policy at its best lr (trial {best.number}, lr {float(best.knobs['lr']):g}; a selection estimate too): {iv.fmt()}, {paired_verdict(lead.arm, best, iv, estimator)}"
+        )
     return out
 
 
@@ -235,7 +251,9 @@ def claims(rows: list[Row], estimator: str | None = None) -> list[Claim]:
             against, cens = against_same_lr(float(lr)), r.censored + same.censored(estimator)
         elif lr is not None and base is not None and "lr" in base.knobs and float(base.knobs["lr"]) != float(lr):
             against = against_other_lr(float(base.knobs["lr"]))
-        rep = next((c.ratio for c in rows if c.arm.kind == "confirm" and c.arm.confirms == r.arm.number and c.ratio), None)
+        rep = next(
+            (c.ratio for c in rows if c.arm.kind == "confirm" and c.arm.confirms == r.arm.number and c.ratio), None
+        )
         tuned = tuned_lr = None
         if len(by_lr) > 1:
             by_number = {row.arm.number: row for row in rows}
@@ -262,15 +280,30 @@ def settings(rows: list[Row], estimator: str | None = None) -> list[Setting]:
         if r.arm.kind == "confirm":
             continue
         c = claimed.get(r.arm.number)
-        out.append(Setting(setting_label(r.arm.knobs, r.arm.number), r.estimate, c.ratio if c else None,
-                           r.arm.baseline or r.arm.number in on_policy, c.censored if c else r.censored,
-                           c.against if c else "on-policy", c.replicated if c else None,
-                           c.tuned if c else None, c.tuned_lr if c else None))
+        out.append(
+            Setting(
+                setting_label(r.arm.knobs, r.arm.number),
+                r.estimate,
+                c.ratio if c else None,
+                r.arm.baseline or r.arm.number in on_policy,
+                c.censored if c else r.censored,
+                c.against if c else "on-policy",
+                c.replicated if c else None,
+                c.tuned if c else None,
+                c.tuned_lr if c else None,
+            )
+        )
     return out
 
 
-def bottom_line(rows: list[Row], curve: str, target: float | None, spec_ref: str = "SPEC", report: str | None = None,
-                estimator: str | None = None) -> BottomLine:
+def bottom_line(
+    rows: list[Row],
+    curve: str,
+    target: float | None,
+    spec_ref: str = "SPEC",
+    report: str | None = None,
+    estimator: str | None = None,
+) -> BottomLine:
     """The study's conclusion in one sentence and the commands that would settle it (`workbench.verdicts`, the rule
     and wording the report shares); `report`: the command that reports this study."""
     return verdict_line(settings(rows, estimator), curve, target, spec_ref, none_reached(rows, estimator), report)
@@ -283,16 +316,24 @@ def noise(study: optuna.Study) -> list[dict[str, Any]]:
     all_arms = arms(study)
     for name in ESTIMATORS:
         for a in all_arms:
-            uncensored = {s: v for s, v in a.values(name).items()
-                          if not any(int(p["seed"]) == s and p.get(f"censored_{name}") for p in a.per_seed)}
+            uncensored = {
+                s: v
+                for s, v in a.values(name).items()
+                if not any(int(p["seed"]) == s and p.get(f"censored_{name}") for p in a.per_seed)
+            }
             base = None if a.baseline else baseline_for(a, all_arms)
             ratio = a.ratio(base, name) if base is not None else None
-            out.append({
-                "estimator": name, "arm": a.label, "seeds": len(a.per_seed), "censored": a.censored(name),
-                "log_sd": stats.log_sd(list(uncensored.values())),
-                "geo_mean": stats.geometric_interval(list(uncensored.values())).estimate,
-                "ratio": ratio,
-            })
+            out.append(
+                {
+                    "estimator": name,
+                    "arm": a.label,
+                    "seeds": len(a.per_seed),
+                    "censored": a.censored(name),
+                    "log_sd": stats.log_sd(list(uncensored.values())),
+                    "geo_mean": stats.geometric_interval(list(uncensored.values())).estimate,
+                    "ratio": ratio,
+                }
+            )
     return out
 
 
@@ -302,8 +343,10 @@ def comparison_lines(study: optuna.Study) -> list[str]:
     rows = comparison(study)
     if not rows:
         return []
-    lines = ["compute to target in units, geometric mean over seeds [95% CI]; ratio = its compute over on-policy's"
-             " on the same seeds (< 1: less):"]
+    lines = [
+        "compute to target in units, geometric mean over seeds [95% CI]; ratio = its compute over on-policy's"
+        " on the same seeds (< 1: less):"
+    ]
     for r in rows:
         head = f"  {r.arm.label}: {r.estimate.fmt()}"
         lines.append(head + ("" if r.ratio is None else f"; ratio {r.ratio.fmt()}: {r.verdict}"))
@@ -324,7 +367,14 @@ def confirmation_lines(study: optuna.Study) -> list[str]:
             seeds = ",".join(map(str, row.arm.seeds))
             ratio = f"ratio to on-policy {row.ratio.fmt()}: {row.verdict}" if row.ratio else "no paired baseline"
             lines.append(f"    {what:10s} (seeds {seeds}): {row.estimate.fmt()}; {ratio}")
-    return (["selection against replication on fresh seeds (compute to target in units, geometric mean [95% CI]):"] + lines) if lines else []
+    return (
+        (
+            ["selection against replication on fresh seeds (compute to target in units, geometric mean [95% CI]):"]
+            + lines
+        )
+        if lines
+        else []
+    )
 
 
 def noise_lines(study: optuna.Study) -> list[str]:
@@ -334,10 +384,14 @@ def noise_lines(study: optuna.Study) -> list[str]:
     if not rows:
         return []
     target = study.user_attrs.get(attrs.TARGET)
-    lines = [f"per-run noise of compute-to-target (target {target} on the curve named above); sd of log over seeds,"
-             " censored seeds left out:",
-             f"  {'estimator':13s} {'arm':40s} {'seeds':>5s} {'cens.':>5s} {'log sd':>7s} {'geo mean':>9s}  paired ratio to on-policy [95% CI]"]
+    lines = [
+        f"per-run noise of compute-to-target (target {target} on the curve named above); sd of log over seeds,"
+        " censored seeds left out:",
+        f"  {'estimator':13s} {'arm':40s} {'seeds':>5s} {'cens.':>5s} {'log sd':>7s} {'geo mean':>9s}  paired ratio to on-policy [95% CI]",
+    ]
     for r in rows:
         ratio = "" if r["ratio"] is None else f"{r['ratio'].fmt()}  {stats.verdict(r['ratio']).split(':')[0]}"
-        lines.append(f"  {r['estimator']:13s} {r['arm'][:40]:40s} {r['seeds']:5d} {r['censored']:5d} {r['log_sd']:7.3f} {r['geo_mean']:9.4g}  {ratio}")
+        lines.append(
+            f"  {r['estimator']:13s} {r['arm'][:40]:40s} {r['seeds']:5d} {r['censored']:5d} {r['log_sd']:7.3f} {r['geo_mean']:9.4g}  {ratio}"
+        )
     return lines

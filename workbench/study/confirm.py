@@ -84,27 +84,42 @@ def warm_start_line(spec: StudySpec, fresh: list[int], selection: set[int]) -> s
     cfg = spec.trial_config({}, 0)  # seed 0 starts from the base config's warm start
     head = f"fresh seed{'s' if len(fresh) > 1 else ''} {_span(fresh)}"
     if cfg.model.path is not None:
-        return (f"{head}: every seed starts from the one model at model.path, so confirm replicates over training's"
-                " randomness only, not over the starting model")
+        return (
+            f"{head}: every seed starts from the one model at model.path, so confirm replicates over training's"
+            " randomness only, not over the starting model"
+        )
     base = cfg.model.init_seed
     if spec.seeds_per_checkpoint is None:
-        return (f"{head}: every seed of this study shares one checkpoint (model.init_seed {base}), so confirm replicates over"
-                " training's randomness only, not over the warm start (a spec's seeds_per_checkpoint varies it)")
+        return (
+            f"{head}: every seed of this study shares one checkpoint (model.init_seed {base}), so confirm replicates over"
+            " training's randomness only, not over the warm start (a spec's seeds_per_checkpoint varies it)"
+        )
     used = {spec.checkpoint_of(s, base) for s in selection}
     starts: dict[int, list[int]] = {}
     for s in fresh:
         starts.setdefault(spec.checkpoint_of(s, base), []).append(s)
-    parts = [f"{c} for seed{'s' if len(ss) > 1 else ''} {_span(ss)} ("
-             + (f"checkpoint {c}, also used in selection" if c in used else "a fresh checkpoint") + ")" for c, ss in starts.items()]
+    parts = [
+        f"{c} for seed{'s' if len(ss) > 1 else ''} {_span(ss)} ("
+        + (f"checkpoint {c}, also used in selection" if c in used else "a fresh checkpoint")
+        + ")"
+        for c, ss in starts.items()
+    ]
     tail = "" if set(starts) - used else "; no fresh checkpoint: more seeds (--seeds) reach one"
-    return f"{head} start from warm starts (model.init_seed, {spec.seeds_per_checkpoint} seeds each): " + ", ".join(parts) + tail
+    return (
+        f"{head} start from warm starts (model.init_seed, {spec.seeds_per_checkpoint} seeds each): "
+        + ", ".join(parts)
+        + tail
+    )
 
 
 def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
     """The best `k` complete sampler trials or queued points (the baseline and arms left out), best first: by the
     objective, or for compute-to-target by the geometric mean over every seed they ran (a race's included)."""
-    pool = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if not t.user_attrs.get(attrs.ARM) and not t.user_attrs.get(attrs.BASELINE) and t.value is not None]
+    pool = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not t.user_attrs.get(attrs.ARM) and not t.user_attrs.get(attrs.BASELINE) and t.value is not None
+    ]
     if study.user_attrs.get(attrs.SPEC, {}).get("objective") == "compute_to_target":
         merged = {a.number: stats.finite_or_inf(a.level().estimate) for a in arms(study)}
         return sorted(pool, key=lambda t: merged.get(t.number, t.value))[:k]
@@ -125,7 +140,11 @@ def open_for_confirm(ctx: StudyContext) -> optuna.Study:
 
 def _already(study: optuna.Study, number: int, seeds: list[int]) -> FrozenTrial | None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get(attrs.ARM) == CONFIRM and t.user_attrs.get(attrs.CONFIRMS) == number and t.user_attrs.get(attrs.SEEDS) == seeds:
+        if (
+            t.user_attrs.get(attrs.ARM) == CONFIRM
+            and t.user_attrs.get(attrs.CONFIRMS) == number
+            and t.user_attrs.get(attrs.SEEDS) == seeds
+        ):
             return t
     return None
 
@@ -134,12 +153,22 @@ def prediction_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The complete `study verify` arms (a model's or the probe's predicted optimum) and the measured trials a
     prediction named instead of running anew (its twins), in trial order."""
     twins = set(study.user_attrs.get(attrs.PREDICTED_TWINS, []))
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if (t.user_attrs.get(attrs.ARM) in PREDICTION_ARMS or t.number in twins) and t.value is not None]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if (t.user_attrs.get(attrs.ARM) in PREDICTION_ARMS or t.number in twins) and t.value is not None
+    ]
 
 
-def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, threads: int | None = None,
-                predicted: bool = False, devices: list[int] | None = None) -> list[Confirmation]:
+def run_confirm(
+    ctx: StudyContext,
+    study: optuna.Study,
+    top: int,
+    n_seeds: int,
+    threads: int | None = None,
+    predicted: bool = False,
+    devices: list[int] | None = None,
+) -> list[Confirmation]:
     """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms; with
     `predicted`, the study's predicted optima too (`study verify`). With `devices` holding several slots, each
     configuration's seeds run side by side (`workbench.study.placement`)."""
@@ -154,11 +183,16 @@ def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, 
                 best.append(t)
                 chosen.add(key)
         if not prediction_trials(study):
-            raise ConfigError(f"--predicted: study {ctx.spec.name!r} has no predicted optimum yet (run `workbench study verify` first)")
+            raise ConfigError(
+                f"--predicted: study {ctx.spec.name!r} has no predicted optimum yet (run `workbench study verify` first)"
+            )
     if not best:
         raise ConfigError(f"study: {ctx.spec.name!r} has no complete trial besides the baseline to confirm")
-    base = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get(attrs.BASELINE) and not t.user_attrs.get(attrs.ARM)]
+    base = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get(attrs.BASELINE) and not t.user_attrs.get(attrs.ARM)
+    ]
     targets = base[:1] + best
     seeds = fresh_seeds(study, n_seeds)
     log.info(f"confirming {len(best)} configuration(s) and the baseline on fresh seeds {seeds}")
@@ -170,13 +204,27 @@ def run_confirm(ctx: StudyContext, study: optuna.Study, top: int, n_seeds: int, 
             done = _already(study, t.number, seeds)
             if done is None:
                 trial = study.ask()
-                for key, value in {attrs.ARM: CONFIRM, attrs.CONFIRMS: t.number, attrs.KNOBS: knobs, attrs.SEEDS: seeds,
-                                   **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {})}.items():
+                for key, value in {
+                    attrs.ARM: CONFIRM,
+                    attrs.CONFIRMS: t.number,
+                    attrs.KNOBS: knobs,
+                    attrs.SEEDS: seeds,
+                    **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {}),
+                }.items():
                     trial.set_user_attr(key, value)
-                log.info(f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}")
+                log.info(
+                    f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}"
+                )
                 try:
-                    value = objective.evaluate(trial, knobs, is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
-                                               mu=study.user_attrs[attrs.REFERENCE_MU], threads=objective.threads, arm=CONFIRM, seeds=seeds)
+                    value = objective.evaluate(
+                        trial,
+                        knobs,
+                        is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
+                        mu=study.user_attrs[attrs.REFERENCE_MU],
+                        threads=objective.threads,
+                        arm=CONFIRM,
+                        seeds=seeds,
+                    )
                 except BaseException:
                     study.tell(trial, state=TrialState.FAIL)
                     raise

@@ -47,7 +47,9 @@ class StudyContext:
             tracking.kill_run_tree(self.tracking_uri, run_id, "worker lost (no heartbeat): trial retried")
 
 
-def context(spec: StudySpec, storage: str | None = None, tracking_uri: str | None = None, spec_path: str = "") -> StudyContext:
+def context(
+    spec: StudySpec, storage: str | None = None, tracking_uri: str | None = None, spec_path: str = ""
+) -> StudyContext:
     """The study's handles: the storage and tracking URI given, else the spec's, else the defaults."""
     return StudyContext(
         spec,
@@ -94,7 +96,9 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
         load_if_exists=True,
     )
     if [d.name.lower() for d in study.directions] != directions:
-        raise ConfigError(f"objective: study {spec.name!r} already exists with directions {[d.name.lower() for d in study.directions]}")
+        raise ConfigError(
+            f"objective: study {spec.name!r} already exists with directions {[d.name.lower() for d in study.directions]}"
+        )
     user_attrs = study.user_attrs
     if attrs.SPEC not in user_attrs:
         study.set_user_attr(attrs.SPEC, spec.model_dump(mode="json"))
@@ -112,12 +116,16 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
         for point in added:
             study.enqueue_trial(point, user_attrs={attrs.POINT: True})
         if added:
-            study.set_user_attr(attrs.SPEC, {**user_attrs[attrs.SPEC], "points": [*user_attrs[attrs.SPEC].get("points", []), *added]})
+            study.set_user_attr(
+                attrs.SPEC, {**user_attrs[attrs.SPEC], "points": [*user_attrs[attrs.SPEC].get("points", []), *added]}
+            )
             log.info(f"study {spec.name}: {len(added)} point(s) added to the spec since it was created, queued")
     if attrs.PARENT_RUN in user_attrs and not tracking.run_exists(ctx.tracking_uri, user_attrs[attrs.PARENT_RUN]):
         # the Optuna record resumed against a new tracking store (a study carried to another machine by its record)
-        log.warning(f"study {spec.name}: its MLflow parent run is not in {tracking.redact_url(ctx.tracking_uri)}; a new one"
-                    " is made there (the earlier trials' curves stay in the store they were logged to)")
+        log.warning(
+            f"study {spec.name}: its MLflow parent run is not in {tracking.redact_url(ctx.tracking_uri)}; a new one"
+            " is made there (the earlier trials' curves stay in the store they were logged to)"
+        )
         user_attrs = {k: v for k, v in user_attrs.items() if k != attrs.PARENT_RUN}
     if attrs.PARENT_RUN not in user_attrs:
         parent = tracking.RunLogger(
@@ -132,8 +140,15 @@ def create_or_load(ctx: StudyContext) -> optuna.Study:
                 tracking.STORAGE: tracking.redact_url(ctx.storage_url),
             },
         )
-        parent.log_params({"n_trials": spec.n_trials, "seeds": ",".join(map(str, spec.seed_list)), "target_accuracy": spec.target_accuracy,
-                           "target_gain_fraction": spec.target_gain_fraction, "estimator": spec.estimator})
+        parent.log_params(
+            {
+                "n_trials": spec.n_trials,
+                "seeds": ",".join(map(str, spec.seed_list)),
+                "target_accuracy": spec.target_accuracy,
+                "target_gain_fraction": spec.target_gain_fraction,
+                "estimator": spec.estimator,
+            }
+        )
         if study.user_attrs.get(attrs.TARGET) is not None:
             parent.set_tags({tracking.TARGET_ACCURACY: repr(float(study.user_attrs[attrs.TARGET]))})
         study.set_user_attr(attrs.PARENT_RUN, parent.run_id)
@@ -158,4 +173,10 @@ def load_study(name: str, storage_url: str, storage=None, **kwargs) -> optuna.St
 
 def load_existing(ctx: StudyContext, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
     """The study of `ctx.spec` as stored, with the spec's sampler unless another is given."""
-    return load_study(ctx.spec.name, ctx.storage_url, ctx.storage(), sampler=sampler or make_sampler(ctx.spec), pruner=make_pruner(ctx.spec))
+    return load_study(
+        ctx.spec.name,
+        ctx.storage_url,
+        ctx.storage(),
+        sampler=sampler or make_sampler(ctx.spec),
+        pruner=make_pruner(ctx.spec),
+    )

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from workbench.config import ConfigError, PipelineConfig
 
+
 def parse_devices(text: str) -> list[int]:
     """`0,1,2,3`, `0-3` or a mix (`0-1,4,6-7`), in the order given; duplicates and anything else are errors."""
     ids: list[int] = []
@@ -51,7 +52,9 @@ def split_devices(ids: list[int], workers: int, need: int) -> list[list[int]]:
     devices than one trial needs, on a CPU, runs its trials with more threads)."""
     if len(ids) < workers * need:
         per = f" ({need} per trial: {'W + T' if need > 1 else 'one'})"
-        raise ConfigError(f"--devices: {len(ids)} device(s) for {workers} worker(s) x {need}{per}; give at least {workers * need}")
+        raise ConfigError(
+            f"--devices: {len(ids)} device(s) for {workers} worker(s) x {need}{per}; give at least {workers * need}"
+        )
     share = len(ids) // workers
     return [ids[k * share : (k + 1) * share] for k in range(workers)]
 
@@ -90,8 +93,10 @@ def gpu_names(ids: list[int]) -> str:
         return ",".join(map(str, ids))
     beyond = [i for i in ids if i >= len(visible)]
     if beyond:
-        raise ConfigError(f"--devices: {','.join(map(str, beyond))} beyond the {len(visible)} GPU(s) this process may use "
-                          f"(CUDA_VISIBLE_DEVICES={','.join(visible)}; --devices counts within it)")
+        raise ConfigError(
+            f"--devices: {','.join(map(str, beyond))} beyond the {len(visible)} GPU(s) this process may use "
+            f"(CUDA_VISIBLE_DEVICES={','.join(visible)}; --devices counts within it)"
+        )
     return ",".join(visible[i] for i in ids)
 
 
@@ -126,7 +131,9 @@ def _check_cores(ids: list[int]) -> None:
     cores = _INHERITED.setdefault("cores", sorted(os.sched_getaffinity(0)))
     missing = [i for i in ids if i not in cores]
     if missing:
-        raise ConfigError(f"--devices: core(s) {','.join(map(str, missing))} not available here (cores {_ranges(cores)})")
+        raise ConfigError(
+            f"--devices: core(s) {','.join(map(str, missing))} not available here (cores {_ranges(cores)})"
+        )
 
 
 def _cores(ids: list[int]) -> dict[str, Any]:

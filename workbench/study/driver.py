@@ -33,8 +33,14 @@ from workbench.study.summary import counts_line, done, log_to_parent_run
 log = logging.getLogger(__name__)
 
 
-def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0, show_progress: bool = False,
-              devices: list[int] | None = None) -> optuna.Study:
+def run_study(
+    ctx: StudyContext,
+    n_trials: int,
+    workers: int,
+    poll: float = 3.0,
+    show_progress: bool = False,
+    devices: list[int] | None = None,
+) -> optuna.Study:
     """Create or resume the study, run its baseline, then `workers` local worker processes until done; with
     `devices`, worker k runs on its own group of them (`workbench.study.devices`). A configuration that cannot run
     here is a `ConfigError` before the study is created; `failfast.verdict` tells how the run ended."""
@@ -49,8 +55,10 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     if groups and kind == "cpu":
         threads = cores = len(groups[0])  # a worker's trials (the baseline's too) use its cores only
     placed = f" on {kind} {' | '.join(','.join(map(str, g)) for g in groups)}" if groups else ""
-    log.info(f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s){placed};"
-             f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}")
+    log.info(
+        f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s){placed};"
+        f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}"
+    )
     _requeue(study, ctx.spec)
 
     # The baseline gets every core only where it runs alone (its mu or target still to measure); in a calibrated
@@ -59,10 +67,25 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
     alone = not calibrated(study) and _baseline_pending(study)
 
     def spawn(k: int) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "workbench.cli", "study", "worker", ctx.spec_path, "--storage", ctx.storage_url,
-               "--tracking-uri", ctx.tracking_uri, "--n-trials", str(n_trials), "--threads", str(threads),
-               "--baseline-threads", str(cores if alone and k == 0 else threads),
-               *(["--quiet"] if show_progress else [])]  # the bar reports their trials
+        cmd = [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "study",
+            "worker",
+            ctx.spec_path,
+            "--storage",
+            ctx.storage_url,
+            "--tracking-uri",
+            ctx.tracking_uri,
+            "--n-trials",
+            str(n_trials),
+            "--threads",
+            str(threads),
+            "--baseline-threads",
+            str(cores if alone and k == 0 else threads),
+            *(["--quiet"] if show_progress else []),
+        ]  # the bar reports their trials
         env = None
         if groups:
             cmd += ["--devices", ",".join(map(str, groups[k]))]
@@ -87,9 +110,17 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
                 # The first worker runs the baseline alone with every core (its measured mu is the study's
                 # reference, its curve may set the target); the others start once both are known, so no core is
                 # oversubscribed.
-                log.info(f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)")
-                _watch(study, procs, bar, poll, until=lambda: calibrated(study) or not _baseline_pending(study),
-                       stopped=stopped)
+                log.info(
+                    f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)"
+                )
+                _watch(
+                    study,
+                    procs,
+                    bar,
+                    poll,
+                    until=lambda: calibrated(study) or not _baseline_pending(study),
+                    stopped=stopped,
+                )
             if stopped() is None:  # a failed baseline stops the trials that depend on it
                 procs += [spawn(k) for k in range(1, workers)]
             _watch(study, procs, bar, poll, stopped=stopped)
@@ -105,18 +136,30 @@ def run_study(ctx: StudyContext, n_trials: int, workers: int, poll: float = 3.0,
         log_to_parent_run(ctx.tracking_uri, study)
         parent = study.user_attrs.get(attrs.PARENT_RUN)
         if parent:
-            tracking.set_run_status(ctx.tracking_uri, parent, "FINISHED" if done(study) >= n_trials + lr_sweep.extensions(study) else "FAILED")
+            tracking.set_run_status(
+                ctx.tracking_uri,
+                parent,
+                "FINISHED" if done(study) >= n_trials + lr_sweep.extensions(study) else "FAILED",
+            )
     except Exception as err:
         if not tracking.unreachable(err):
             raise
         # the trials are in the Optuna storage; the summary is written again by the next `study run`
-        log.warning(f"the study's MLflow parent run was not updated: the tracking server at"
-                    f" {tracking.redact_url(ctx.tracking_uri)} did not answer ({str(err).splitlines()[0][:200]})")
+        log.warning(
+            f"the study's MLflow parent run was not updated: the tracking server at"
+            f" {tracking.redact_url(ctx.tracking_uri)} did not answer ({str(err).splitlines()[0][:200]})"
+        )
     return study
 
 
-def _watch(study: optuna.Study, procs, bar, poll: float, until: Callable[[], bool] | None = None,
-           stopped: Callable[[], failfast.Stop | None] = lambda: None) -> None:
+def _watch(
+    study: optuna.Study,
+    procs,
+    bar,
+    poll: float,
+    until: Callable[[], bool] | None = None,
+    stopped: Callable[[], failfast.Stop | None] = lambda: None,
+) -> None:
     """Report the trial counts when they change (bar or line), until every worker exited (or `until()` holds). A
     worker's non-zero exit is an error unless the study's failures stopped it (`stopped()`: `study run` reports
     those)."""
@@ -160,12 +203,18 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def _running(study: optuna.Study) -> list[str]:
     """`trial 3 (seed 2/3, 31/60 units)` for each running trial that has reported its progress."""
-    return [f"trial {t.number} ({t.user_attrs[attrs.PROGRESS]})" for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if attrs.PROGRESS in t.user_attrs]
+    return [
+        f"trial {t.number} ({t.user_attrs[attrs.PROGRESS]})"
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if attrs.PROGRESS in t.user_attrs
+    ]
 
 
 def _baseline_pending(study: optuna.Study) -> bool:
-    return any(t.user_attrs.get(attrs.BASELINE) and t.state in (TrialState.WAITING, TrialState.RUNNING) for t in study.get_trials(deepcopy=False))
+    return any(
+        t.user_attrs.get(attrs.BASELINE) and t.state in (TrialState.WAITING, TrialState.RUNNING)
+        for t in study.get_trials(deepcopy=False)
+    )
 
 
 def _requeue(study: optuna.Study, spec: StudySpec) -> None:
@@ -177,8 +226,14 @@ def _requeue(study: optuna.Study, spec: StudySpec) -> None:
     if stop is not None and stop.trials:
         log.info(f"resuming after: {stop.reason}")
     behind = set(stop.trials) if stop is not None else set()
-    todo = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL and t.number not in requeued
-            and not t.user_attrs.get(attrs.ARM) and (t.user_attrs.get(attrs.INTERRUPTED) or t.number in behind)]
+    todo = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.FAIL
+        and t.number not in requeued
+        and not t.user_attrs.get(attrs.ARM)
+        and (t.user_attrs.get(attrs.INTERRUPTED) or t.number in behind)
+    ]
     for t in todo:
         try:
             check_point(spec, t.params, f"trial {t.number}")

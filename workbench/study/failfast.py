@@ -78,13 +78,21 @@ def check(study: optuna.Study, spec: StudySpec) -> Stop | None:
     config = [t for t in failed if attrs.CONFIG_ERROR in t.user_attrs]
     if config:
         first = config[0]
-        return Stop(f"trial {first.number} failed: {first.user_attrs[attrs.CONFIG_ERROR]} (a configuration that cannot"
-                    f" run; {RESUME})", 2, tuple(t.number for t in config))
+        return Stop(
+            f"trial {first.number} failed: {first.user_attrs[attrs.CONFIG_ERROR]} (a configuration that cannot"
+            f" run; {RESUME})",
+            2,
+            tuple(t.number for t in config),
+        )
     baseline = [t for t in failed if t.user_attrs.get(attrs.BASELINE)]
     if baseline:
         t = baseline[-1]
-        return Stop(f"the on-policy baseline (trial {t.number}) failed with {failure(t)}; no other trial starts"
-                    f" without it ({RESUME})", 1, (t.number,))
+        return Stop(
+            f"the on-policy baseline (trial {t.number}) failed with {failure(t)}; no other trial starts"
+            f" without it ({RESUME})",
+            1,
+            (t.number,),
+        )
     streak: list[FrozenTrial] = []
     for t in reversed(trials):
         if t.state != TrialState.FAIL or (streak and _kind(failure(t)) != _kind(failure(streak[0]))):
@@ -92,10 +100,16 @@ def check(study: optuna.Study, spec: StudySpec) -> Stop | None:
         streak.append(t)
     if len(streak) >= spec.max_same_failures > 0:
         numbers = sorted(t.number for t in streak)
-        return Stop(f"{len(streak)} trials in a row failed with {failure(streak[0])} (trials {', '.join(map(str, numbers))};"
-                    f" max_same_failures = {spec.max_same_failures}; {RESUME})", 1, tuple(numbers))
+        return Stop(
+            f"{len(streak)} trials in a row failed with {failure(streak[0])} (trials {', '.join(map(str, numbers))};"
+            f" max_same_failures = {spec.max_same_failures}; {RESUME})",
+            1,
+            tuple(numbers),
+        )
     if len(failed) >= spec.max_failures > 0:
-        return Stop(f"{len(failed)} failed trials (max_failures = {spec.max_failures}; the last: {failure(failed[-1])})", 1)
+        return Stop(
+            f"{len(failed)} failed trials (max_failures = {spec.max_failures}; the last: {failure(failed[-1])})", 1
+        )
     return None
 
 

@@ -80,13 +80,17 @@ class Watch:
         """Which limit the seed (in process `pid`) is over, as its failure's one line; None within them."""
         now = time.monotonic()
         if limits.stall_s is not None and now - self.progressed > limits.stall_s:
-            return (f"hung: no training step for {now - self.progressed:.0f} s (limits.stall_s {limits.stall_s:g});"
-                    " its processes were killed")
+            return (
+                f"hung: no training step for {now - self.progressed:.0f} s (limits.stall_s {limits.stall_s:g});"
+                " its processes were killed"
+            )
         if limits.wall_s is not None and now - self.started > limits.wall_s:
             return f"over its wall-time limit: {now - self.started:.0f} s (limits.wall_s {limits.wall_s:g}); its processes were killed"
         if limits.memory_mib is not None:
             rss = resident_mib(pid)
             if rss > limits.memory_mib:
-                return (f"out of memory: its processes held {rss:.0f} MiB (limits.memory_mib {limits.memory_mib:g});"
-                        " they were killed")
+                return (
+                    f"out of memory: its processes held {rss:.0f} MiB (limits.memory_mib {limits.memory_mib:g});"
+                    " they were killed"
+                )
         return None

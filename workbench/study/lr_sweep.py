@@ -33,10 +33,15 @@ def due(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
     waiting or running), whose best lr is the lowest or highest they ran, and that have extensions left that side."""
     if spec.lr_sweep is None:
         return []
-    pending = {_key(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
-               if not t.user_attrs.get(attrs.ARM)}
-    pending |= {_key(t.system_attrs.get("fixed_params", {}))
-                for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))}
+    pending = {
+        _key(t.params)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+        if not t.user_attrs.get(attrs.ARM)
+    }
+    pending |= {
+        _key(t.system_attrs.get("fixed_params", {}))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    }
     by_arm: dict[tuple, dict[float, Any]] = {}
     knobs_of: dict[tuple, dict[str, Any]] = {}
     for a in arms(study):
@@ -65,7 +70,9 @@ def extend(study: optuna.Study, spec: StudySpec) -> int:
     todo = due(study, spec)
     for params in todo:
         study.enqueue_trial(params, user_attrs={attrs.POINT: True, attrs.LR_EXTENSION: True})
-        log.info(f"study {spec.name}: best lr at an end of the sweep; queued {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in params.items())}")
+        log.info(
+            f"study {spec.name}: best lr at an end of the sweep; queued {', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}' for k, v in params.items())}"
+        )
     if todo:
         study.set_user_attr(attrs.LR_EXTENSIONS, extensions(study) + len(todo))
     return len(todo)

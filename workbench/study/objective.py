@@ -49,8 +49,15 @@ def suggest(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     return params
 
 
-def seed_values(result: TrialResult, target: float, mu: float, batch_size: int, estimator: str = DEFAULT_ESTIMATOR,
-                budget: float | None = None, metric: str = "accuracy") -> dict[str, float]:
+def seed_values(
+    result: TrialResult,
+    target: float,
+    mu: float,
+    batch_size: int,
+    estimator: str = DEFAULT_ESTIMATOR,
+    budget: float | None = None,
+    metric: str = "accuracy",
+) -> dict[str, float]:
     """One seed's objective values, re-accounted at the study's mu from its logged eval curve: every estimator of
     compute-to-target (`compute_to_target_<name>`, with its censoring flag), `compute_to_target` by `estimator`,
     and the curve's summaries (`workbench.estimators.curve_summary`), all read from the curve `metric`
@@ -118,20 +125,34 @@ def _reporting(trial: optuna.Trial, index: int, seeds: int, budget: float | None
 def same_params(study: optuna.Study, number: int, params: dict[str, Any]) -> int | None:
     """Another trial of the study that ran (or runs) exactly these knobs, if any."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING, TrialState.PRUNED)):
-        if t.number != number and not t.user_attrs.get(attrs.SKIPPED) and not t.user_attrs.get(attrs.ARM) and t.params == params:
+        if (
+            t.number != number
+            and not t.user_attrs.get(attrs.SKIPPED)
+            and not t.user_attrs.get(attrs.ARM)
+            and t.params == params
+        ):
             return t.number
     return None
 
 
 def _baseline_waiting(study: optuna.Study) -> bool:
-    return any(t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+    return any(
+        t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)
+    )
 
 
 class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 
-    def __init__(self, ctx: StudyContext, study: optuna.Study, threads: int | None, baseline_threads: int | None = None,
-                 devices: dict[str, Any] | None = None, pools: dict[str, SlotPool] | None = None):
+    def __init__(
+        self,
+        ctx: StudyContext,
+        study: optuna.Study,
+        threads: int | None,
+        baseline_threads: int | None = None,
+        devices: dict[str, Any] | None = None,
+        pools: dict[str, SlotPool] | None = None,
+    ):
         self.ctx, self.study, self.threads = ctx, study, threads
         self.baseline_threads = baseline_threads or threads
         self.devices = devices
@@ -161,9 +182,15 @@ class StudyObjective:
                 self._skip(trial, f"x = {params['x']} < y = {ratio}: capacity below batch_size")
         if not is_baseline and not calibrated(self.study) and _baseline_waiting(self.study):
             # A baseline enqueued again on resume stands behind the points enqueued at creation; it runs first.
-            self.study.enqueue_trial(params, user_attrs={k: trial.user_attrs[k] for k in (attrs.POINT, attrs.REQUEUED_FROM)
-                                                         if k in trial.user_attrs})
-            self._skip(trial, "deferred: the on-policy baseline runs first (it sets the study's reference mu and target)")
+            self.study.enqueue_trial(
+                params,
+                user_attrs={
+                    k: trial.user_attrs[k] for k in (attrs.POINT, attrs.REQUEUED_FROM) if k in trial.user_attrs
+                },
+            )
+            self._skip(
+                trial, "deferred: the on-policy baseline runs first (it sets the study's reference mu and target)"
+            )
         twin = same_params(self.study, trial.number, params)
         if twin is not None:  # a sampler proposing a configuration already run: do not train it twice
             self._skip(trial, f"same configuration as trial {twin}")
@@ -177,8 +204,16 @@ class StudyObjective:
         raise optuna.TrialPruned(f"not trained: {reason}")
 
     def evaluate(
-        self, trial: optuna.Trial, params: dict[str, Any], *, is_baseline: bool, mu: float | None, threads: int | None,
-        arm: str | None = None, extra_metrics: dict[str, float] | None = None, seeds: list[int] | None = None,
+        self,
+        trial: optuna.Trial,
+        params: dict[str, Any],
+        *,
+        is_baseline: bool,
+        mu: float | None,
+        threads: int | None,
+        arm: str | None = None,
+        extra_metrics: dict[str, float] | None = None,
+        seeds: list[int] | None = None,
     ):
         """Train `params` once per seed (the spec's, or `seeds`) under an MLflow trial run; return the objective
         value(s).
@@ -195,18 +230,32 @@ class StudyObjective:
         pool = pool if len(seeds) > 1 or limited else None  # a lone seed runs in the worker unless it is watched
         if pool is not None and len(pool.slots) > 1 and pool.slots[0].kind == "cpu":
             threads = len(pool.slots[0].devices)  # a slot's cores
-        configs = [spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target) for seed in seeds]
-        log.info(f"trial {trial.number} starts: {fmt_params(params) or 'the base configuration'}"
-                 f"{' (the on-policy baseline)' if is_baseline else ''}{f' ({arm})' if arm else ''}, seeds {', '.join(map(str, seeds))}")
-        tags = {tracking.STUDY: spec.name, tracking.TRIAL_NUMBER: str(trial.number), tracking.OPTUNA_TRIAL_NUMBER: str(trial.number)}
+        configs = [
+            spec.trial_config(params, seed, mu=mu, threads=threads, tracking_uri=ctx.tracking_uri, target=target)
+            for seed in seeds
+        ]
+        log.info(
+            f"trial {trial.number} starts: {fmt_params(params) or 'the base configuration'}"
+            f"{' (the on-policy baseline)' if is_baseline else ''}{f' ({arm})' if arm else ''}, seeds {', '.join(map(str, seeds))}"
+        )
+        tags = {
+            tracking.STUDY: spec.name,
+            tracking.TRIAL_NUMBER: str(trial.number),
+            tracking.OPTUNA_TRIAL_NUMBER: str(trial.number),
+        }
         if arm:
             tags[tracking.ARM] = arm
         if trial.user_attrs.get(attrs.EXTENDS) is not None:
             tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
         try:
-            run = tracking.RunLogger(ctx.tracking_uri, spec.name, run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
-                                     parent_run_id=self.study.user_attrs[attrs.PARENT_RUN], tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
-                                     outage_s=configs[0].tracking.outage_s)
+            run = tracking.RunLogger(
+                ctx.tracking_uri,
+                spec.name,
+                run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
+                parent_run_id=self.study.user_attrs[attrs.PARENT_RUN],
+                tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
+                outage_s=configs[0].tracking.outage_s,
+            )
         except Exception as err:  # the tracking server away: the trial fails with that reason (failfast reads it)
             trial.set_user_attr(attrs.FAIL_REASON, tracking.failure_reason(err))
             log.warning(f"trial {trial.number} failed: {tracking.failure_reason(err)}")
@@ -214,18 +263,37 @@ class StudyObjective:
         trial.set_user_attr(attrs.RUN, run.run_id)
         if self.devices:
             trial.set_user_attr(attrs.DEVICES, self.devices)
-        run.log_params({**{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
-                        tracking.PARAM_SEEDS: ",".join(map(str, seeds)), tracking.PARAM_BASELINE: is_baseline})
+        run.log_params(
+            {
+                **{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
+                tracking.PARAM_SEEDS: ",".join(map(str, seeds)),
+                tracking.PARAM_BASELINE: is_baseline,
+            }
+        )
         if extra_metrics:
             run.log_metrics(extra_metrics, step=0)
         try:
             with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
-                seed_runs = [dict(parent_run_id=run.run_id, run_name=f"trial {trial.number} seed {cfg.seed}",
-                                  tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)}) for cfg in configs]
-                hooks = [_reporting(trial, i, len(configs), cfg.budget.compute_units,
-                                    self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
-                                    if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute")) else None)
-                         for i, cfg in enumerate(configs)]
+                seed_runs = [
+                    dict(
+                        parent_run_id=run.run_id,
+                        run_name=f"trial {trial.number} seed {cfg.seed}",
+                        tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
+                    )
+                    for cfg in configs
+                ]
+                hooks = [
+                    _reporting(
+                        trial,
+                        i,
+                        len(configs),
+                        cfg.budget.compute_units,
+                        self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
+                        if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute"))
+                        else None,
+                    )
+                    for i, cfg in enumerate(configs)
+                ]
                 if pool is not None:
                     try:
                         results = pool.run(list(zip(configs, seed_runs)), hooks)
@@ -236,9 +304,15 @@ class StudyObjective:
                     results = [run_trial(cfg, on_eval=hook, **kw) for cfg, kw, hook in zip(configs, seed_runs, hooks)]
                 mu = self._reference_mu(mu, results, run)
                 target = self._target(configs[0].eval.target_accuracy, results, run, configs[0].eval.metric)
-                per_seed = [{**seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric),
-                             "seed": cfg.seed}
-                            for r, cfg in zip(results, configs)]
+                per_seed = [
+                    {
+                        **seed_values(
+                            r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric
+                        ),
+                        "seed": cfg.seed,
+                    }
+                    for r, cfg in zip(results, configs)
+                ]
                 summary = aggregate(per_seed)
                 trial.set_user_attr(attrs.PER_SEED, per_seed)
                 trial.set_user_attr(attrs.SEEDS, seeds)
@@ -264,7 +338,10 @@ class StudyObjective:
             raise
         values = [summary[name] for name in spec.objectives]
         trial.set_user_attr(attrs.SUMMARY, summary)
-        log.info(f"trial {trial.number} done: {fmt_params(params)} -> " + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values)))
+        log.info(
+            f"trial {trial.number} done: {fmt_params(params)} -> "
+            + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values))
+        )
         return values[0] if len(values) == 1 else values
 
     def _reference_mu(self, mu: float | None, results: list[TrialResult], run: tracking.RunLogger) -> float:
@@ -277,7 +354,9 @@ class StudyObjective:
             run.set_tags({tracking.REFERENCE_MU: repr(float(mu))})
         return mu
 
-    def _target(self, configured: float, results: list[TrialResult], run: tracking.RunLogger, metric: str = "accuracy") -> float:
+    def _target(
+        self, configured: float, results: list[TrialResult], run: tracking.RunLogger, metric: str = "accuracy"
+    ) -> float:
         """The study's target accuracy; with `target_accuracy: auto`, the first trial to finish without one (the
         baseline) sets it from its own curves (`workbench.estimators.auto_target`)."""
         target = self.study.user_attrs.get(attrs.TARGET)

@@ -35,8 +35,13 @@ class Placement:
             pool.close()
 
 
-def place(spec: StudySpec, devices: list[int] | None, baseline_devices: list[int] | None = None,
-          threads: int | None = None, baseline_threads: int | None = None) -> Placement:
+def place(
+    spec: StudySpec,
+    devices: list[int] | None,
+    baseline_devices: list[int] | None = None,
+    threads: int | None = None,
+    baseline_threads: int | None = None,
+) -> Placement:
     """Confine this process to `devices` (enough for one trial, or a one-line `ConfigError`) and split them into
     slots where they hold more than one trial's need; a study whose seeds are watched (`StudySpec.limits`) runs them
     in a process of their own even without."""
@@ -49,7 +54,9 @@ def place(spec: StudySpec, devices: list[int] | None, baseline_devices: list[int
             threads = baseline_threads = len(devices)
         sees = seen.get("visible") or ",".join(map(str, seen.get("affinity") or []))
         log.info(f"worker {os.getpid()}: {seen['kind']} devices {','.join(map(str, devices))} (it sees {sees})")
-        pools = slot_pools(seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None, spec.limits)
+        pools = slot_pools(
+            seen, need, describe(baseline_devices, seen["kind"]) if baseline_devices else None, spec.limits
+        )
     if spec.limits.any and "trials" not in pools:
         pools["trials"] = SlotPool([whole_slot(seen)], spec.limits)
     return Placement(seen, pools, threads, baseline_threads)

@@ -41,13 +41,17 @@ class ComputePruner:
         if max(self.accuracy) >= self.target:
             return None
         if self.incumbent_high is not None and compute > self.incumbent_high:
-            return (f"beaten: {compute:.4g} units spent without reaching {self.target:g}, past the incumbent's"
-                    f" 95% interval (<= {self.incumbent_high:.4g})")
+            return (
+                f"beaten: {compute:.4g} units spent without reaching {self.target:g}, past the incumbent's"
+                f" 95% interval (<= {self.incumbent_high:.4g})"
+            )
         if self.budget and compute >= MIN_SHARE * self.budget and len(self.spent) >= MIN_EVALS:
             fit = fit_sigmoid(self.spent, self.accuracy)
             if fit is not None:
                 reach = float(fit(self.budget))
                 if reach + 2 * fit.rmse < self.target:
-                    return (f"hopeless: its fitted curve reaches {reach:.3f} (± {2 * fit.rmse:.3f}) at the budget,"
-                            f" below the target {self.target:g}")
+                    return (
+                        f"hopeless: its fitted curve reaches {reach:.3f} (± {2 * fit.rmse:.3f}) at the budget,"
+                        f" below the target {self.target:g}"
+                    )
         return None

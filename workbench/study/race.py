@@ -51,8 +51,14 @@ def contenders(study: optuna.Study) -> tuple[Arm | None, list[Arm]]:
     return lead, close
 
 
-def run_race(ctx: StudyContext, study: optuna.Study, max_seeds: int, step: int = 2, threads: int | None = None,
-             devices: list[int] | None = None) -> list[str]:
+def run_race(
+    ctx: StudyContext,
+    study: optuna.Study,
+    max_seeds: int,
+    step: int = 2,
+    threads: int | None = None,
+    devices: list[int] | None = None,
+) -> list[str]:
     """Race until the leader separates from every contender or the contenders have `max_seeds` seeds each;
     returns one line per round."""
     if step < 1 or max_seeds < 2:
@@ -68,7 +74,9 @@ def _rounds(study: optuna.Study, objective: StudyObjective, max_seeds: int, step
     while True:
         lead, close = contenders(study)
         if lead is None:
-            raise ConfigError(f"study: {objective.ctx.spec.name!r} has no complete configuration besides the baseline to race")
+            raise ConfigError(
+                f"study: {objective.ctx.spec.name!r} has no complete configuration besides the baseline to race"
+            )
         close = [a for a in close if len(a.seeds) < max_seeds]
         if not close:
             rounds.append(f"race over: leader trial {lead.number}; no contender left under {max_seeds} seeds")
@@ -80,12 +88,24 @@ def _rounds(study: optuna.Study, objective: StudyObjective, max_seeds: int, step
         log.info(f"race round: leader trial {lead.number}, contenders {[a.number for a in close]}: seeds {seeds}")
         for a in runners:
             trial = study.ask()
-            for key, value in {attrs.ARM: RACE, attrs.EXTENDS: a.number, attrs.KNOBS: a.knobs, attrs.SEEDS: seeds,
-                               **({attrs.BASELINE: True} if a.baseline else {})}.items():
+            for key, value in {
+                attrs.ARM: RACE,
+                attrs.EXTENDS: a.number,
+                attrs.KNOBS: a.knobs,
+                attrs.SEEDS: seeds,
+                **({attrs.BASELINE: True} if a.baseline else {}),
+            }.items():
                 trial.set_user_attr(key, value)
             try:
-                value = objective.evaluate(trial, a.knobs, is_baseline=a.baseline, mu=study.user_attrs[attrs.REFERENCE_MU],
-                                           threads=objective.threads, arm=RACE, seeds=seeds)
+                value = objective.evaluate(
+                    trial,
+                    a.knobs,
+                    is_baseline=a.baseline,
+                    mu=study.user_attrs[attrs.REFERENCE_MU],
+                    threads=objective.threads,
+                    arm=RACE,
+                    seeds=seeds,
+                )
             except BaseException:
                 study.tell(trial, state=TrialState.FAIL)
                 raise

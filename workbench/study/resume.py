@@ -22,16 +22,23 @@ def check(spec: StudySpec, stored: dict[str, Any]) -> None:
     before = stored.get("search_space") or {}
     for knob, dim in spec.search_space.items():
         old = (before.get(knob) or {}).get("choices")
-        if dim.choices is not None and old is not None and list(old) != spec.model_dump(mode="json")["search_space"][knob]["choices"]:
-            raise ConfigError(f"search_space.{knob}.choices: {dim.choices} now, {old} when study {spec.name!r} was created; an"
-                              " Optuna study cannot change a categorical's choices: restore them, or give the spec a new name")
+        if (
+            dim.choices is not None
+            and old is not None
+            and list(old) != spec.model_dump(mode="json")["search_space"][knob]["choices"]
+        ):
+            raise ConfigError(
+                f"search_space.{knob}.choices: {dim.choices} now, {old} when study {spec.name!r} was created; an"
+                " Optuna study cannot change a categorical's choices: restore them, or give the spec a new name"
+            )
 
 
 def _same(point: dict[str, Any], stored: dict[str, Any], added: dict[str, Any]) -> bool:
     """Whether `point` is the `stored` point: equal on the stored point's knobs, and every knob the spec gained since
     at its base value (`added`: those knobs and their base values), the configuration the stored point ran."""
-    return (all(point.get(k) == v for k, v in stored.items())
-            and all(k in stored or (k in added and v == added[k]) for k, v in point.items()))
+    return all(point.get(k) == v for k, v in stored.items()) and all(
+        k in stored or (k in added and v == added[k]) for k, v in point.items()
+    )
 
 
 def new_points(spec: StudySpec, stored: dict[str, Any]) -> list[dict[str, Any]]:

@@ -22,9 +22,29 @@ from workbench.study.compare import arms
 from workbench.study.spec import StudySpec
 from workbench.verdicts import knob_label
 
-COLUMNS = ["study", "trial_number", "arm", "baseline", "configuration", "strategy", "x", "y", "lr", "seed", "checkpoint",
-           "curve", "target", "estimator", *(c for e in ESTIMATORS for c in (f"ctt_{e}", f"censored_{e}")), "total_units",
-           "compute_to_target", "censored", "mu", "mu_measured", "wall_to_target"]
+COLUMNS = [
+    "study",
+    "trial_number",
+    "arm",
+    "baseline",
+    "configuration",
+    "strategy",
+    "x",
+    "y",
+    "lr",
+    "seed",
+    "checkpoint",
+    "curve",
+    "target",
+    "estimator",
+    *(c for e in ESTIMATORS for c in (f"ctt_{e}", f"censored_{e}")),
+    "total_units",
+    "compute_to_target",
+    "censored",
+    "mu",
+    "mu_measured",
+    "wall_to_target",
+]
 
 
 def rows(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
@@ -35,20 +55,34 @@ def rows(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
     for a in arms(study):
         knobs = a.knobs
         for p in sorted(a.per_seed, key=lambda p: int(p["seed"])):
-            row = {"study": spec.name, "trial_number": a.number, "arm": a.kind, "baseline": a.baseline,
-                   "configuration": "on-policy" if a.baseline else knob_label(knobs),
-                   "strategy": knobs.get("replay.strategy", base.replay.strategy),
-                   "x": knobs.get("x", 1 if a.baseline else math.nan), "y": knobs.get("replay.ratio", base.replay.ratio),
-                   "lr": knobs.get("lr", base.lr), "seed": int(p["seed"]),
-                   "checkpoint": spec.checkpoint_of(int(p["seed"]), base.model.init_seed),
-                   "curve": base.eval.metric, "target": target, "estimator": spec.estimator}
+            row = {
+                "study": spec.name,
+                "trial_number": a.number,
+                "arm": a.kind,
+                "baseline": a.baseline,
+                "configuration": "on-policy" if a.baseline else knob_label(knobs),
+                "strategy": knobs.get("replay.strategy", base.replay.strategy),
+                "x": knobs.get("x", 1 if a.baseline else math.nan),
+                "y": knobs.get("replay.ratio", base.replay.ratio),
+                "lr": knobs.get("lr", base.lr),
+                "seed": int(p["seed"]),
+                "checkpoint": spec.checkpoint_of(int(p["seed"]), base.model.init_seed),
+                "curve": base.eval.metric,
+                "target": target,
+                "estimator": spec.estimator,
+            }
             for e in ESTIMATORS:
                 cens = int(bool(p.get(f"censored_{e}", 0)))
                 row[f"ctt_{e}"] = math.nan if cens else p.get(f"compute_to_target_{e}", math.nan)
                 row[f"censored_{e}"] = cens
-            row.update(total_units=p["total_units"], compute_to_target=row[f"ctt_{spec.estimator}"],
-                       censored=row[f"censored_{spec.estimator}"], mu=mu, mu_measured=p.get("mu_measured", math.nan),
-                       wall_to_target=p.get("wall_to_target", math.nan))
+            row.update(
+                total_units=p["total_units"],
+                compute_to_target=row[f"ctt_{spec.estimator}"],
+                censored=row[f"censored_{spec.estimator}"],
+                mu=mu,
+                mu_measured=p.get("mu_measured", math.nan),
+                wall_to_target=p.get("wall_to_target", math.nan),
+            )
             out.append(row)
     return out
 
@@ -61,6 +95,10 @@ def write(study: optuna.Study, spec: StudySpec, path: Path) -> int:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         for r in table:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) and math.isfinite(v) else "" if isinstance(v, float) else v)
-                        for k, v in r.items()})
+            w.writerow(
+                {
+                    k: (f"{v:.6g}" if isinstance(v, float) and math.isfinite(v) else "" if isinstance(v, float) else v)
+                    for k, v in r.items()
+                }
+            )
     return len(table)

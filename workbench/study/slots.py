@@ -117,8 +117,13 @@ def _serve(conn, slot: Slot, stop: _Stop) -> None:
                     conn.send(("step", None))
 
             try:
-                result = run_trial(cfg, on_eval=forward, observer=stepped,
-                                   on_run_created=lambda run_id: conn.send(("run", run_id)), **kwargs)
+                result = run_trial(
+                    cfg,
+                    on_eval=forward,
+                    observer=stepped,
+                    on_run_created=lambda run_id: conn.send(("run", run_id)),
+                    **kwargs,
+                )
                 conn.send(("done", result))
             except BaseException as err:  # noqa: BLE001  (reported to the worker, which raises it for the trial)
                 conn.send(("error", _portable(err)))
@@ -149,13 +154,17 @@ class SlotPool:
 
     def _start(self) -> None:
         self._procs = [self._spawn(slot) for slot in self.slots]
-        log.info(f"device slots: {' | '.join(s.describe() for s in self.slots)} (a configuration's seeds run side by side)")
+        log.info(
+            f"device slots: {' | '.join(s.describe() for s in self.slots)} (a configuration's seeds run side by side)"
+        )
 
     @staticmethod
     def _spawn(slot: Slot) -> tuple[Any, Any, Any]:
         parent, child = CONTEXT.Pipe()
         stop = _Stop()
-        proc = CONTEXT.Process(target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True)
+        proc = CONTEXT.Process(
+            target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True
+        )
         proc.start()
         child.close()
         return proc, parent, stop
@@ -165,7 +174,9 @@ class SlotPool:
         for k, (proc, conn, _) in enumerate(self._procs):
             if not proc.is_alive():
                 conn.close()
-                log.warning(f"device slot {self.slots[k].describe()}: its process ended ({proc.exitcode}); starting it again")
+                log.warning(
+                    f"device slot {self.slots[k].describe()}: its process ended ({proc.exitcode}); starting it again"
+                )
                 self._procs[k] = self._spawn(self.slots[k])
 
     def run(self, jobs: list[tuple[Any, dict[str, Any]]], hooks: list[Callable[[dict[str, float]], None]]) -> list[Any]:
@@ -204,7 +215,9 @@ class SlotPool:
                         kind, payload = conn.recv()
                     except EOFError:
                         del busy[conn]
-                        failure = failure or RuntimeError(f"the slot process of seed {i + 1} died (exit code {self._exit_code(conn)})")
+                        failure = failure or RuntimeError(
+                            f"the slot process of seed {i + 1} died (exit code {self._exit_code(conn)})"
+                        )
                         self._stop_all(str(failure))
                         continue
                     if kind in ("step", "eval", "run"):

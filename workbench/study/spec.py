@@ -29,7 +29,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench import knobs, seeds
-from workbench.config import ConfigError, TrialConfig, build_config, format_validation_error, load_yaml_mapping, set_dotted
+from workbench.config import (
+    ConfigError,
+    TrialConfig,
+    build_config,
+    format_validation_error,
+    load_yaml_mapping,
+    set_dotted,
+)
 from workbench.config_names import PLACEHOLDER, did_you_mean, model_keys
 from workbench.estimators import DEFAULT_ESTIMATOR
 
@@ -42,7 +49,9 @@ SINGLE_OBJECTIVES = {
     "accuracy_at_budget": "maximize",
 }
 MULTI_OBJECTIVES = {"best_accuracy": "maximize", "compute_units": "minimize", "compute_to_target": "minimize"}
-PSEUDO_KNOBS = {"x": "staleness horizon x = N/R; sets replay.capacity = N = x·B/y in whole rollouts (workbench.knobs.capacity)"}
+PSEUDO_KNOBS = {
+    "x": "staleness horizon x = N/R; sets replay.capacity = N = x·B/y in whole rollouts (workbench.knobs.capacity)"
+}
 
 
 class Dimension(BaseModel):
@@ -261,8 +270,9 @@ class StudySpec(BaseModel):
         if "lr" in self.search_space and self.search_space["lr"].choices is not None:
             raise ValueError("lr_sweep: lr is swept per arm; remove it from search_space")
         step = lr_step(lrs)
-        self.search_space["lr"] = Dimension(low=lrs[0] / step ** self.lr_extend * (1 - 1e-9),
-                                            high=lrs[-1] * step ** self.lr_extend * (1 + 1e-9), log=True)
+        self.search_space["lr"] = Dimension(
+            low=lrs[0] / step**self.lr_extend * (1 - 1e-9), high=lrs[-1] * step**self.lr_extend * (1 + 1e-9), log=True
+        )
         if self.points and all("lr" in p for p in self.points):
             return self  # expanded already (a stored spec read back), or every point names its own lr
         expanded = [point for p in self.points for point in ([p] if "lr" in p else [{**p, "lr": v} for v in lrs])]
@@ -273,7 +283,9 @@ class StudySpec(BaseModel):
                 on_policy = None
             if on_policy is not None:
                 _include_baseline(self)  # on-policy at the other lrs are points of the space: its values in its choices
-                expanded = [{**on_policy, "lr": v} for v in lrs if not math.isclose(v, base_lr, rel_tol=1e-9)] + expanded
+                expanded = [
+                    {**on_policy, "lr": v} for v in lrs if not math.isclose(v, base_lr, rel_tol=1e-9)
+                ] + expanded
         self.points = expanded
         self.n_trials = max(self.n_trials, len(self.points) + int(self.baseline))
         return self
@@ -301,8 +313,15 @@ class StudySpec(BaseModel):
     def grid(self) -> dict[str, list[Any]]:
         return {k: d.grid_values() for k, d in self.search_space.items()}
 
-    def trial_config(self, params: dict[str, Any], seed: int, mu: float | None = None, threads: int | None = None,
-                     tracking_uri: str | None = None, target: float | None = None) -> TrialConfig:
+    def trial_config(
+        self,
+        params: dict[str, Any],
+        seed: int,
+        mu: float | None = None,
+        threads: int | None = None,
+        tracking_uri: str | None = None,
+        target: float | None = None,
+    ) -> TrialConfig:
         """The trial config of one configuration and seed: base, then the sampled knobs, then study settings
         (`target`: the study's resolved target accuracy, when `target_accuracy` is `auto`)."""
         data = copy.deepcopy(self.base)
@@ -310,11 +329,19 @@ class StudySpec(BaseModel):
             if key not in PSEUDO_KNOBS:
                 set_dotted(data, key, value)
         if "x" in params:  # batch size and ratio only: the strategy's own checks need the capacity set below
-            probe = build_config({**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}})
-            set_dotted(data, "replay.capacity", knobs.capacity(params["x"], probe.replay.ratio, probe.batch_size, distinct=False))
+            probe = build_config(
+                {**data, "replay": {**data.get("replay", {}), "strategy": "uniform", "capacity": None}}
+            )
+            set_dotted(
+                data,
+                "replay.capacity",
+                knobs.capacity(params["x"], probe.replay.ratio, probe.batch_size, distinct=False),
+            )
         set_dotted(data, "seed", seed)
         if self.seeds_per_checkpoint is not None:
-            set_dotted(data, "model.init_seed", self.checkpoint_of(seed, int(data.get("model", {}).get("init_seed", 0))))
+            set_dotted(
+                data, "model.init_seed", self.checkpoint_of(seed, int(data.get("model", {}).get("init_seed", 0)))
+            )
         target = target if target is not None else self.fixed_target
         if target is not None:
             set_dotted(data, "eval.target_accuracy", target)
@@ -403,7 +430,9 @@ def _check(spec: StudySpec) -> None:
     if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
         raise ConfigError("pruner: compute needs the compute_to_target objective")
     if spec.seeds_per_checkpoint is not None and build_config(spec.base).model.path is not None:
-        raise ConfigError("seeds_per_checkpoint: varies the embedded model's warm start; base.model.path is a fixed model")
+        raise ConfigError(
+            "seeds_per_checkpoint: varies the embedded model's warm start; base.model.path is a fixed model"
+        )
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
             params = probe_point(spec, knob, value)
@@ -429,7 +458,9 @@ def _check(spec: StudySpec) -> None:
                     raise ConfigError(f"search_space.{knob}.when: {key} never takes the value {value!r}")
     if spec.sampler == "grid":
         if any(d.when for d in spec.search_space.values()):
-            raise ConfigError("sampler: grid cannot sample conditional knobs (`when`); list the configurations under points")
+            raise ConfigError(
+                "sampler: grid cannot sample conditional knobs (`when`); list the configurations under points"
+            )
         try:
             spec.grid()
         except ValueError as err:
@@ -479,7 +510,8 @@ def spec_keys(data: dict[str, Any]) -> list[str]:
     keys = [k.key for k in model_keys(StudySpec)]
     knobs = data.get("search_space") if isinstance(data.get("search_space"), dict) else {}
     return [k for k in keys if PLACEHOLDER not in k] + [
-        k.replace(PLACEHOLDER, str(n)) for n in knobs for k in keys if PLACEHOLDER in k]
+        k.replace(PLACEHOLDER, str(n)) for n in knobs for k in keys if PLACEHOLDER in k
+    ]
 
 
 def _include_baseline(spec: StudySpec) -> None:

@@ -43,8 +43,9 @@ def _lost_connection(err: BaseException) -> bool:
     if disk_full(err):  # not an outage: the study stops (`tracking.StoresFull`)
         return False
     while err is not None:  # Optuna wraps a failed commit's error in its StorageInternalError
-        if isinstance(err, (exc.OperationalError, exc.InterfaceError)) or \
-                (isinstance(err, exc.DBAPIError) and bool(getattr(err, "connection_invalidated", False))):
+        if isinstance(err, (exc.OperationalError, exc.InterfaceError)) or (
+            isinstance(err, exc.DBAPIError) and bool(getattr(err, "connection_invalidated", False))
+        ):
             return True
         err = err.__cause__ or err.__context__
     return False
@@ -65,8 +66,10 @@ def _patient(method, outage_s: float):
                 if not _lost_connection(err) or waited >= outage_s:
                     raise
                 if pause == 0.5:
-                    log.warning(f"storage: the database did not answer ({str(err).splitlines()[0][:200]}); trying again"
-                                f" for up to {outage_s:g} s")
+                    log.warning(
+                        f"storage: the database did not answer ({str(err).splitlines()[0][:200]}); trying again"
+                        f" for up to {outage_s:g} s"
+                    )
                 time.sleep(pause)
                 pause = min(pause * 2, 8.0)
 
@@ -101,7 +104,13 @@ class PatientRDBStorage(optuna.storages.RDBStorage):
 
 
 PATIENT = [n for n in dir(optuna.storages.BaseStorage) if not n.startswith("_") and n != "remove_session"] + [
-    "record_heartbeat", "_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"]
+    "record_heartbeat",
+    "_create_new_trial",
+    "_get_best_trial_id",
+    "_get_stale_trial_ids",
+    "_get_trials",
+    "_set_trial_param",
+]
 """The storage calls Optuna makes (its BaseStorage interface, the heartbeat, and what its cache calls)."""
 
 

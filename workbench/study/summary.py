@@ -55,19 +55,30 @@ def objective_names(study: optuna.Study) -> list[str]:
 def trial_table(study: optuna.Study) -> str:
     """The study's trials as CSV: number, state, knobs, values, MLflow run id, failure reason."""
     trials = study.get_trials(deepcopy=False)
-    params = {t.number: t.params or t.user_attrs.get(attrs.KNOBS, {}) for t in trials}  # a verify arm keeps its knobs apart
+    params = {
+        t.number: t.params or t.user_attrs.get(attrs.KNOBS, {}) for t in trials
+    }  # a verify arm keeps its knobs apart
     knobs = sorted({k for t in trials for k in params[t.number]})
     names = objective_names(study)
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["number", "state", "arm", *knobs, *names, "predicted", "censored_seeds", "mlflow_run_id", "fail_reason"])
+    writer.writerow(
+        ["number", "state", "arm", *knobs, *names, "predicted", "censored_seeds", "mlflow_run_id", "fail_reason"]
+    )
     for t in trials:
         values = t.values or [None] * len(names)
         writer.writerow(
-            [t.number, t.state.name, t.user_attrs.get(attrs.ARM, "baseline" if t.user_attrs.get(attrs.BASELINE) else "sampler"),
-             *[params[t.number].get(k) for k in knobs], *values, t.user_attrs.get(attrs.PREDICTED),
-             t.user_attrs.get(attrs.CENSORED_SEEDS), t.user_attrs.get(attrs.RUN),
-             t.user_attrs.get(attrs.FAIL_REASON) or t.user_attrs.get(attrs.SKIP_REASON)]
+            [
+                t.number,
+                t.state.name,
+                t.user_attrs.get(attrs.ARM, "baseline" if t.user_attrs.get(attrs.BASELINE) else "sampler"),
+                *[params[t.number].get(k) for k in knobs],
+                *values,
+                t.user_attrs.get(attrs.PREDICTED),
+                t.user_attrs.get(attrs.CENSORED_SEEDS),
+                t.user_attrs.get(attrs.RUN),
+                t.user_attrs.get(attrs.FAIL_REASON) or t.user_attrs.get(attrs.SKIP_REASON),
+            ]
         )
     return buf.getvalue()
 
@@ -89,14 +100,19 @@ def reading(study: optuna.Study) -> Reading:
         cfg = build_config(spec.get("base"))
     except ConfigError:  # a study created by an older spec: the defaults
         cfg = TrialConfig()
-    return Reading(cfg.eval.metric, cfg.task.name, None if "batch_size" in spec.get("search_space", {}) else cfg.batch_size)
+    return Reading(
+        cfg.eval.metric, cfg.task.name, None if "batch_size" in spec.get("search_space", {}) else cfg.batch_size
+    )
 
 
 def curve_words(r: Reading) -> tuple[str, str]:
     """What the curve `eval.metric` is, and a note on it, in the words of docs/measurement.md."""
     if r.metric == "demo_prob":
-        return "the held-out demonstrations' probability", ("expected sampled accuracy" if r.task == "arithmetic"
-                                                            else "one reference answer's: a lower bound on sampled accuracy")
+        return "the held-out demonstrations' probability", (
+            "expected sampled accuracy"
+            if r.task == "arithmetic"
+            else "one reference answer's: a lower bound on sampled accuracy"
+        )
     label, _, note = METRICS[r.metric].partition(" (")
     return label, note.rstrip(")")
 
@@ -111,23 +127,36 @@ def reading_lines(study: optuna.Study) -> list[str]:
     lines = []
     if target is not None:
         label, note = curve_words(r)
-        how = f"set at {spec.get('target_gain_fraction', 0.7):.0%} of on-policy's gain" if spec.get("target_accuracy") == "auto" else ""
+        how = (
+            f"set at {spec.get('target_gain_fraction', 0.7):.0%} of on-policy's gain"
+            if spec.get("target_accuracy") == "auto"
+            else ""
+        )
         line = f"target: {r.metric} {target:g} = {label} ({'; '.join(w for w in (note, how) if w)})"
-        final = [statistics.fmean(v["final_accuracy"] for v in a.per_seed if "final_accuracy" in v)
-                 for a in arms if any("final_accuracy" in v for v in a.per_seed)]
+        final = [
+            statistics.fmean(v["final_accuracy"] for v in a.per_seed if "final_accuracy" in v)
+            for a in arms
+            if any("final_accuracy" in v for v in a.per_seed)
+        ]
         if r.metric != "accuracy" and final:
             lo, hi = min(final), max(final)
-            line += f"; greedy accuracy at the runs' end: {lo:.2f}" + (f"-{hi:.2f}" if f"{hi:.2f}" != f"{lo:.2f}" else "")
+            line += f"; greedy accuracy at the runs' end: {lo:.2f}" + (
+                f"-{hi:.2f}" if f"{hi:.2f}" != f"{lo:.2f}" else ""
+            )
         lines.append(line)
     knobs = {k for a in arms for k in a.knobs} | set(spec.get("search_space", {}))
     if knobs & {"replay.ratio", "x"}:
-        lines.append("y = replay.ratio, the mean number of steps a rollout is trained in (1: on-policy); x = N/R, the"
-                     " staleness horizon in steps (buffer capacity N over fresh rollouts per step R)")
+        lines.append(
+            "y = replay.ratio, the mean number of steps a rollout is trained in (1: on-policy); x = N/R, the"
+            " staleness horizon in steps (buffer capacity N over fresh rollouts per step R)"
+        )
     if {"compute_to_target", "compute_units"} & set(names):
         mu = study.user_attrs.get(attrs.REFERENCE_MU)
         b = f"B = {r.batch_size}" if r.batch_size else "the trial's B"
-        lines.append(f"units: one compute unit = one on-policy update at batch size {b} (B rollouts generated, trained on once)"
-                     + (f", generation weighted by mu {mu:.3g} (its cost over training's, per rollout)" if mu else ""))
+        lines.append(
+            f"units: one compute unit = one on-policy update at batch size {b} (B rollouts generated, trained on once)"
+            + (f", generation weighted by mu {mu:.3g} (its cost over training's, per rollout)" if mu else "")
+        )
     return lines
 
 
@@ -156,13 +185,17 @@ def summary_lines(study: optuna.Study) -> list[str]:
         lines += [f"the best replay setting, {lead.arm.label}, against on-policy at a matched learning rate:", *matched]
     for t in complete:
         if t.user_attrs.get(attrs.ARM) == "predicted":
-            lines.append(f"fitted optimum run as trial {t.number} {knob_label(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
-                         f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g} units")
+            lines.append(
+                f"fitted optimum run as trial {t.number} {knob_label(t.user_attrs.get(attrs.KNOBS, {}))}: measured {t.value:.4g},"
+                f" predicted {t.user_attrs.get(attrs.PREDICTED, float('nan')):.4g} units"
+            )
     return lines
 
 
 def _best_single(study: optuna.Study, name: str) -> optuna.trial.FrozenTrial | None:
-    ranked = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not t.user_attrs.get(attrs.ARM)]
+    ranked = [
+        t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if not t.user_attrs.get(attrs.ARM)
+    ]
     if not ranked:
         return None
     best = study.best_trial
@@ -180,12 +213,17 @@ def _no_result(study: optuna.Study, ref: str) -> list[str]:
     resume = f"workbench study run {ref} (it resumes; nothing recorded is lost)"
     if reasons:
         reason, n = reasons.most_common(1)[0]
-        return [f"{text}; {n} of {sum(reasons.values())} failures: {reason}.",
-                f"workbench study status {ref} --table (each trial's failure), fix the cause, then {resume}"]
+        return [
+            f"{text}; {n} of {sum(reasons.values())} failures: {reason}.",
+            f"workbench study status {ref} --table (each trial's failure), fix the cause, then {resume}",
+        ]
     if failed:
         return [f"{text}: the study was interrupted.", resume]
     if any(t.state == TrialState.RUNNING for t in trials):
-        return [f"{text} yet ({pending} running or waiting).", f"workbench study status {ref} again when a trial has finished"]
+        return [
+            f"{text} yet ({pending} running or waiting).",
+            f"workbench study status {ref} again when a trial has finished",
+        ]
     return [f"{text}.", resume]
 
 
@@ -203,16 +241,22 @@ def closing_lines(study: optuna.Study, spec_ref: str | None = None) -> list[str]
     steps = []
     if len(names) > 1:
         front = len(study.best_trials)
-        bottom = (f"{front} configuration(s) on the Pareto front of {' and '.join(names)}, values over seeds without"
-                  " intervals: a shortlist, not a claim.")
+        bottom = (
+            f"{front} configuration(s) on the Pareto front of {' and '.join(names)}, values over seeds without"
+            " intervals: a shortlist, not a claim."
+        )
     elif names[0] != "compute_to_target":
         best = _best_single(study, names[0])
-        bottom = ("no sampler configuration completed yet." if best is None else
-                  f"the best by {names[0]}: {knob_label(best.params)} (trial {best.number}), {best.value:.4g} over seeds,"
-                  " without an interval: a lead, not a claim (the compute_to_target objective gives intervals).")
+        bottom = (
+            "no sampler configuration completed yet."
+            if best is None
+            else f"the best by {names[0]}: {knob_label(best.params)} (trial {best.number}), {best.value:.4g} over seeds,"
+            " without an interval: a lead, not a claim (the compute_to_target objective gives intervals)."
+        )
     else:
-        verdict = compare.bottom_line(compare.comparison(study), reading(study).metric,
-                                      study.user_attrs.get(attrs.TARGET), ref, report)
+        verdict = compare.bottom_line(
+            compare.comparison(study), reading(study).metric, study.user_attrs.get(attrs.TARGET), ref, report
+        )
         bottom = verdict.text
         steps = [str(step) for step in verdict.steps]
         if any(step.command.startswith("workbench report") for step in verdict.steps):

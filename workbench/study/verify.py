@@ -56,10 +56,14 @@ def open_for_verify(ctx: StudyContext) -> optuna.Study:
     if study.user_attrs.get(attrs.REFERENCE_MU) is None:
         raise ConfigError(f"study: {ctx.spec.name!r} has no reference mu yet (run its baseline first)")
     if len(ctx.spec.objectives) != 1 or ctx.spec.objectives[0] != "compute_to_target":
-        raise ConfigError("objective: study verify needs a single compute_to_target objective (what the model predicts)")
+        raise ConfigError(
+            "objective: study verify needs a single compute_to_target objective (what the model predicts)"
+        )
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     if waiting:
-        raise ConfigError(f"study: trial {waiting[0].number} is still queued; finish the study (`workbench study run`) before verifying")
+        raise ConfigError(
+            f"study: trial {waiting[0].number} is still queued; finish the study (`workbench study run`) before verifying"
+        )
     return study
 
 
@@ -77,34 +81,60 @@ def run_prediction(
     again, unless `force`)."""
     base = ctx.spec.trial_config({}, 0)
     if prediction.batch_size != base.batch_size:
-        raise ConfigError(f"prediction: made for batch size {prediction.batch_size}, but study {ctx.spec.name!r} trains at {base.batch_size}")
+        raise ConfigError(
+            f"prediction: made for batch size {prediction.batch_size}, but study {ctx.spec.name!r} trains at {base.batch_size}"
+        )
     knobs, x, y, predicted = prediction.knobs, prediction.run_x, prediction.ratio, prediction.compute
     asynchronous = base.pipeline.mode == "async"
     if asynchronous:  # y emerges from the split there: run (x*, y*) as the split and buffer that give it
         knobs = prediction.split_knobs(float(study.user_attrs[attrs.REFERENCE_MU]), base.pipeline.trainers)
     same = None if asynchronous else twin(measured, knobs, base.lr)
     if same is not None and not force:
-        log.info(f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {same.trial_number}: "
-                 f"measured {same.compute_to_target:.4g}, predicted {predicted:.4g} (use --force to run it again)")
-        study.set_user_attr(attrs.PREDICTED_TWINS, sorted({*study.user_attrs.get(attrs.PREDICTED_TWINS, []), same.trial_number}))
-        return Verification(same.trial_number, knobs, x, y, predicted, same.compute_to_target, None, same_as=same.trial_number)
+        log.info(
+            f"the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}) was already run as trial {same.trial_number}: "
+            f"measured {same.compute_to_target:.4g}, predicted {predicted:.4g} (use --force to run it again)"
+        )
+        study.set_user_attr(
+            attrs.PREDICTED_TWINS, sorted({*study.user_attrs.get(attrs.PREDICTED_TWINS, []), same.trial_number})
+        )
+        return Verification(
+            same.trial_number, knobs, x, y, predicted, same.compute_to_target, None, same_as=same.trial_number
+        )
 
-    log.info(f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
-             f" over seeds {ctx.spec.seed_list}")
+    log.info(
+        f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
+        f" over seeds {ctx.spec.seed_list}"
+    )
     trial = study.ask()
     arm = prediction.arm
-    user_attrs = {attrs.ARM: arm, attrs.KNOBS: knobs, "x": x, "y": y, attrs.PREDICTED: predicted, "fit": prediction.provenance}
+    user_attrs = {
+        attrs.ARM: arm,
+        attrs.KNOBS: knobs,
+        "x": x,
+        "y": y,
+        attrs.PREDICTED: predicted,
+        "fit": prediction.provenance,
+    }
     for k, v in user_attrs.items():
         trial.set_user_attr(k, v)
     objective = StudyObjective(ctx, study, threads)
     try:
-        value = objective.evaluate(trial, knobs, is_baseline=False, mu=study.user_attrs[attrs.REFERENCE_MU], threads=threads,
-                                   arm=arm, extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted})
+        value = objective.evaluate(
+            trial,
+            knobs,
+            is_baseline=False,
+            mu=study.user_attrs[attrs.REFERENCE_MU],
+            threads=threads,
+            arm=arm,
+            extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted},
+        )
     except BaseException:
         study.tell(trial, state=TrialState.FAIL)
         raise
     frozen = study.tell(trial, value)
     censored = int(frozen.user_attrs.get(attrs.CENSORED_SEEDS, 0))
-    log.info(f"{arm} optimum, trial {trial.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
-             f" (measured/predicted {value / predicted:.3g}; censored seeds {censored})")
+    log.info(
+        f"{arm} optimum, trial {trial.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
+        f" (measured/predicted {value / predicted:.3g}; censored seeds {censored})"
+    )
     return Verification(trial.number, knobs, x, y, predicted, float(value), censored)

@@ -42,13 +42,18 @@ def space_exhausted(study: optuna.Study, spec: StudySpec) -> bool:
     size = feasible_space_size(spec)
     if size is None:
         return False
-    ran = {tuple(sorted(t.params.items())) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-           if not t.user_attrs.get(attrs.SKIPPED) and not t.user_attrs.get(attrs.ARM)}
+    ran = {
+        tuple(sorted(t.params.items()))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if not t.user_attrs.get(attrs.SKIPPED) and not t.user_attrs.get(attrs.ARM)
+    }
     return len(ran) >= size
 
 
 def baseline_running(study: optuna.Study) -> bool:
-    return any(t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False))
+    return any(
+        t.user_attrs.get(attrs.BASELINE) and t.state == TrialState.RUNNING for t in study.get_trials(deepcopy=False)
+    )
 
 
 class StudyBudget:
@@ -88,8 +93,14 @@ class StudyBudget:
             study.stop()
 
 
-def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, baseline_threads: int | None = None,
-               devices: list[int] | None = None, baseline_devices: list[int] | None = None) -> failfast.Stop | None:
+def run_worker(
+    ctx: StudyContext,
+    n_trials: int,
+    threads: int | None = None,
+    baseline_threads: int | None = None,
+    devices: list[int] | None = None,
+    baseline_devices: list[int] | None = None,
+) -> failfast.Stop | None:
     """Run trials of an existing study until `n_trials` are complete (or pruned); fault-tolerant. Returns the
     failures that stopped the study, if they did (`workbench.study.failfast`).
 
@@ -108,7 +119,9 @@ def run_worker(ctx: StudyContext, n_trials: int, threads: int | None = None, bas
     interrupts.install()  # a SIGINT that lands in a garbage-collector callback is delivered again, not lost
     placed = place(ctx.spec, devices, baseline_devices, threads, baseline_threads)
     study = load_existing(ctx)
-    objective = StudyObjective(ctx, study, placed.threads, placed.baseline_threads, devices=placed.seen, pools=placed.pools)
+    objective = StudyObjective(
+        ctx, study, placed.threads, placed.baseline_threads, devices=placed.seen, pools=placed.pools
+    )
     try:
         return _run(ctx, study, objective, n_trials)
     finally:
@@ -131,12 +144,14 @@ def stores_full(ctx: StudyContext) -> str:
     where = []
     for what, url in (("Optuna", ctx.storage_url), ("MLflow", ctx.tracking_uri)):
         if url.startswith("sqlite:///"):
-            folder = Path(url[len("sqlite:///"):]).parent
+            folder = Path(url[len("sqlite:///") :]).parent
             with contextlib.suppress(OSError):
                 where.append(f"{what} in {folder}: {shutil.disk_usage(folder).free / 2**20:.1f} MiB free")
-    return (f"the stores' disk is full ({'; '.join(where) or 'a store refused a write: disk full'}): the study stops, and"
-            f" what it recorded stays readable; free some space, then `workbench study run {ctx.spec_path or ctx.spec.name}`"
-            " resumes it")
+    return (
+        f"the stores' disk is full ({'; '.join(where) or 'a store refused a write: disk full'}): the study stops, and"
+        f" what it recorded stays readable; free some space, then `workbench study run {ctx.spec_path or ctx.spec.name}`"
+        " resumes it"
+    )
 
 
 def _trials(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:
@@ -189,5 +204,7 @@ def optimize(study: optuna.Study, objective, budget) -> None:
     except (ValueError, AssertionError):
         if not (watched.returned and study._storage.get_trial(watched.trial_id).state == TrialState.FAIL):
             raise
-        log.warning("this worker's trial was declared dead (no heartbeat within the grace period) and is retried "
-                    "elsewhere; its result is dropped")
+        log.warning(
+            "this worker's trial was declared dead (no heartbeat within the grace period) and is retried "
+            "elsewhere; its result is dropped"
+        )

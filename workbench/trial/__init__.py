@@ -10,7 +10,13 @@ the model (`policy`) and the embedded checkpoint (`checkpoint`, `cache`). Comput
 import importlib
 
 __all__ = ["StepRecord", "TrialDiverged", "TrialResult", "TrialStopped", "run_trial"]
-_HOME = {"StepRecord": "loop", "TrialResult": "loop", "TrialStopped": "loop", "run_trial": "loop", "TrialDiverged": "step"}
+_HOME = {
+    "StepRecord": "loop",
+    "TrialResult": "loop",
+    "TrialStopped": "loop",
+    "run_trial": "loop",
+    "TrialDiverged": "step",
+}
 
 
 def __getattr__(name: str):

@@ -65,7 +65,9 @@ def embedded_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
     """A hash of everything that determines the embedded checkpoint."""
     spec = {
         "format": CHECKPOINT_FORMAT,
-        "arch": model_cfg.model_dump(include={"hidden_size", "num_layers", "intermediate_size", "num_heads", "init_seed"}),
+        "arch": model_cfg.model_dump(
+            include={"hidden_size", "num_layers", "intermediate_size", "num_heads", "init_seed"}
+        ),
         "warm_start": model_cfg.warm_start.model_dump(),
         "task": task_cfg.model_dump(),
     }
@@ -76,7 +78,13 @@ def embedded_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
 
 def greedy_accuracy(model, tokenizer, task: Task, max_new_tokens: int, limit: int | None = None) -> float:
     examples = task.eval[:limit] if limit else task.eval
-    out = sample(model, tokenizer, encode_prompts(tokenizer, [e.prompt for e in examples]), max_new_tokens=max_new_tokens, greedy=True)
+    out = sample(
+        model,
+        tokenizer,
+        encode_prompts(tokenizer, [e.prompt for e in examples]),
+        max_new_tokens=max_new_tokens,
+        greedy=True,
+    )
     rewards = [task.reward(t, e, f) for t, e, f in zip(out.texts, examples, out.finished)]
     return sum(rewards) / len(rewards)
 
@@ -155,9 +163,11 @@ def ensure_embedded_checkpoint(model_cfg: ModelConfig, task_cfg: TaskConfig, tas
     final = cache_root(model_cfg) / "models" / name
 
     def build(tmp: Path) -> None:
-        log.info(f"building the embedded tiny Llama and its warm start in {final} (once per machine and model, task and"
-                 f" warm-start setting): up to {model_cfg.warm_start.steps} supervised steps, until the held-out accuracy"
-                 f" reaches {model_cfg.warm_start.target_accuracy:g}")
+        log.info(
+            f"building the embedded tiny Llama and its warm start in {final} (once per machine and model, task and"
+            f" warm-start setting): up to {model_cfg.warm_start.steps} supervised steps, until the held-out accuracy"
+            f" reaches {model_cfg.warm_start.target_accuracy:g}"
+        )
         torch.manual_seed(model_cfg.init_seed)
         tokenizer = build_char_tokenizer(_file_characters(task))
         config = LlamaConfig(
@@ -207,9 +217,11 @@ def _hint_if_unlearned(path: Path, task_name: str) -> None:
     info = json.loads((path / "warm_start.json").read_text())
     log.info(f"embedded model: warm start {info['steps']} steps, greedy held-out accuracy {info['accuracy']:.3f}")
     if info["accuracy"] == 0:
-        log.warning(f"task {task_name}: the embedded tiny model answers no held-out example after its warm start, so RL gets no"
-                    " reward: set model.path to a real model, or raise model.warm_start.steps and the model's size"
-                    " (model.hidden_size, model.num_layers)")
+        log.warning(
+            f"task {task_name}: the embedded tiny model answers no held-out example after its warm start, so RL gets no"
+            " reward: set model.path to a real model, or raise model.warm_start.steps and the model's size"
+            " (model.hidden_size, model.num_layers)"
+        )
 
 
 def ship_built_in_checkpoints() -> list[Path]:

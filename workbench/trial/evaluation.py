@@ -55,9 +55,23 @@ class EvalResult:
 class Evaluator:
     """Encodes the held-out prompts once; evaluates any policy on them."""
 
-    def __init__(self, task: Task, tokenizer, *, k: int, pass_k_prompts: int, max_new_tokens: int, temperature: float, seed: int,
-                 device="cpu", sampler: Callable | None = None, chat: bool = False, batch_size: int | None = None,
-                 temperatures: Sequence[float] = (), scoring_mib: float | None = None):
+    def __init__(
+        self,
+        task: Task,
+        tokenizer,
+        *,
+        k: int,
+        pass_k_prompts: int,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        device="cpu",
+        sampler: Callable | None = None,
+        chat: bool = False,
+        batch_size: int | None = None,
+        temperatures: Sequence[float] = (),
+        scoring_mib: float | None = None,
+    ):
         self.task, self.tokenizer, self.k = task, tokenizer, k
         self.scoring_mib = scoring_mib
         """The demonstrations' scoring pass's logits bound (`train.scoring_mib`); None: unbounded."""
@@ -74,8 +88,10 @@ class Evaluator:
         self.k_prompt_ids = [p for p in self.prompt_ids[:pass_k_prompts] for _ in range(k)]
         eos = tokenizer.eos_token_id
         # the demonstration's tokens after the prompt, as the warm start frames them (no BOS), then EOS
-        self.demo_ids = [ids[1:] + [eos] if ids and ids[0] == tokenizer.bos_token_id else ids + [eos]
-                         for ids in encode_prompts(tokenizer, [e.demonstration for e in task.eval])]
+        self.demo_ids = [
+            ids[1:] + [eos] if ids and ids[0] == tokenizer.bos_token_id else ids + [eos]
+            for ids in encode_prompts(tokenizer, [e.demonstration for e in task.eval])
+        ]
         # A separate generator: evaluating never shifts the training sampler's random stream.
         self.generator = torch.Generator(device=device).manual_seed(seeds.evaluation(seed))
 
@@ -102,16 +118,25 @@ class Evaluator:
         at_temperature = {}
         for t in self.temperatures:
             if t == self.temperature:
-                at_t = AtTemperature(mean_at_k, demo_prob if demo_prob is not None else self.demonstration_probability(model))
+                at_t = AtTemperature(
+                    mean_at_k, demo_prob if demo_prob is not None else self.demonstration_probability(model)
+                )
             else:
                 at_t = AtTemperature(self.sampled_accuracy(decode, t), self.demonstration_probability(model, t))
             at_temperature[t] = at_t
         model.train(was_training)
-        return EvalResult(accuracy, sum(hits) / len(hits), self.k, mean_at_k, demo_prob, sampled.entropy_mean, at_temperature)
+        return EvalResult(
+            accuracy, sum(hits) / len(hits), self.k, mean_at_k, demo_prob, sampled.entropy_mean, at_temperature
+        )
 
     def _sampled(self, decode: Callable, temperature: float):
-        return decode(self.tokenizer, self.k_prompt_ids, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                      generator=self.generator)
+        return decode(
+            self.tokenizer,
+            self.k_prompt_ids,
+            max_new_tokens=self.max_new_tokens,
+            temperature=temperature,
+            generator=self.generator,
+        )
 
     def sampled_accuracy(self, decode: Callable, temperature: float) -> float:
         """Sampled pass@1 at `temperature`: the mean reward of k samples per pass@k prompt."""
@@ -128,8 +153,15 @@ class Evaluator:
         n, step = len(self.prompt_ids), self.batch_size or len(self.prompt_ids)
         total = 0.0
         for i in range(0, n, step):
-            logp, _ = score(model, self.prompt_ids[i : i + step], self.demo_ids[i : i + step], temperature=temperature,
-                            pad_id=self.tokenizer.pad_token_id, packing=False, scoring_mib=self.scoring_mib)
+            logp, _ = score(
+                model,
+                self.prompt_ids[i : i + step],
+                self.demo_ids[i : i + step],
+                temperature=temperature,
+                pad_id=self.tokenizer.pad_token_id,
+                packing=False,
+                scoring_mib=self.scoring_mib,
+            )
             total += float(torch.exp(logp.sum(dim=1)).sum())
         return total / n
 
@@ -140,10 +172,17 @@ class Evaluator:
             return decode
 
         def run(tokenizer, prompt_ids, **kwargs) -> _Decoded:
-            outs = [decode(tokenizer, prompt_ids[i : i + self.batch_size], **kwargs)
-                    for i in range(0, len(prompt_ids), self.batch_size)]
-            return _Decoded([t for o in outs for t in o.texts], [f for o in outs for f in o.finished],
-                            sum(o.entropy_sum for o in outs), sum(o.generated_tokens for o in outs))
+            outs = [
+                decode(tokenizer, prompt_ids[i : i + self.batch_size], **kwargs)
+                for i in range(0, len(prompt_ids), self.batch_size)
+            ]
+            return _Decoded(
+                [t for o in outs for t in o.texts],
+                [f for o in outs for f in o.finished],
+                sum(o.entropy_sum for o in outs),
+                sum(o.generated_tokens for o in outs),
+            )
+
         return run
 
 

@@ -37,8 +37,14 @@ def readings(cfg: TrialConfig, temperatures=TEMPERATURES, k: int = 2) -> dict[fl
         reps = 1 if t == 0 else k
         total = 0.0
         for _ in range(reps):
-            done = sample(model, tokenizer, prompts, max_new_tokens=task.max_new_tokens, greedy=t == 0,
-                          **({} if t == 0 else {"temperature": t, "generator": generator}))
+            done = sample(
+                model,
+                tokenizer,
+                prompts,
+                max_new_tokens=task.max_new_tokens,
+                greedy=t == 0,
+                **({} if t == 0 else {"temperature": t, "generator": generator}),
+            )
             total += sum(task.reward(x, e, f) for x, e, f in zip(done.texts, task.eval, done.finished))
         out[t] = total / (reps * len(task.eval))
     return out

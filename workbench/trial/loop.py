@@ -1,12 +1,12 @@
 """One trial: GRPO with a replay buffer, from a config to MLflow (design §2).
 
-    loop until the budget is spent:
-        fresh = generate strategy.groups(step) whole groups       # rollouts.generate_groups
-        batch = strategy.batch(fresh, step)                       # a registered strategy (owns the buffer)
-        loss  = objective(policy, batch)                          # step.train_step: a registered objective
-        optimizer step unless strategy.gate(...)                  # (dgg may drop the update)
-        account compute; log metrics                              # compute.ComputeMeter, tracking.RunLogger
-        every eval.every steps: evaluate on the held-out set      # evaluation.Evaluator
+loop until the budget is spent:
+    fresh = generate strategy.groups(step) whole groups       # rollouts.generate_groups
+    batch = strategy.batch(fresh, step)                       # a registered strategy (owns the buffer)
+    loss  = objective(policy, batch)                          # step.train_step: a registered objective
+    optimizer step unless strategy.gate(...)                  # (dgg may drop the update)
+    account compute; log metrics                              # compute.ComputeMeter, tracking.RunLogger
+    every eval.every steps: evaluate on the held-out set      # evaluation.Evaluator
 """
 
 from __future__ import annotations
@@ -25,9 +25,21 @@ from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
-                                    devices_in_use, final_metrics, fresh_metrics, mismatch_metrics, train_metrics,
-                                    working_seconds)
+from workbench.trial.record import (
+    Evaluations,
+    StepRecord,
+    TrialResult,
+    WallClock,
+    budget_bar,
+    budget_left,
+    compute_metrics,
+    devices_in_use,
+    final_metrics,
+    fresh_metrics,
+    mismatch_metrics,
+    train_metrics,
+    working_seconds,
+)
 from workbench.trial.replay import Rollout, batch_stats
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
@@ -73,8 +85,9 @@ def run_trial(
         f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
     )
     if run is None:
-        run = tracking.RunLogger(cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags,
-                                 outage_s=cfg.tracking.outage_s)
+        run = tracking.RunLogger(
+            cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags, outage_s=cfg.tracking.outage_s
+        )
     run_id = run.run_id  # a run that could not be created raises here, before the trial starts
     if on_run_created:
         on_run_created(run_id)
@@ -87,14 +100,21 @@ def run_trial(
         return _train(cfg, task, run, observer, on_eval, show_progress, inspect)
 
 
-def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool, inspect=None) -> TrialResult:
+def _train(
+    cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool, inspect=None
+) -> TrialResult:
     t_start = time.perf_counter()
     policy = Policy(cfg, task)
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
     B, G = cfg.batch_size, cfg.group_size
     optimizer = make_optimizer(policy.model, cfg.lr)
     lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-    strategy = make_strategy(cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, cfg.train.micro_batch_size), policy.max_new_tokens))
+    strategy = make_strategy(
+        cfg,
+        StrategyContext(
+            task, policy.tokenizer, lambda rs: rescore(policy, rs, cfg.train.micro_batch_size), policy.max_new_tokens
+        ),
+    )
     meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
     prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
     sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed))
@@ -127,7 +147,9 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 batch = strategy.batch(fresh, step, replay_rng)
             metrics: dict[str, float] = {}
             if batch and inspect is not None:
-                metrics.update(inspect(step, batch, strategy.held(), policy) or {})  # outside the meter: not training compute
+                metrics.update(
+                    inspect(step, batch, strategy.held(), policy) or {}
+                )  # outside the meter: not training compute
             if batch:
                 with meter.timed("train"):
                     obj, grad_norm, applied = train_step(policy, optimizer, batch, cfg, step, strategy.gate)
@@ -140,11 +162,22 @@ def _train(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_e
                 lr_schedule.step()
             units_before = meter.units
             meter.step(len(fresh), len(batch))
-            metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
-                            "replay/fresh": len(fresh), **strategy.metrics()})
+            metrics.update(
+                {
+                    **compute_metrics(meter, updates),
+                    "replay/buffer_size": strategy.size(),
+                    "replay/fresh": len(fresh),
+                    **strategy.metrics(),
+                }
+            )
             if fresh and policy.engine is not None:
-                metrics.update({**mismatch_metrics(fresh), "mismatch/engine_lag": step - policy.engine.version,
-                                "mismatch/syncs": policy.engine.syncs})
+                metrics.update(
+                    {
+                        **mismatch_metrics(fresh),
+                        "mismatch/engine_lag": step - policy.engine.version,
+                        "mismatch/syncs": policy.engine.syncs,
+                    }
+                )
             if fresh:
                 metrics.update(fresh_metrics(fresh, out.entropy_mean, out.generated_tokens))
             run.log_metrics(metrics, step)

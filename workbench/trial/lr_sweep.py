@@ -46,7 +46,13 @@ def on_policy_config(overrides: dict[str, Any], lr: float, budget: float) -> Tri
     stopped after `budget` compute units."""
     base = build_config(overrides)
     data = {**overrides, "lr": lr, "budget": {"compute_units": budget, "steps": None}}
-    data["replay"] = {**overrides.get("replay", {}), "strategy": "uniform", "ratio": 1, "capacity": base.batch_size, "horizon": None}
+    data["replay"] = {
+        **overrides.get("replay", {}),
+        "strategy": "uniform",
+        "ratio": 1,
+        "capacity": base.batch_size,
+        "horizon": None,
+    }
     return build_config(data)
 
 
@@ -67,8 +73,15 @@ def _next_lr(points: list[SweepPoint]) -> float | None:
     return None
 
 
-def run_lr_sweep(overrides: dict[str, Any], target: float, mu: float, budget: float, factors=FACTORS,
-                 estimator: str = DEFAULT_ESTIMATOR, **run_kwargs) -> list[SweepPoint]:
+def run_lr_sweep(
+    overrides: dict[str, Any],
+    target: float,
+    mu: float,
+    budget: float,
+    factors=FACTORS,
+    estimator: str = DEFAULT_ESTIMATOR,
+    **run_kwargs,
+) -> list[SweepPoint]:
     """On-policy runs of the trial `overrides` describes at its lr x `factors`, then extended (`_next_lr`); each
     read as compute to `target` on the trial's `eval.metric`, accounted at `mu`. The first run gets `budget`
     compute units, later ones HEADROOM x the cheapest so far (at most `budget`)."""
@@ -83,10 +96,18 @@ def run_lr_sweep(overrides: dict[str, Any], target: float, mu: float, budget: fl
         result = run_trial(cfg, **run_kwargs)
         spent = [units(e["train_rollouts"], e["gen_rollouts"], cfg.batch_size, mu) for e in result.evals]
         curve = curve_summary(spent, readings(result.evals, cfg.eval.metric), target, cap)
-        point = SweepPoint(lr, float(curve[f"compute_to_target_{estimator}"]), bool(curve[f"censored_{estimator}"]), float(cap), result.run_id)
+        point = SweepPoint(
+            lr,
+            float(curve[f"compute_to_target_{estimator}"]),
+            bool(curve[f"censored_{estimator}"]),
+            float(cap),
+            result.run_id,
+        )
         points.append(point)
-        log.info(f"lr sweep: lr {lr:.3g}: {'more than' if point.censored else ''} {point.compute_to_target:.3g} units to {target:g}"
-                 f" (budget {cap:g})")
+        log.info(
+            f"lr sweep: lr {lr:.3g}: {'more than' if point.censored else ''} {point.compute_to_target:.3g} units to {target:g}"
+            f" (budget {cap:g})"
+        )
         if not queue and (nxt := _next_lr(points)) is not None:
             queue.append(nxt)
     return sorted(points, key=lambda p: p.lr)

@@ -150,7 +150,10 @@ def decoupled_ppo(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
     with torch.no_grad():
         clipped = ((u < 1 - cfg.eps_low) & (adv < 0)) | ((u > 1 + cfg.eps_high) & (adv > 0))
         ratio_mean = float(_token_mean(weight, mask))
-        stats = {"behaviour_masked_frac": float(_token_mean(mask - kept, mask)), "prox_ratio_mean": float(_token_mean(u, mask))}
+        stats = {
+            "behaviour_masked_frac": float(_token_mean(mask - kept, mask)),
+            "prox_ratio_mean": float(_token_mean(u, mask)),
+        }
     return ObjectiveOutput(loss, ratio_mean, float(_token_mean(clipped.float() * kept, mask)), stats)
 
 

@@ -52,8 +52,9 @@ def autocast_on(device: torch.device, model, setting: str) -> bool:
     """Whether the trainer runs under bf16 autocast (`train.autocast`): `bfloat16`, or `auto` on a CUDA device that
     supports it over float32 weights."""
     weights = next(model.parameters()).dtype
-    return setting == "bfloat16" or (setting == "auto" and device.type == "cuda" and weights == torch.float32
-                                     and torch.cuda.is_bf16_supported())
+    return setting == "bfloat16" or (
+        setting == "auto" and device.type == "cuda" and weights == torch.float32 and torch.cuda.is_bf16_supported()
+    )
 
 
 class Policy:

@@ -59,14 +59,24 @@ for the descheduled one (the default probe took 452 s on two threads there, 110 
 on two); docs/performance.md, "The probe's time"."""
 
 
-def probe_config(overrides: dict[str, Any] | None = None, x: float = DEFAULTS["x"], ratio: float = DEFAULTS["ratio"],
-                 steps: int = DEFAULTS["steps"]) -> TrialConfig:
+def probe_config(
+    overrides: dict[str, Any] | None = None,
+    x: float = DEFAULTS["x"],
+    ratio: float = DEFAULTS["ratio"],
+    steps: int = DEFAULTS["steps"],
+) -> TrialConfig:
     """The probe's trial: uniform replay at (x, y) with the buffer filled at B per step, a step budget, one thread
     (`PROBE_THREADS`) and whatever else `overrides` sets (a nested config dict, validated as any trial's)."""
     base = build_config(overrides or {})
     data = {"threads": PROBE_THREADS, **(overrides or {})}
-    data["replay"] = {**data.get("replay", {}), "strategy": "uniform", "ratio": ratio, "capacity": knobs.capacity(x, ratio, base.batch_size),
-                      "warmup": "fill", "horizon": None}
+    data["replay"] = {
+        **data.get("replay", {}),
+        "strategy": "uniform",
+        "ratio": ratio,
+        "capacity": knobs.capacity(x, ratio, base.batch_size),
+        "warmup": "fill",
+        "horizon": None,
+    }
     data["budget"] = {"compute_units": None, "steps": steps}
     return build_config(data)
 
@@ -126,10 +136,16 @@ class ProbePlan:
 
     def describe(self) -> str:
         probes = self.probe_steps
-        at = f"steps {probes[0]}, {probes[1]}, ..., {probes[-1]}" if len(probes) > 2 else "step " + " and ".join(map(str, probes))
-        return (f"probe: {self.steps} steps; every age in the buffer from step {self.start}; {len(probes)} probes ({at}) of"
-                f" {self.buffer} rollout gradients each, and rho on {len(self.rho_steps)} batches of {self.batch}"
-                f" {self.lag} steps later: {self.gradients} gradients of one rollout in all")
+        at = (
+            f"steps {probes[0]}, {probes[1]}, ..., {probes[-1]}"
+            if len(probes) > 2
+            else "step " + " and ".join(map(str, probes))
+        )
+        return (
+            f"probe: {self.steps} steps; every age in the buffer from step {self.start}; {len(probes)} probes ({at}) of"
+            f" {self.buffer} rollout gradients each, and rho on {len(self.rho_steps)} batches of {self.batch}"
+            f" {self.lag} steps later: {self.gradients} gradients of one rollout in all"
+        )
 
 
 class _Probe:
@@ -148,7 +164,9 @@ class _Probe:
     def gradients(self, policy: Policy, rollouts: list[Rollout], what: str) -> np.ndarray:
         if self.sketch is None:
             params = [p for p in policy.model.parameters() if p.requires_grad]
-            idx, sign = noise.count_sketch(sum(p.numel() for p in params), self.k, seed=seeds.probe_sketch(self.cfg.seed))
+            idx, sign = noise.count_sketch(
+                sum(p.numel() for p in params), self.k, seed=seeds.probe_sketch(self.cfg.seed)
+            )
             device = params[0].device
             self.sketch = torch.from_numpy(idx).to(device), torch.from_numpy(sign).to(device), self.k
         with progress.Ticker(len(rollouts), what, "rollout gradients", self.show_progress, log) as ticker:
@@ -171,14 +189,19 @@ class _Probe:
             ages = np.array([r.age(step) for r in rollouts])
             self.samples.append((g, ages, np.array([r.group for r in rollouts])))
             in_batch = {r.uid for r in batch}
-            rows = [i for i, r in enumerate(rollouts) if r.uid in in_batch]  # rho on the batch: the rollouts being reused
+            rows = [
+                i for i, r in enumerate(rollouts) if r.uid in in_batch
+            ]  # rho on the batch: the rollouts being reused
             self.pending[step + self.lag] = ([rollouts[i] for i in rows], g[rows])
             fresh = [a for a in noise.noise_by_age(g, ages, min_count=2) if a.age == 0]
             if fresh:
                 metrics["probe/sigma2_age0"] = fresh[0].sigma2
         elif not self.show_progress and time.monotonic() - self.last_line >= progress.LINE_EVERY_S:
             self.last_line = time.monotonic()
-            log.info(f"probe: step {step}/{self.plan.steps}" + (f", first probe at step {self.start}" if step < self.start else ""))
+            log.info(
+                f"probe: step {step}/{self.plan.steps}"
+                + (f", first probe at step {self.start}" if step < self.start else "")
+            )
         return metrics
 
 
@@ -225,8 +248,11 @@ def _horizon(samples, resample=None) -> list[dict]:
         rows = resample(ages, groups) if resample else slice(None)
         for t in noise.horizon_terms(noise.noise_by_age(g[rows], ages[rows], min_count=2)):
             horizon.setdefault(t.x, []).append(t)
-    return [{"x": x, **{k: float(np.mean([getattr(t, k) for t in ts])) for k in ("sigma2_bar", "signal", "mixed", "cross")}}
-            for x, ts in sorted(horizon.items()) if len(ts) == len(samples)]
+    return [
+        {"x": x, **{k: float(np.mean([getattr(t, k) for t in ts])) for k in ("sigma2_bar", "signal", "mixed", "cross")}}
+        for x, ts in sorted(horizon.items())
+        if len(ts) == len(samples)
+    ]
 
 
 def _horizon_draws(samples, draws: int, seed: int) -> list[list[dict]]:
@@ -244,7 +270,9 @@ def _horizon_draws(samples, draws: int, seed: int) -> list[list[dict]]:
     return [_horizon(samples, resample) for _ in range(draws)]
 
 
-def probe_plan(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], start: int | None = None) -> ProbePlan:
+def probe_plan(
+    cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], start: int | None = None
+) -> ProbePlan:
     """The probe steps of `cfg`'s run: from when the buffer holds every age (filled, then x steps of ages), every
     `every` steps; rho `lag` steps later (default x/y, the mean gap between two uses of a rollout)."""
     fill_steps = math.ceil(cfg.replay.capacity / cfg.batch_size)
@@ -259,8 +287,16 @@ def _staleness(cfg: TrialConfig) -> float:
     return knobs.staleness(cfg.replay.capacity, cfg.replay.ratio, cfg.batch_size)
 
 
-def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None = DEFAULTS["lag"], sketch: int = DEFAULTS["sketch"],
-              start: int | None = None, draws: int = 50, show_progress: bool = False, **run_kwargs) -> tuple[ProbeResult, TrialResult]:
+def run_probe(
+    cfg: TrialConfig,
+    every: int = DEFAULTS["every"],
+    lag: int | None = DEFAULTS["lag"],
+    sketch: int = DEFAULTS["sketch"],
+    start: int | None = None,
+    draws: int = 50,
+    show_progress: bool = False,
+    **run_kwargs,
+) -> tuple[ProbeResult, TrialResult]:
     """Run the probe's trial (`probe_config`) and read the model's parameters from it (`draws` bootstrap replicates
     of the horizon terms). Progress on the log (and bars with `show_progress`), phase by phase."""
     plan = probe_plan(cfg, every, lag, start)
@@ -270,10 +306,14 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
     hook = _Probe(cfg, plan, sketch, show_progress)
     result = run_trial(cfg, inspect=hook, show_progress=show_progress, **run_kwargs)
     if not hook.samples:
-        raise ValueError(f"steps: the probe needs more than {start} steps to see every age of its buffer (got {cfg.budget.steps})")
+        raise ValueError(
+            f"steps: the probe needs more than {start} steps to see every age of its buffer (got {cfg.budget.steps})"
+        )
     t0 = time.monotonic()
-    log.info(f"probe: reading sigma²(tau), kappa, the within-group correlation, rho and {draws} bootstrap resamples of the horizon terms from"
-             f" {len(hook.samples)} probes")
+    log.info(
+        f"probe: reading sigma²(tau), kappa, the within-group correlation, rho and {draws} bootstrap resamples of the horizon terms from"
+        f" {len(hook.samples)} probes"
+    )
     pooled, kappa, terms = _pooled(hook.samples)
     try:
         growth = noise.fit_noise_growth(pooled)
@@ -283,13 +323,24 @@ def run_probe(cfg: TrialConfig, every: int = DEFAULTS["every"], lag: int | None 
     group_correlation = float(np.nanmean([noise.within_group_correlation(g, groups) for g, _, groups in hook.samples]))
     m = result.metrics
     out = ProbeResult(
-        run_id=result.run_id, mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)), x=_staleness(cfg),
-        y=cfg.replay.ratio, steps=int(m.get("final/steps", 0)), compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
-        probes=len(hook.samples), noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
-        growth=asdict(growth) if growth else {}, kappa=kappa, horizon=terms, horizon_draws=_horizon_draws(hook.samples, draws, seeds.probe_bootstrap(cfg.seed)),
+        run_id=result.run_id,
+        mu=float(m.get(tracking.FINAL_MU_MEASURED, math.nan)),
+        x=_staleness(cfg),
+        y=cfg.replay.ratio,
+        steps=int(m.get("final/steps", 0)),
+        compute_units=float(m.get(tracking.FINAL_COMPUTE_UNITS, math.nan)),
+        probes=len(hook.samples),
+        noise=[{"age": a.age, "n": a.n, "sigma2": a.sigma2, "se": a.se} for a in pooled],
+        growth=asdict(growth) if growth else {},
+        kappa=kappa,
+        horizon=terms,
+        horizon_draws=_horizon_draws(hook.samples, draws, seeds.probe_bootstrap(cfg.seed)),
         group_correlation=group_correlation,
-        rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan, rho_lag=lag,
+        rho=float(np.mean(hook.reuse)) if hook.reuse else math.nan,
+        rho_lag=lag,
     )
-    log.info(f"probe: read in {time.monotonic() - t0:.1f} s: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f},"
-             f" within-group correlation {group_correlation:.3f}, mu {out.mu:.3f}")
+    log.info(
+        f"probe: read in {time.monotonic() - t0:.1f} s: {out.probes} probes, ages {pooled[0].age}-{pooled[-1].age}, rho {out.rho:.3f},"
+        f" within-group correlation {group_correlation:.3f}, mu {out.mu:.3f}"
+    )
     return out, result

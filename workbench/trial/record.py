@@ -62,8 +62,12 @@ def devices_in_use(device, threads: int, processes: int = 1) -> int:
 def working_seconds(wall: WallClock) -> dict[str, float]:
     """`final/*` of the working clock, on equal bases in both modes: its wall seconds (evaluations and start-up
     excluded), device-seconds (x the devices in use) and the start-up before it began."""
-    return {"final/working_seconds": wall(), "final/device_seconds": wall() * wall.devices,
-            "final/devices": wall.devices, "final/startup_seconds": wall.startup}
+    return {
+        "final/working_seconds": wall(),
+        "final/device_seconds": wall() * wall.devices,
+        "final/devices": wall.devices,
+        "final/startup_seconds": wall.startup,
+    }
 
 
 @dataclass
@@ -98,7 +102,9 @@ def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequenc
     cap = cfg.budget.until_target_units
     if cap is None or meter.units >= cap:
         return False
-    crossed = next((row["compute_units"] for row in evals if row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy), None)
+    crossed = next(
+        (row["compute_units"] for row in evals if row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy), None
+    )
     return crossed is None or meter.units < crossed * (1.0 + cfg.budget.until_target_margin)
 
 
@@ -129,8 +135,19 @@ class EvalSchedule:
 class Evaluations:
     """A trial's held-out evaluations: run on `eval.*`'s schedule, logged to the run, kept as the curve's rows."""
 
-    def __init__(self, cfg: TrialConfig, policy: Policy, task, run: tracking.RunLogger, meter: ComputeMeter, bar,
-                 on_eval=None, t_start: float | None = None, wall: WallClock | None = None, clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        cfg: TrialConfig,
+        policy: Policy,
+        task,
+        run: tracking.RunLogger,
+        meter: ComputeMeter,
+        bar,
+        on_eval=None,
+        t_start: float | None = None,
+        wall: WallClock | None = None,
+        clock: Callable[[], float] | None = None,
+    ):
         self.cfg, self.policy, self.run, self.meter, self.bar, self.on_eval = cfg, policy, run, meter, bar, on_eval
         self.wall = wall or WallClock()
         """The trial's working wall clock; evaluations are excluded from it here."""
@@ -138,11 +155,21 @@ class Evaluations:
         """A curve row's `seconds`: synchronous, generation + training (what re-accounting at another mu reads);
         asynchronous, the pipeline's wall time."""
         self.t_start = time.perf_counter() if t_start is None else t_start
-        self.evaluate = Evaluator(task, policy.tokenizer, k=cfg.eval.k, pass_k_prompts=cfg.eval.pass_k_prompts,
-                                  max_new_tokens=policy.max_new_tokens, temperature=policy.temperature, seed=cfg.seed,
-                                  device=policy.device, sampler=policy.sample, chat=policy.chat,
-                                  batch_size=cfg.eval.batch_size, temperatures=cfg.eval.temperatures,
-                                  scoring_mib=cfg.train.scoring_mib)
+        self.evaluate = Evaluator(
+            task,
+            policy.tokenizer,
+            k=cfg.eval.k,
+            pass_k_prompts=cfg.eval.pass_k_prompts,
+            max_new_tokens=policy.max_new_tokens,
+            temperature=policy.temperature,
+            seed=cfg.seed,
+            device=policy.device,
+            sampler=policy.sample,
+            chat=policy.chat,
+            batch_size=cfg.eval.batch_size,
+            temperatures=cfg.eval.temperatures,
+            scoring_mib=cfg.train.scoring_mib,
+        )
         self.schedule = EvalSchedule(cfg.eval.every, cfg.eval.every_units)
         self.rows: list[dict[str, float]] = []
         self.seconds = 0.0
@@ -260,7 +287,9 @@ def fresh_metrics(fresh: list[Rollout], entropy_mean: float, generated_tokens: i
     }
 
 
-def final_metrics(cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float) -> dict[str, float]:
+def final_metrics(
+    cfg: TrialConfig, evals, meter: ComputeMeter, steps: int, updates: int, wall: float
+) -> dict[str, float]:
     accuracy = [e["accuracy"] for e in evals]
     reading = readings(evals, cfg.eval.metric)  # what compute-to-target reads (greedy accuracy by default)
     spent = [e["compute_units"] for e in evals]

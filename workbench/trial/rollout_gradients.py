@@ -61,8 +61,14 @@ Sketch = tuple[torch.Tensor, torch.Tensor, int]
 number of buckets k."""
 
 
-def sketched_gradients(policy: Policy, rollouts: list[Rollout], cfg: TrialConfig, sketch: Sketch,
-                       on_done: Callable[[int], None] = lambda n: None, vectorised: bool = True) -> np.ndarray:
+def sketched_gradients(
+    policy: Policy,
+    rollouts: list[Rollout],
+    cfg: TrialConfig,
+    sketch: Sketch,
+    on_done: Callable[[int], None] = lambda n: None,
+    vectorised: bool = True,
+) -> np.ndarray:
     """`[len(rollouts), k]`: each rollout's gradient of `cfg`'s objective at the current parameters, hashed by
     `sketch`. In eval mode, no random numbers drawn, the model left as found. `on_done(n)` after each n rollouts.
     `vectorised=False`: one forward and backward per rollout (the reference)."""
@@ -126,7 +132,9 @@ def _token_weights(policy: Policy, rollouts: list[Rollout], cfg: TrialConfig) ->
         row = {f.name: getattr(inp, f.name) for f in fields(ObjectiveInput)}
         row = {name: (v[i : i + 1] if isinstance(v, torch.Tensor) else v) for name, v in row.items()}
         row["logprobs"] = logprobs[i : i + 1]
-        total = total + objective(ObjectiveInput(**row), cfg.objective).loss  # rows are independent: d(sum)/d row i = dL_i
+        total = (
+            total + objective(ObjectiveInput(**row), cfg.objective).loss
+        )  # rows are independent: d(sum)/d row i = dL_i
     return torch.autograd.grad(total, logprobs)[0]
 
 

@@ -40,7 +40,13 @@ class PromptStream:
 
 
 def generate_groups(
-    policy: Policy, task: Task, prompt_indices: list[int], group_size: int, step: int, generator: torch.Generator, first_uid: int
+    policy: Policy,
+    task: Task,
+    prompt_indices: list[int],
+    group_size: int,
+    step: int,
+    generator: torch.Generator,
+    first_uid: int,
 ) -> tuple[list[Rollout], Samples]:
     """Sample `group_size` completions per prompt; rewards, group advantages and behaviour log-probs are frozen here."""
     examples = [task.train[i] for i in prompt_indices]
@@ -76,14 +82,31 @@ def generate_groups(
 def _sample(policy: Policy, prompt_ids: list[list[int]], step: int, generator: torch.Generator):
     """The batch's samples, their birth step and, beside an engine, the trainer's log-probs of them."""
     if policy.engine is None:
-        out = policy.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens, temperature=policy.temperature,
-                            generator=generator)
+        out = policy.sample(
+            policy.tokenizer,
+            prompt_ids,
+            max_new_tokens=policy.max_new_tokens,
+            temperature=policy.temperature,
+            generator=generator,
+        )
         return out, step, None
     # Rollouts of a lagging engine are as old as its weights: age them from the engine's weight version.
-    out = policy.engine.sample(policy.tokenizer, prompt_ids, max_new_tokens=policy.max_new_tokens,
-                               temperature=policy.temperature, generator=generator)
+    out = policy.engine.sample(
+        policy.tokenizer,
+        prompt_ids,
+        max_new_tokens=policy.max_new_tokens,
+        temperature=policy.temperature,
+        generator=generator,
+    )
     with torch.no_grad():  # the trainer's view of the same tokens: mismatch metrics, entropy, TIS correction
-        lp, _, entropy = score(policy.model, out.prompt_ids, out.completion_ids, temperature=policy.temperature,
-                               pad_id=policy.pad_id, with_entropy=True, scoring_mib=policy.scoring_mib)
+        lp, _, entropy = score(
+            policy.model,
+            out.prompt_ids,
+            out.completion_ids,
+            temperature=policy.temperature,
+            pad_id=policy.pad_id,
+            with_entropy=True,
+            scoring_mib=policy.scoring_mib,
+        )
     out.entropy_sum = entropy
     return out, policy.engine.version, [lp[i, : len(c)].float().cpu() for i, c in enumerate(out.completion_ids)]

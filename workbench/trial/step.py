@@ -48,8 +48,9 @@ def _frozen(like: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
     return out
 
 
-def objective_input(policy: Policy, batch: list[Rollout], correction_cap: float | None = None,
-                    prox: list[torch.Tensor] | None = None) -> ObjectiveInput:
+def objective_input(
+    policy: Policy, batch: list[Rollout], correction_cap: float | None = None, prox: list[torch.Tensor] | None = None
+) -> ObjectiveInput:
     """Score the batch under the current policy (with grad) and line up its frozen generation-time data (and the
     proximal policy's log-probs, `prox`, when the batch is trained in several minibatch steps)."""
     logprobs, mask = score(
@@ -90,8 +91,14 @@ def _score_frozen(policy: Policy, rollouts: list[Rollout], micro_batch_size: int
     out = []
     with torch.no_grad(), policy.precision():
         for piece in chunks(rollouts, micro_batch_size):
-            logprobs, _ = score(policy.model, [r.prompt_ids for r in piece], [r.completion_ids for r in piece],
-                                temperature=policy.temperature, pad_id=policy.pad_id, scoring_mib=policy.scoring_mib)
+            logprobs, _ = score(
+                policy.model,
+                [r.prompt_ids for r in piece],
+                [r.completion_ids for r in piece],
+                temperature=policy.temperature,
+                pad_id=policy.pad_id,
+                scoring_mib=policy.scoring_mib,
+            )
             out += [logprobs[i, : len(r.completion_ids)].detach().cpu() for i, r in enumerate(piece)]
     return out
 
@@ -126,7 +133,9 @@ def chunks(rollouts: list[Rollout], size: int | None) -> list[list[Rollout]]:
 
 def autocast(policy: Policy, setting: str):
     """The trainer's precision context (`train.autocast`)."""
-    return torch.autocast(device_type=policy.device.type, dtype=torch.bfloat16, enabled=autocast_on(policy.device, policy.model, setting))
+    return torch.autocast(
+        device_type=policy.device.type, dtype=torch.bfloat16, enabled=autocast_on(policy.device, policy.model, setting)
+    )
 
 
 def _accumulate(outs: list[ObjectiveOutput], shares: list[float]) -> ObjectiveOutput:
@@ -137,9 +146,20 @@ def _accumulate(outs: list[ObjectiveOutput], shares: list[float]) -> ObjectiveOu
     stats: dict[str, float] = {}
     for key in outs[0].stats or {}:
         values = [o.stats[key] for o in outs]
-        stats[key] = max(values) if key == "ratio_max" else min(values) if key == "ratio_min" else sum(v * w for v, w in zip(values, shares))
+        stats[key] = (
+            max(values)
+            if key == "ratio_max"
+            else min(values)
+            if key == "ratio_min"
+            else sum(v * w for v, w in zip(values, shares))
+        )
     loss = sum(o.loss.detach() * w for o, w in zip(outs, shares))
-    return ObjectiveOutput(loss, sum(o.ratio_mean * w for o, w in zip(outs, shares)), sum(o.clip_frac * w for o, w in zip(outs, shares)), stats)
+    return ObjectiveOutput(
+        loss,
+        sum(o.ratio_mean * w for o, w in zip(outs, shares)),
+        sum(o.clip_frac * w for o, w in zip(outs, shares)),
+        stats,
+    )
 
 
 def _merge(outs: list[ObjectiveOutput]) -> ObjectiveOutput:
@@ -149,13 +169,22 @@ def _merge(outs: list[ObjectiveOutput]) -> ObjectiveOutput:
     stats: dict[str, float] = {}
     for key in outs[0].stats or {}:
         values = [o.stats[key] for o in outs]
-        stats[key] = max(values) if key == "ratio_max" else min(values) if key == "ratio_min" else sum(values) / len(values)
+        stats[key] = (
+            max(values) if key == "ratio_max" else min(values) if key == "ratio_min" else sum(values) / len(values)
+        )
     loss = torch.stack([o.loss.detach() for o in outs]).mean()
-    return ObjectiveOutput(loss, sum(o.ratio_mean for o in outs) / len(outs), sum(o.clip_frac for o in outs) / len(outs), stats)
+    return ObjectiveOutput(
+        loss, sum(o.ratio_mean for o in outs) / len(outs), sum(o.clip_frac for o in outs) / len(outs), stats
+    )
 
 
 def train_step(
-    policy: Policy, optimizer, batch: list[Rollout], cfg: TrialConfig, step: int, gate: Callable[[object, int], bool] | None = None
+    policy: Policy,
+    optimizer,
+    batch: list[Rollout],
+    cfg: TrialConfig,
+    step: int,
+    gate: Callable[[object, int], bool] | None = None,
 ) -> tuple[ObjectiveOutput, float, bool]:
     """The configured objective on `batch`: one optimizer step per minibatch (`objective.minibatches`, default 1).
     Returns the batch's merged diagnostics, the mean gradient norm and whether any step was applied (`gate`,
@@ -172,7 +201,11 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
         pieces = chunks(part, micro)
         tokens = sum(len(r.completion_ids) for r in part)
-        shares = [sum(len(r.completion_ids) for r in piece) / max(tokens, 1) for piece in pieces] if len(pieces) > 1 else [1.0]
+        shares = (
+            [sum(len(r.completion_ids) for r in piece) / max(tokens, 1) for piece in pieces]
+            if len(pieces) > 1
+            else [1.0]
+        )
         done = []
         for piece, share in zip(pieces, shares):
             with autocast(policy, cfg.train.autocast):

@@ -49,25 +49,34 @@ def jsonl_texts(path: str | Path) -> list[str]:
     """Every question and answer of a JSONL task file (the tokenizer's training text); an error names the line."""
     texts = []
     for _, _, obj in jsonl_lines(path, "--jsonl"):
-        texts += [v for v in (obj.get("question"), obj.get("answer")) if isinstance(v, str)] if isinstance(obj, dict) else []
+        texts += (
+            [v for v in (obj.get("question"), obj.get("answer")) if isinstance(v, str)] if isinstance(obj, dict) else []
+        )
     if not texts:
         raise ConfigError(f"{Path(path).expanduser()}: no question or answer text to train a tokenizer on")
     return texts
 
 
-def train_bpe_tokenizer(texts: list[str], vocab_size: int, *, chat_template: bool = True, pad_token: bool = False
-                        ) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(
+    texts: list[str], vocab_size: int, *, chat_template: bool = True, pad_token: bool = False
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on `texts` that frames text as `<s> text`; with `chat_template`, it
     carries `CHAT_TEMPLATE`; without `pad_token`, it has none (as many base models ship)."""
     special = [BOS, EOS] + ([PAD] if pad_token else [])
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
-    out = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD if pad_token else None)
+    out = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD if pad_token else None
+    )
     if chat_template:
         out.chat_template = CHAT_TEMPLATE
     return out
@@ -77,26 +86,49 @@ def build_llama(tokenizer: PreTrainedTokenizerFast, size: LlamaSize, seed: int =
     """A freshly initialised Llama of the tokenizer's vocabulary (tied embeddings, as small Llamas ship)."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=size.hidden_size, num_hidden_layers=size.num_layers,
-        num_attention_heads=size.num_heads, num_key_value_heads=size.num_heads, intermediate_size=size.intermediate_size,
-        max_position_embeddings=2048, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden_size,
+        num_hidden_layers=size.num_layers,
+        num_attention_heads=size.num_heads,
+        num_key_value_heads=size.num_heads,
+        intermediate_size=size.intermediate_size,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config)
 
 
-def build_model_dir(out: str | Path, jsonl: str | Path, *, size: str = "tiny", vocab_size: int = 1000,
-                    chat_template: bool = True, pad_token: bool = False, seed: int = 0) -> dict:
+def build_model_dir(
+    out: str | Path,
+    jsonl: str | Path,
+    *,
+    size: str = "tiny",
+    vocab_size: int = 1000,
+    chat_template: bool = True,
+    pad_token: bool = False,
+    seed: int = 0,
+) -> dict:
     """Train the tokenizer on `jsonl`, build the model, save both to `out` (safetensors); a summary of what was built."""
     if size not in SIZES:
         raise ConfigError(f"--size: one of {', '.join(SIZES)}, got {size!r}")
     if vocab_size < 300:
-        raise ConfigError(f"--vocab-size: at least 300 (256 bytes, the special tokens and some merges), got {vocab_size}")
+        raise ConfigError(
+            f"--vocab-size: at least 300 (256 bytes, the special tokens and some merges), got {vocab_size}"
+        )
     tokenizer = train_bpe_tokenizer(jsonl_texts(jsonl), vocab_size, chat_template=chat_template, pad_token=pad_token)
     model = build_llama(tokenizer, SIZES[size], seed)
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    return {"path": str(out), "vocab_size": len(tokenizer), "parameters": sum(p.numel() for p in model.parameters()),
-            "size": size, "chat_template": chat_template, "pad_token": pad_token}
+    return {
+        "path": str(out),
+        "vocab_size": len(tokenizer),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "size": size,
+        "chat_template": chat_template,
+        "pad_token": pad_token,
+    }

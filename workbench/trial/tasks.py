@@ -74,6 +74,7 @@ def register_task(name: str):
     def add(make: Callable[[TaskConfig], Task]) -> Callable[[TaskConfig], Task]:
         TASKS[name] = make
         return make
+
     return add
 
 
@@ -193,6 +194,7 @@ def split_task(cfg: TaskConfig) -> Task:
 
 # ---------------------------------------------------------------- JSONL (GSM8K style)
 
+
 def jsonl_lines(path: str | Path, field: str) -> Iterator[tuple[Path, int, object]]:
     """The parsed non-blank lines of a JSONL file as (file, line number, value); a missing file is an error naming
     `field` (the setting or option that gave the path), invalid JSON one naming the file and line."""
@@ -247,7 +249,11 @@ def jsonl_task(cfg: TaskConfig) -> Task:
 
 def load_task(cfg: TaskConfig) -> Task:
     """The task of a config; cached per process (a study worker runs many trials and seeds of one task)."""
-    stamp = Path(cfg.path).expanduser().stat().st_mtime_ns if cfg.name == "jsonl" and cfg.path and Path(cfg.path).expanduser().is_file() else 0
+    stamp = (
+        Path(cfg.path).expanduser().stat().st_mtime_ns
+        if cfg.name == "jsonl" and cfg.path and Path(cfg.path).expanduser().is_file()
+        else 0
+    )
     return _load_task(cfg.model_dump_json(), stamp)
 
 

@@ -9,8 +9,14 @@ from workbench.study.confirm import Confirmation, open_for_confirm, run_confirm
 from workbench.study.context import StudyContext
 
 
-def confirm(ctx: StudyContext, top: int, seeds: int, threads: int | None = None, predicted: bool = False,
-            devices: list[int] | None = None) -> tuple[optuna.Study, list[Confirmation]]:
+def confirm(
+    ctx: StudyContext,
+    top: int,
+    seeds: int,
+    threads: int | None = None,
+    predicted: bool = False,
+    devices: list[int] | None = None,
+) -> tuple[optuna.Study, list[Confirmation]]:
     """Re-run the baseline and the best `top` configurations (and the predictions, with `predicted`) on `seeds` fresh
     seeds; returns the study, with the re-runs recorded, and what each confirmed."""
     study = open_for_confirm(ctx)

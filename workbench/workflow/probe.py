@@ -87,8 +87,10 @@ def cost_words(gradient_units: float, sweep: list[dict] | None) -> str:
     if not sweep:
         return f"{gradient_units:.1f} compute units"
     s = sweep_units(sweep)
-    return (f"{gradient_units:.1f} compute units of gradient phase + {s:.1f} of its {len(sweep)}-run on-policy lr sweep"
-            f" = {gradient_units + s:.1f} in all")
+    return (
+        f"{gradient_units:.1f} compute units of gradient phase + {s:.1f} of its {len(sweep)}-run on-policy lr sweep"
+        f" = {gradient_units + s:.1f} in all"
+    )
 
 
 def claim_line(against: dict[str, Any]) -> str:
@@ -103,28 +105,49 @@ def claim_line(against: dict[str, Any]) -> str:
     return "the probe claims nothing against tuned on-policy: no on-policy lr sweep ran to compare its point with (--lr-sweep runs one)"
 
 
-def lr_sweep(overrides: dict[str, Any], target: float, mu: float, budget: float, threads: int | None = None) -> list[dict]:
+def lr_sweep(
+    overrides: dict[str, Any], target: float, mu: float, budget: float, threads: int | None = None
+) -> list[dict]:
     """The on-policy learning-rate sweep of the trial `overrides` describes (`workbench.trial.lr_sweep`), each run read
     to `target` at `mu`, as plain dicts."""
     data = {**overrides, **({"threads": threads} if threads else {})}
     return [p.summary() for p in run_lr_sweep(data, target, mu, budget, show_progress=False)]
 
 
-def probe(overrides: dict[str, Any], *, x: float, ratio: float, steps: int, every: int, lag: int | None, sketch: int,
-          sweep_target: float | None = None, sweep_units: float, threads: int | None = None, show_progress: bool = False) -> Probed:
+def probe(
+    overrides: dict[str, Any],
+    *,
+    x: float,
+    ratio: float,
+    steps: int,
+    every: int,
+    lag: int | None,
+    sketch: int,
+    sweep_target: float | None = None,
+    sweep_units: float,
+    threads: int | None = None,
+    show_progress: bool = False,
+) -> Probed:
     """Run the probe's trial on `overrides` (a nested config dict) at (x, ratio) for `steps` steps and predict the
     optimum at the mu it measured; with `sweep_target`, the on-policy learning-rate sweep (its first run `sweep_units`
     compute units) sets the prediction's learning rate and compute."""
     cfg = probe_config(overrides, x=x, ratio=ratio, steps=steps)
     res, result = run_probe(cfg, every=every, lag=lag, sketch=sketch, show_progress=show_progress)
-    predicted = probe_prediction(res.horizon, res.horizon_draws, res.group_correlation, res.rho, res.mu, cfg.group_size, cfg.batch_size)
+    predicted = probe_prediction(
+        res.horizon, res.horizon_draws, res.group_correlation, res.rho, res.mu, cfg.group_size, cfg.batch_size
+    )
     sweep = None
     if sweep_target is not None:
-        log.info(f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {sweep_units:g}"
-                 " compute units, each reported as it ends")
+        log.info(
+            f"probe: the on-policy learning-rate sweep: runs at lr x 1, 2, 4 (up to 6), the first for {sweep_units:g}"
+            " compute units, each reported as it ends"
+        )
         sweep = lr_sweep(overrides, sweep_target, res.mu, sweep_units, threads)
     predicted = probe_lr(predicted, sweep, cfg.lr)
     if "x" in predicted:
-        predicted |= {"capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size), "ratio": predicted["y"]}
+        predicted |= {
+            "capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size),
+            "ratio": predicted["y"],
+        }
     predicted = against_sweep(predicted, res.compute_units)
     return Probed(cfg, res, result.run_id, predicted, record(res, cfg.tracking.uri, predicted))

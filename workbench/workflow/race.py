@@ -10,8 +10,9 @@ from workbench.study.context import StudyContext
 from workbench.study.race import run_race
 
 
-def race(ctx: StudyContext, max_seeds: int, step: int, threads: int | None = None,
-         devices: list[int] | None = None) -> tuple[optuna.Study, list[str]]:
+def race(
+    ctx: StudyContext, max_seeds: int, step: int, threads: int | None = None, devices: list[int] | None = None
+) -> tuple[optuna.Study, list[str]]:
     """Race the study's configurations (`workbench.study.race.run_race`); returns the study, with the new seeds
     recorded, and one line per round."""
     study = open_for_confirm(ctx)

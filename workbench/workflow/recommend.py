@@ -17,8 +17,16 @@ from analysis.pipeline import is_async
 from analysis.report import analyze_data
 
 
-def from_study(name: str, tracking_uri: str, *, mu: float | None, gen_seconds: float | None, train_seconds: float | None,
-               split: tuple[int, int] | None, target: float | None) -> dict:
+def from_study(
+    name: str,
+    tracking_uri: str,
+    *,
+    mu: float | None,
+    gen_seconds: float | None,
+    train_seconds: float | None,
+    split: tuple[int, int] | None,
+    target: float | None,
+) -> dict:
     data = load_study(name, tracking_uri)
     if target is not None:
         data = retarget(data, target)
@@ -30,8 +38,15 @@ def from_study(name: str, tracking_uri: str, *, mu: float | None, gen_seconds: f
     return rec.from_study(result, mu, split, measured)
 
 
-def from_probe(run_id: str, tracking_uri: str, *, mu: float | None, gen_seconds: float | None, train_seconds: float | None,
-               split: tuple[int, int] | None) -> dict:
+def from_probe(
+    run_id: str,
+    tracking_uri: str,
+    *,
+    mu: float | None,
+    gen_seconds: float | None,
+    train_seconds: float | None,
+    split: tuple[int, int] | None,
+) -> dict:
     client = tracking.client(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -39,8 +54,10 @@ def from_probe(run_id: str, tracking_uri: str, *, mu: float | None, gen_seconds:
             with open(client.download_artifacts(run_id, "probe/probe.json", tmp)) as f:
                 recorded = json.load(f)
     except Exception as err:  # noqa: BLE001 - no such run, or not a probe's: one line
-        raise ConfigError(f"--probe: run {run_id} has no probe/probe.json in {tracking.redact_url(tracking_uri)}"
-                          f" ({type(err).__name__})") from None
+        raise ConfigError(
+            f"--probe: run {run_id} has no probe/probe.json in {tracking.redact_url(tracking_uri)}"
+            f" ({type(err).__name__})"
+        ) from None
     batch = int(run.data.params.get("batch_size", 0) or 0)
     return rec.from_probe(recorded, _mu(mu, gen_seconds, train_seconds, batch), split)
 

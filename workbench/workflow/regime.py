@@ -8,8 +8,16 @@ from pathlib import Path
 from analysis import destination, regime
 
 
-def report(names: list[str], tracking_uri: str, out: Path | None, force: bool, *, confirm: str | None,
-           target: float | None, sync: str | None = None) -> tuple[dict, dict[str, Path]]:
+def report(
+    names: list[str],
+    tracking_uri: str,
+    out: Path | None,
+    force: bool,
+    *,
+    confirm: str | None,
+    target: float | None,
+    sync: str | None = None,
+) -> tuple[dict, dict[str, Path]]:
     folder = destination.prepare(out, "regime-" + "-".join(names), tracking_uri, list(regime.OUTPUT_FILES), force)
     result = regime.build(names, tracking_uri, confirm, target, sync)
     return result, regime.write(result, folder)

@@ -13,9 +13,16 @@ def theory(mu: float, rho: float, alpha: float, batch_size: int) -> tuple[dict, 
     x, y = closed_form_optimum(mu, rho, alpha)
     k = to_knobs(x, y, batch_size, mu)
     out = {
-        "mu": mu, "rho": rho, "alpha": alpha, "batch_size": batch_size,
-        "x_star": x, "y_star": y, "fresh_per_step": k.fresh_per_step, "capacity": k.capacity,
-        "horizon": k.horizon, "workers_per_trainer": k.workers_per_trainer,
+        "mu": mu,
+        "rho": rho,
+        "alpha": alpha,
+        "batch_size": batch_size,
+        "x_star": x,
+        "y_star": y,
+        "fresh_per_step": k.fresh_per_step,
+        "capacity": k.capacity,
+        "horizon": k.horizon,
+        "workers_per_trainer": k.workers_per_trainer,
         "on_policy_optimal": y <= 1.0,
     }
     return out, k

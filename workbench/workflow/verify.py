@@ -43,8 +43,14 @@ def fit_study(ctx: StudyContext, bootstrap: int) -> tuple[optuna.Study, dict]:
     return study, result
 
 
-def run(ctx: StudyContext, study: optuna.Study, prediction: Prediction, result: dict, threads: int | None = None,
-        force: bool = False) -> Verification:
+def run(
+    ctx: StudyContext,
+    study: optuna.Study,
+    prediction: Prediction,
+    result: dict,
+    threads: int | None = None,
+    force: bool = False,
+) -> Verification:
     """Run `prediction` as trials of the study, unless one of the configurations the analysis `result` measured runs
     the same knobs (`force`: run it anyway)."""
     return run_prediction(ctx, study, prediction, predictions.measured(result), threads=threads, force=force)
@@ -103,9 +109,11 @@ def _best(models: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | No
     chosen = next((m for m in models if _selected(m)), None)
     if chosen is not None:
         return chosen, None
-    return models[0], (f"no model is selected (none beats the constant, lr-only and nearest null predictors out of sample):"
-                       f" best falls back to the first by leave-one-configuration-out error, {models[0]['model']}, whose"
-                       " prediction has shown no skill beyond a trivial guess")
+    return models[0], (
+        f"no model is selected (none beats the constant, lr-only and nearest null predictors out of sample):"
+        f" best falls back to the first by leave-one-configuration-out error, {models[0]['model']}, whose"
+        " prediction has shown no skill beyond a trivial guess"
+    )
 
 
 def choose_model(result: dict, name: str, ridge: bool, batch_size: int) -> ModelChoice:
@@ -157,8 +165,14 @@ class StudyProbe:
         return self.predicted["against_sweep"]
 
 
-def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int, sweep: bool | None = None,
-                threads: int | None = None) -> StudyProbe:
+def probe_study(
+    ctx: StudyContext,
+    study: optuna.Study,
+    result: dict,
+    steps: int,
+    sweep: bool | None = None,
+    threads: int | None = None,
+) -> StudyProbe:
     """One probe run of `steps` steps on the study's base config (its own MLflow experiment, NAME-probe), its optimum
     predicted at the study's reference mu; `sweep` (default: when the study searches lr) prices it with an on-policy
     learning-rate sweep to the study's target, the first run at the study's budget."""
@@ -171,11 +185,15 @@ def probe_study(ctx: StudyContext, study: optuna.Study, result: dict, steps: int
     cfg = probe_config(base, steps=steps)
     res, run_result = run_probe(cfg, show_progress=False)
     mu = float(study.user_attrs[attrs.REFERENCE_MU])
-    o = probe_prediction(res.horizon, res.horizon_draws, res.group_correlation, res.rho, mu, cfg.group_size, cfg.batch_size)
+    o = probe_prediction(
+        res.horizon, res.horizon_draws, res.group_correlation, res.rho, mu, cfg.group_size, cfg.batch_size
+    )
     sweeping = sweep if sweep is not None else "lr" in ctx.spec.search_space
     study_cfg = ctx.spec.trial_config({}, 0)
     budget = study_cfg.budget.compute_units or DEFAULT_SWEEP_UNITS
-    points = lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and "x" in o else None
+    points = (
+        lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and "x" in o else None
+    )
     o = against_sweep(probe_lr(o, points, cfg.lr), res.compute_units)
     record(res, cfg.tracking.uri, o)
     units = res.compute_units + sweep_units(points)

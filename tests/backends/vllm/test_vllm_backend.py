@@ -31,7 +31,9 @@ def vllm_cfg(**generation):
 def fixed_sequence(policy: Policy, task):
     ex = task.train[0]
     prompt = encode_prompts(policy.tokenizer, [ex.prompt])[0]
-    completion = list(policy.tokenizer(task.train[1].prompt + "1,2;3", add_special_tokens=False)["input_ids"]) + [policy.tokenizer.eos_token_id]
+    completion = list(policy.tokenizer(task.train[1].prompt + "1,2;3", add_special_tokens=False)["input_ids"]) + [
+        policy.tokenizer.eos_token_id
+    ]
     return prompt, completion
 
 
@@ -71,8 +73,13 @@ def test_sampled_log_probs_are_the_engines_and_match_the_trainer_at_temperature(
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
     prompts = encode_prompts(policy.tokenizer, [e.prompt for e in task.train[:8]])
-    out = policy.engine.sample(policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=0.7,
-                               generator=torch.Generator().manual_seed(0))
+    out = policy.engine.sample(
+        policy.tokenizer,
+        prompts,
+        max_new_tokens=policy.max_new_tokens,
+        temperature=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
     with torch.no_grad():
         lp, mask = score(policy.model, out.prompt_ids, out.completion_ids, temperature=0.7, pad_id=policy.pad_id)
     for i, c in enumerate(out.completion_ids):
@@ -80,15 +87,25 @@ def test_sampled_log_probs_are_the_engines_and_match_the_trainer_at_temperature(
         assert torch.allclose(out.logprobs[i], lp[i, : len(c)], atol=1e-3)  # processed (tempered) log-probs
         if out.finished[i]:
             assert c[-1] == policy.tokenizer.eos_token_id
-    again = policy.engine.sample(policy.tokenizer, prompts, max_new_tokens=policy.max_new_tokens, temperature=0.7,
-                                 generator=torch.Generator().manual_seed(0))
+    again = policy.engine.sample(
+        policy.tokenizer,
+        prompts,
+        max_new_tokens=policy.max_new_tokens,
+        temperature=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert again.completion_ids == out.completion_ids  # seeded per row: reproducible
 
 
 def test_sync_every_lags_the_behaviour_policy_and_ages_rollouts_from_the_engine_version(tracking_uri):
     # a large learning rate so that each step moves the trainer visibly away from a lagging engine
-    cfg = build_config(toy_dict(generation={"backend": "vllm", "sync_every": 3, "temperature": 0.5}, lr=3e-3,
-                                budget={"compute_units": None, "steps": 7}))
+    cfg = build_config(
+        toy_dict(
+            generation={"backend": "vllm", "sync_every": 3, "temperature": 0.5},
+            lr=3e-3,
+            budget={"compute_units": None, "steps": 7},
+        )
+    )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)
     for rec in records:
@@ -98,17 +115,46 @@ def test_sync_every_lags_the_behaviour_policy_and_ages_rollouts_from_the_engine_
         assert rec.metrics["mismatch/syncs"] == rec.step // 3
         if lag == 0:
             assert rec.metrics["mismatch/logprob_abs_max"] < 1e-3  # fresh weights: engine and trainer agree
-    assert max(rec.metrics["mismatch/logprob_abs_max"] for rec in records if rec.metrics["mismatch/engine_lag"] > 0) > 1e-3
+    assert (
+        max(rec.metrics["mismatch/logprob_abs_max"] for rec in records if rec.metrics["mismatch/engine_lag"] > 0) > 1e-3
+    )
 
 
 def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_path):
     def train(backend: str, *extra: str) -> tuple[dict, set[str]]:
         uri = f"sqlite:///{tmp_path / (backend + '.db')}"
         proc = run_cli(
-            ["train", "--json", "--tracking-uri", uri, "--set", f"generation.backend={backend}",
-             "--set", "batch_size=16", "--set", "group_size=4", "--set", "threads=1", "--set", "task.digits=2", "--set", "task.n_eval=64",
-             "--set", "model.warm_start.target_accuracy=0.2", "--set", "budget.compute_units=null", "--set", "budget.steps=6",
-             "--set", "eval.every=3", "--set", "eval.k=2", "--set", "eval.pass_k_prompts=8", *extra],
+            [
+                "train",
+                "--json",
+                "--tracking-uri",
+                uri,
+                "--set",
+                f"generation.backend={backend}",
+                "--set",
+                "batch_size=16",
+                "--set",
+                "group_size=4",
+                "--set",
+                "threads=1",
+                "--set",
+                "task.digits=2",
+                "--set",
+                "task.n_eval=64",
+                "--set",
+                "model.warm_start.target_accuracy=0.2",
+                "--set",
+                "budget.compute_units=null",
+                "--set",
+                "budget.steps=6",
+                "--set",
+                "eval.every=3",
+                "--set",
+                "eval.k=2",
+                "--set",
+                "eval.pass_k_prompts=8",
+                *extra,
+            ],
             tmp_path,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -120,14 +166,26 @@ def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_
     hf, hf_keys = train("hf")
     vl, vl_keys = train("vllm", "--set", "generation.mismatch_correction=importance_sampling")
     assert hf_keys <= vl_keys
-    assert vl_keys - hf_keys == {"mismatch/logprob_abs_mean", "mismatch/logprob_abs_max", "mismatch/engine_lag", "mismatch/syncs"}
+    assert vl_keys - hf_keys == {
+        "mismatch/logprob_abs_mean",
+        "mismatch/logprob_abs_max",
+        "mismatch/engine_lag",
+        "mismatch/syncs",
+    }
     assert vl["mismatch/logprob_abs_max"] < 1e-3 and vl["final/steps"] == 6
     assert vl["policy/entropy"] > 0 and vl["compute/gen_rollouts"] == hf["compute/gen_rollouts"]
 
 
 @pytest.mark.slow
 def test_the_default_tiny_model_learns_with_the_vllm_backend(tracking_uri):
-    cfg = build_config({"generation": {"backend": "vllm"}, "budget": {"compute_units": None, "steps": 60}, "eval": {"every": 20}, "threads": 2})
+    cfg = build_config(
+        {
+            "generation": {"backend": "vllm"},
+            "budget": {"compute_units": None, "steps": 60},
+            "eval": {"every": 20},
+            "threads": 2,
+        }
+    )
     result = run_trial(tracked(cfg, tracking_uri))
     first, best = result.evals[0]["accuracy"], max(e["accuracy"] for e in result.evals)
     assert best >= first + 0.1, [e["accuracy"] for e in result.evals]
@@ -169,8 +227,14 @@ def test_asynchronous_generators_sample_through_their_own_engines_updated_in_pla
     published weights into it in place after every pull; the trainers sample only to evaluate, with their own
     decoder. The engine's and the generator's trainer-side log-probs of the same tokens are logged as in a
     synchronous trial."""
-    cfg = tracked(build_config(toy_dict(generation={"backend": "vllm"}, pipeline={"mode": "async"},
-                                        budget={"compute_units": None, "steps": 4})), tracking_uri)
+    cfg = tracked(
+        build_config(
+            toy_dict(
+                generation={"backend": "vllm"}, pipeline={"mode": "async"}, budget={"compute_units": None, "steps": 4}
+            )
+        ),
+        tracking_uri,
+    )
     records = []
     result = run_trial(cfg, observer=records.append)
     assert result.metrics["final/steps"] == 4

@@ -43,4 +43,3 @@ def place(cfg: TrialConfig, role: str, index: int, local: tuple[int, int] | None
     placed = cfg.model_copy(deep=True)
     placed.model.device = f"cuda:{slot}"
     return placed
-

@@ -80,20 +80,30 @@ def launched() -> Launch | None:
     env = os.environ
     if "TORCHELASTIC_RUN_ID" not in env or int(env.get("WORLD_SIZE", "1")) < 2:
         return None
-    return Launch(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")),
-                  int(env.get("LOCAL_WORLD_SIZE", "1")), env["MASTER_ADDR"], int(env["MASTER_PORT"]),
-                  env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true")
+    return Launch(
+        int(env["RANK"]),
+        int(env["WORLD_SIZE"]),
+        int(env.get("LOCAL_RANK", "0")),
+        int(env.get("LOCAL_WORLD_SIZE", "1")),
+        env["MASTER_ADDR"],
+        int(env["MASTER_PORT"]),
+        env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+    )
 
 
 def check_launch(cfg: TrialConfig, launch: Launch) -> None:
     """A launch that fits the trial: an asynchronous one with W + T processes, else one line (`ConfigError`)."""
     W, T = cfg.pipeline.generators, cfg.pipeline.trainers
     if cfg.pipeline.mode != "async":
-        raise ConfigError(f"torchrun launched {launch.world} processes for one trial: set pipeline.mode: async (a"
-                          " synchronous trial is one process)")
+        raise ConfigError(
+            f"torchrun launched {launch.world} processes for one trial: set pipeline.mode: async (a"
+            " synchronous trial is one process)"
+        )
     if launch.world != W + T:
-        raise ConfigError(f"pipeline: torchrun launched {launch.world} processes, but pipeline.generators +"
-                          f" pipeline.trainers = {W + T} (one process each)")
+        raise ConfigError(
+            f"pipeline: torchrun launched {launch.world} processes, but pipeline.generators +"
+            f" pipeline.trainers = {W + T} (one process each)"
+        )
 
 
 def role(cfg: TrialConfig, rank: int) -> tuple[str, int]:
@@ -115,17 +125,26 @@ class Fabric:
         self.role, self.index = role(cfg, launch.rank)
         self.cfg = place(cfg, self.role, self.index, (launch.local_rank, launch.local_world))
         self.store = self._client()
-        dist.init_process_group("gloo", store=dist.PrefixStore("pg/", self._base), rank=launch.rank,
-                                world_size=launch.world, timeout=max(collective_timeout(cfg), RENDEZVOUS_TIMEOUT))
+        dist.init_process_group(
+            "gloo",
+            store=dist.PrefixStore("pg/", self._base),
+            rank=launch.rank,
+            world_size=launch.world,
+            timeout=max(collective_timeout(cfg), RENDEZVOUS_TIMEOUT),
+        )
         self.backend = self._agree_backend()
         if self.backend == "nccl":
             torch.cuda.set_device(torch.device(self.cfg.model.device))
         # every rank creates every group, in the same order (torch.distributed's rule)
-        self.trainers_group = (dist.new_group(list(range(T)), backend=self.backend, timeout=collective_timeout(cfg))
-                               if T > 1 else None)
+        self.trainers_group = (
+            dist.new_group(list(range(T)), backend=self.backend, timeout=collective_timeout(cfg)) if T > 1 else None
+        )
         self.weights_group = dist.new_group([0, *range(T, T + W)], backend=self.backend)
         self.store.set(f"pid/{self.rank}", f"{os.getpid()}@{socket.gethostname()}")
-        self.store.set(f"who/{self.rank}", f"{self.role} {self.index} (rank {self.rank}, pid {os.getpid()} on {socket.gethostname()})")
+        self.store.set(
+            f"who/{self.rank}",
+            f"{self.role} {self.index} (rank {self.rank}, pid {os.getpid()} on {socket.gethostname()})",
+        )
         self._beats = _Beats(self.store)
         self._beating = threading.Event()
         self._beat_thread = threading.Thread(target=self._beat, name="workbench-heartbeat", daemon=True)
@@ -134,23 +153,42 @@ class Fabric:
     def _client(self) -> "GuardedStore":
         """A connection to the launch's store (torchrun's agent hosts it, or rank 0 does), keys under `workbench/`."""
         launch = self.launch
-        self._base = dist.TCPStore(launch.host, launch.port, None, is_master=not launch.agent_store and launch.rank == 0,
-                                   timeout=RENDEZVOUS_TIMEOUT, wait_for_workers=False)
+        self._base = dist.TCPStore(
+            launch.host,
+            launch.port,
+            None,
+            is_master=not launch.agent_store and launch.rank == 0,
+            timeout=RENDEZVOUS_TIMEOUT,
+            wait_for_workers=False,
+        )
         return GuardedStore(dist.PrefixStore("workbench/", self._base), f"{launch.host}:{launch.port}")
 
     def _agree_backend(self) -> str:
         """NCCL if every process has a GPU of its own (NCCL refuses two ranks on one device), else gloo."""
         device = self.cfg.model.device
-        own = (device.startswith("cuda") and torch.device(device).index is not None and dist.is_nccl_available()
-               and torch.cuda.device_count() >= self.launch.local_world)  # placed on cuda:LOCAL_RANK (`place`)
+        own = (
+            device.startswith("cuda")
+            and torch.device(device).index is not None
+            and dist.is_nccl_available()
+            and torch.cuda.device_count() >= self.launch.local_world
+        )  # placed on cuda:LOCAL_RANK (`place`)
         flag = torch.tensor([1 if own else 0])
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return "nccl" if flag.item() else "gloo"
 
     def _beat(self) -> None:
         launch = self.launch
-        store = dist.PrefixStore("workbench/", dist.TCPStore(launch.host, launch.port, None, is_master=False,
-                                                             timeout=timedelta(seconds=PEER_TIMEOUT_S), wait_for_workers=False))
+        store = dist.PrefixStore(
+            "workbench/",
+            dist.TCPStore(
+                launch.host,
+                launch.port,
+                None,
+                is_master=False,
+                timeout=timedelta(seconds=PEER_TIMEOUT_S),
+                wait_for_workers=False,
+            ),
+        )
         while not self._beating.is_set():
             try:
                 store.add(f"beat/{self.rank}", 1)
@@ -225,8 +263,10 @@ class GuardedStore:
                 return method(*args, **kwargs)
             except dist.DistError as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise PipelineError(f"pipeline: the launch's store at {self.address} is gone ({first}): its launcher"
-                                    " (torchrun on the first machine) exited, or the network is cut") from None
+                raise PipelineError(
+                    f"pipeline: the launch's store at {self.address} is gone ({first}): its launcher"
+                    " (torchrun on the first machine) exited, or the network is cut"
+                ) from None
 
         return guarded
 
@@ -313,8 +353,11 @@ def encode(message: tuple) -> bytes:
                     r[key] = [a.dtype.str, int(a.size)]
                     arrays.append(a.reshape(-1))
             rollouts.append(r)
-        header = {"kind": "chunk", **{f.name: getattr(chunk, f.name) for f in fields(Chunk) if f.name != "rollouts"},
-                  "rollouts": rollouts}
+        header = {
+            "kind": "chunk",
+            **{f.name: getattr(chunk, f.name) for f in fields(Chunk) if f.name != "rollouts"},
+            "rollouts": rollouts,
+        }
     head = json.dumps(header, default=_plain).encode()
     return MAGIC + len(head).to_bytes(8, "little") + head + b"".join(a.tobytes() for a in arrays)
 
@@ -331,7 +374,7 @@ def decode(data: bytes) -> tuple:
     if data[:4] != MAGIC:
         raise PipelineError("pipeline: a transfer-queue message that is not a chunk (another program's store key?)")
     size = int.from_bytes(data[4:12], "little")
-    header = json.loads(data[12:12 + size])
+    header = json.loads(data[12 : 12 + size])
     if header["kind"] == "error":
         return ("error", header["who"], header["text"])
     offset = 12 + size
@@ -426,7 +469,9 @@ class DistWeights:
         if self.flat is None:
             dtypes = {p.dtype for p in params}
             if len(dtypes) != 1:
-                raise PipelineError(f"pipeline: parameters of several dtypes ({sorted(map(str, dtypes))}) cannot travel as one tensor")
+                raise PipelineError(
+                    f"pipeline: parameters of several dtypes ({sorted(map(str, dtypes))}) cannot travel as one tensor"
+                )
             device = params[0].device if self.fabric.backend == "nccl" else torch.device("cpu")
             self.flat = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=device)
         return self.flat
@@ -436,7 +481,7 @@ class DistWeights:
         with self.lock, torch.no_grad():
             flat, offset = self._buffer(params), 0
             for p in params:
-                flat[offset:offset + p.numel()].copy_(p.reshape(-1))
+                flat[offset : offset + p.numel()].copy_(p.reshape(-1))
                 offset += p.numel()
             if flat.is_cuda:
                 torch.cuda.current_stream(flat.device).synchronize()
@@ -458,7 +503,7 @@ class DistWeights:
         with torch.no_grad():
             offset = 0
             for p in params:
-                p.copy_(flat[offset:offset + p.numel()].view_as(p))
+                p.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
         return int(version.item())
 
@@ -510,8 +555,10 @@ class Peers:
                 raise PipelineError(f"pipeline: {self.fabric.who(r)} exited before the trial ended")
             silent = self.fabric.silent_for(r)
             if silent >= PEER_TIMEOUT_S:
-                raise PipelineError(f"pipeline: {self.fabric.who(r)} has not answered for {silent:.0f} s (killed, or its"
-                                    " machine or the network is gone)")
+                raise PipelineError(
+                    f"pipeline: {self.fabric.who(r)} has not answered for {silent:.0f} s (killed, or its"
+                    " machine or the network is gone)"
+                )
 
     def end(self, drain=()) -> None:
         """Wait up to `JOIN_S` for each to say it exited (the stop flag is set): one that does not is left to its
@@ -568,11 +615,25 @@ def run_peer(cfg: TrialConfig, launch: Launch) -> int:
     outboxes = [StoreOutbox(fabric.store, t, cfg.pipeline.queue_chunks * W) for t in range(T)]
     try:
         if fabric.role == "generator":
-            run_generator(fabric.cfg, fabric.index, DistWeights(fabric), outboxes, stop, fabric.flag("pause"),
-                          StoreFlags(fabric.store, W), fabric.rank0_alive)
+            run_generator(
+                fabric.cfg,
+                fabric.index,
+                DistWeights(fabric),
+                outboxes,
+                stop,
+                fabric.flag("pause"),
+                StoreFlags(fabric.store, W),
+                fabric.rank0_alive,
+            )
         else:
-            run_trainer(fabric.cfg, fabric.index, StoreInbox(fabric.store, fabric.index), stop, fabric.rank0_alive,
-                        fabric.trainers_group)
+            run_trainer(
+                fabric.cfg,
+                fabric.index,
+                StoreInbox(fabric.store, fabric.index),
+                stop,
+                fabric.rank0_alive,
+                fabric.trainers_group,
+            )
     except SystemExit as e:  # a generator that failed has told rank 0 through its inbox (the same line)
         error = None if not e.code else (outboxes[0].error or f"exit code {e.code}")
     except Exception as e:  # noqa: BLE001 - one line, here and to rank 0

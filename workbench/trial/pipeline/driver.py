@@ -19,8 +19,20 @@ from workbench.trial.pipeline.generator import PipelineError, process_threads
 from workbench.trial.pipeline.local import LocalWiring
 from workbench.trial.pipeline.trainer import LAG_BINS, Shard, StepReport, average_gradients, go, shard_config
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import (Evaluations, StepRecord, TrialResult, WallClock, budget_bar, budget_left, compute_metrics,
-                                    devices_in_use, final_metrics, mismatch_metrics, train_metrics, working_seconds)
+from workbench.trial.record import (
+    Evaluations,
+    StepRecord,
+    TrialResult,
+    WallClock,
+    budget_bar,
+    budget_left,
+    compute_metrics,
+    devices_in_use,
+    final_metrics,
+    mismatch_metrics,
+    train_metrics,
+    working_seconds,
+)
 from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task
@@ -41,7 +53,9 @@ class _Account:
         self.totals.lag_push += step.lag_push
         self.totals.age += step.age
 
-    def metrics(self, meter: ComputeMeter, W: int, T: int, wall: float, startup: float = 0.0, devices: int | None = None) -> dict[str, float]:
+    def metrics(
+        self, meter: ComputeMeter, W: int, T: int, wall: float, startup: float = 0.0, devices: int | None = None
+    ) -> dict[str, float]:
         """`pipeline/*`: idle fractions, weight traffic, emergent replay ratio, mu by App. D.4, device-seconds."""
         v, wall, devices = self.totals.values, max(wall, 1e-9), devices or W + T
         out = {
@@ -63,7 +77,9 @@ class _Account:
         if meter.gen_rollouts:
             out["pipeline/mu_d4"] = (meter.train_rollouts / T) / (meter.gen_rollouts / W)
             if meter.train_rollouts and meter.seconds["train"] > 0:  # the generators' own mu, without the emulation
-                out["pipeline/mu_busy"] = (v["busy_s"] / meter.gen_rollouts) / (meter.seconds["train"] / meter.train_rollouts)
+                out["pipeline/mu_busy"] = (v["busy_s"] / meter.gen_rollouts) / (
+                    meter.seconds["train"] / meter.train_rollouts
+                )
         return out
 
 
@@ -101,8 +117,10 @@ class _Arrivals:
         for w, (t, delivered) in enumerate(zip(self.since, self.delivered)):
             limit = self.timeout if delivered else max(self.timeout, STARTUP_GRACE_S)
             if now - t > limit:
-                raise PipelineError(f"pipeline: generator {w} (pid {self.generators.pids[w]}) delivered no rollouts for"
-                                    f" {limit:g} s (hung, or blocked on a full queue; pipeline.stall_timeout_s)")
+                raise PipelineError(
+                    f"pipeline: generator {w} (pid {self.generators.pids[w]}) delivered no rollouts for"
+                    f" {limit:g} s (hung, or blocked on a full queue; pipeline.stall_timeout_s)"
+                )
 
 
 DEATH_GRACE_S = 5.0  # a dead peer's socket closes before the kernel reports its exit: how long to wait for the exit
@@ -124,8 +142,10 @@ def _collective(check, fn, *args):
                 raise died from e
             if time.monotonic() >= deadline:
                 if "timeout" in str(e).lower() or "timed out" in str(e).lower():  # alive, but silent: hung
-                    raise PipelineError("pipeline: a trainer made no progress for pipeline.stall_timeout_s (hung; its"
-                                        " collective timed out)") from e
+                    raise PipelineError(
+                        "pipeline: a trainer made no progress for pipeline.stall_timeout_s (hung; its"
+                        " collective timed out)"
+                    ) from e
                 raise
             time.sleep(0.05)
 
@@ -135,8 +155,9 @@ def _histogram(bins: np.ndarray) -> dict[str, int]:
     return {str(i): int(n) for i, n in enumerate(bins) if n}
 
 
-def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=None, on_eval=None,
-                show_progress: bool = False) -> TrialResult:
+def train_async(
+    cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=None, on_eval=None, show_progress: bool = False
+) -> TrialResult:
     """One asynchronous trial (the package's docstring) to its budget; the run records what a synchronous trial's
     does, plus `pipeline/*`. Batch diagnostics (loss, ratios) are the first trainer's shard's; counts, ages and
     compute are summed over all trainers. Started by torchrun (`distributed`), this process is rank 0 and the
@@ -146,28 +167,48 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     torch.set_num_threads(process_threads(cfg))
     launch = launched()
     fabric = Fabric(launch, cfg) if launch is not None else None
-    policy = Policy(fabric.cfg if fabric else place(cfg, "trainer", 0), task)  # builds (and caches) the embedded checkpoint before any other process looks for it
+    policy = Policy(
+        fabric.cfg if fabric else place(cfg, "trainer", 0), task
+    )  # builds (and caches) the embedded checkpoint before any other process looks for it
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
     shard_cfg = shard_config(cfg)
     optimizer = make_optimizer(policy.model, cfg.lr)
     lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-    strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size), policy.max_new_tokens))
+    strategy = make_strategy(
+        shard_cfg,
+        StrategyContext(
+            task,
+            policy.tokenizer,
+            lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size),
+            policy.max_new_tokens,
+        ),
+    )
     meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
     account, updates = _Account(), 0
     bar = budget_bar(cfg, show_progress)
     clock = WallClock(devices_in_use(policy.device, process_threads(cfg), W + T))  # starts with the first rollouts in
     evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, clock)
     wiring = LaunchedWiring(fabric, cfg, policy.model) if fabric else LocalWiring(cfg, policy.model)
-    weights, stop, pause, working = wiring.weights, wiring.stop, wiring.pause, wiring.working
+    weights, pause, working = wiring.weights, wiring.pause, wiring.working
     generators, trainers, group = wiring.generators, wiring.trainers, wiring.group
     shard: Shard | None = None
     try:
         wiring.start()
-        run.set_tags({"pipeline.generator_pids": ",".join(map(str, generators.pids)),
-                      **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {}),
-                      **({"pipeline.launch": f"torchrun, {launch.world} processes, backend {fabric.backend}"} if fabric else {})})
-        log.info(f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)"
-                 + (f", launched by torchrun ({fabric.backend})" if fabric else ""))
+        run.set_tags(
+            {
+                "pipeline.generator_pids": ",".join(map(str, generators.pids)),
+                **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {}),
+                **(
+                    {"pipeline.launch": f"torchrun, {launch.world} processes, backend {fabric.backend}"}
+                    if fabric
+                    else {}
+                ),
+            }
+        )
+        log.info(
+            f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)"
+            + (f", launched by torchrun ({fabric.backend})" if fabric else "")
+        )
 
         arrivals = _Arrivals(generators, cfg.pipeline.stall_timeout_s)
 
@@ -179,7 +220,9 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
             died()
             arrivals.check()
 
-        shard = Shard(wiring.inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived)
+        shard = Shard(
+            wiring.inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived
+        )
         gate = average_gradients(T, group) if T > 1 else strategy.gate
 
         def evaluate(step: int, last: bool = False) -> None:
@@ -203,7 +246,9 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 mine = StepReport()
                 batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
                 with meter.timed("train"):
-                    obj, grad_norm, applied = _collective(died, train_step, policy, optimizer, batch, shard_cfg, step, gate)
+                    obj, grad_norm, applied = _collective(
+                        died, train_step, policy, optimizer, batch, shard_cfg, step, gate
+                    )
                 mine.add_batch(batch, step)
                 report = _collective(died, mine.summed, T, group)
                 t0 = time.perf_counter()
@@ -223,16 +268,25 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
                 units_before = meter.units
                 meter.step(int(v["fresh"]), cfg.batch_size)
                 trained = report.age.sum()
-                metrics.update({**compute_metrics(meter, updates), "replay/buffer_size": strategy.size(),
-                                "replay/fresh": v["fresh"], "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
-                                **strategy.metrics(), **account.metrics(meter, W, T, clock(), clock.startup, clock.devices)})
+                metrics.update(
+                    {
+                        **compute_metrics(meter, updates),
+                        "replay/buffer_size": strategy.size(),
+                        "replay/fresh": v["fresh"],
+                        "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
+                        **strategy.metrics(),
+                        **account.metrics(meter, W, T, clock(), clock.startup, clock.devices),
+                    }
+                )
                 if v["fresh"]:
-                    metrics.update({
-                        "train/reward_mean": v["reward_sum"] / v["fresh"],
-                        tracking.POLICY_ENTROPY: v["entropy_sum"] / max(v["gen_tokens"], 1),
-                        "train/completion_length": v["gen_tokens"] / v["fresh"],
-                        "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
-                    })
+                    metrics.update(
+                        {
+                            "train/reward_mean": v["reward_sum"] / v["fresh"],
+                            tracking.POLICY_ENTROPY: v["entropy_sum"] / max(v["gen_tokens"], 1),
+                            "train/completion_length": v["gen_tokens"] / v["fresh"],
+                            "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
+                        }
+                    )
                 metrics.update(mismatch_metrics(fresh))  # vLLM generators: this shard's fresh rollouts
                 run.log_metrics(metrics, step)
                 if observer:
@@ -251,11 +305,19 @@ def train_async(cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
     final["final/eval_seconds"] = evaluations.seconds
-    final.update({f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup, clock.devices).items()})
+    final.update(
+        {
+            f"final/pipeline_{k.split('/', 1)[1]}": v
+            for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup, clock.devices).items()
+        }
+    )
     final.update(working_seconds(clock))
     run.log_metrics(final, step)
-    run.log_text(json.dumps({"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}),
-                 tracking.AGES_ARTIFACT)
+    run.log_text(
+        json.dumps(
+            {"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}
+        ),
+        tracking.AGES_ARTIFACT,
+    )
     run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
     return TrialResult(run.run_id, final, evals)
-

@@ -75,8 +75,14 @@ def to_wire(r: Rollout) -> dict:
 
 def from_wire(d: dict, published: int) -> Rollout:
     theirs = d.get("trainer_logprobs")
-    return Rollout(**{**d, "behaviour_logprobs": torch.from_numpy(d["behaviour_logprobs"]), "pushed_version": published,
-                      "trainer_logprobs": None if theirs is None else torch.from_numpy(theirs)})
+    return Rollout(
+        **{
+            **d,
+            "behaviour_logprobs": torch.from_numpy(d["behaviour_logprobs"]),
+            "pushed_version": published,
+            "trainer_logprobs": None if theirs is None else torch.from_numpy(theirs),
+        }
+    )
 
 
 def split_groups(rollouts: list[Rollout], parts: int, offset: int) -> list[list[Rollout]]:
@@ -132,15 +138,21 @@ def pull(weights: SharedWeights, policy: Policy, check) -> int:
     return version
 
 
-def generator_main(cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, working, parent: int) -> None:
+def generator_main(
+    cfg: TrialConfig, worker: int, weights: SharedWeights, inboxes, stop, pause, working, parent: int
+) -> None:
     """One generator process spawned by the trial (`run_generator`): it ignores Ctrl-C (the trainer ends it) and
     dies with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the trainer ends us
     interrupts.die_with_parent(signal.SIGKILL)  # a SIGKILLed trial leaves no orphan (its run's helper says so)
-    run_generator(place(cfg, "generator", worker), worker, weights, inboxes, stop, pause, working, lambda: os.getppid() == parent)
+    run_generator(
+        place(cfg, "generator", worker), worker, weights, inboxes, stop, pause, working, lambda: os.getppid() == parent
+    )
 
 
-def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, working, alive: Callable[[], bool]) -> None:
+def run_generator(
+    cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, working, alive: Callable[[], bool]
+) -> None:
     """Generator `worker` (`cfg` already placed on its device): sample chunks of whole groups with the latest weights
     it pulled, deal their groups to the trainers' inboxes, until `stop` is set or the trainer is gone (`alive()`
     false). `working[worker]` is 1 while it samples (or holds a chunk, emulating a slower generator): an evaluation
@@ -192,9 +204,17 @@ def run_generator(cfg: TrialConfig, worker: int, weights, inboxes, stop, pause, 
                 chunk = Chunk(worker, [to_wire(r) for r in part], version, published)
                 if t == 0:
                     chunk.generated_tokens, chunk.prefill_tokens, chunk.entropy_sum = (
-                        samples.generated_tokens, samples.prefill_tokens, samples.entropy_sum)
+                        samples.generated_tokens,
+                        samples.prefill_tokens,
+                        samples.entropy_sum,
+                    )
                     chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
-                        busy_s, sync_s, blocked_s, paused_s, slowdown_s)
+                        busy_s,
+                        sync_s,
+                        blocked_s,
+                        paused_s,
+                        slowdown_s,
+                    )
                 while not stop.is_set():
                     t1 = time.perf_counter()
                     try:
@@ -245,8 +265,10 @@ class Processes:
         """Raise `PipelineError` if one of them has exited."""
         for i, p in enumerate(self.procs):
             if p.exitcode is not None:
-                raise PipelineError(f"pipeline: {p.name.removeprefix('workbench-').replace('-', ' ')} (pid {p.pid}) died"
-                                    f" ({describe_exit(p.exitcode)})")
+                raise PipelineError(
+                    f"pipeline: {p.name.removeprefix('workbench-').replace('-', ' ')} (pid {p.pid}) died"
+                    f" ({describe_exit(p.exitcode)})"
+                )
 
     def end(self, drain=()) -> None:
         """Wait up to `JOIN_S` for them to exit (emptying the queues in `drain`, so none waits on a full pipe), then

@@ -40,13 +40,19 @@ class LocalWiring:
         """Spawn the W generators and T - 1 trainers; join the trainers' group (T > 1)."""
         cfg, W, T = self.cfg, self.cfg.pipeline.generators, self.cfg.pipeline.trainers
         for w in range(W):
-            self.generators.start(generator_main, (cfg, w, self.weights, self.inboxes, self.stop, self.pause, self.working,
-                                                   os.getpid()), f"workbench-generator-{w}")
+            self.generators.start(
+                generator_main,
+                (cfg, w, self.weights, self.inboxes, self.stop, self.pause, self.working, os.getpid()),
+                f"workbench-generator-{w}",
+            )
         if T > 1:
             port = free_port()
             for rank in range(1, T):
-                self.trainers.start(trainer_main, (cfg, rank, port, self.inboxes[rank], self.stop, os.getpid()),
-                                    f"workbench-trainer-{rank}")
+                self.trainers.start(
+                    trainer_main,
+                    (cfg, rank, port, self.inboxes[rank], self.stop, os.getpid()),
+                    f"workbench-trainer-{rank}",
+                )
             join_group(0, T, port, collective_timeout(cfg), place(cfg, "trainer", 0).model.device)
             self._grouped = True
 

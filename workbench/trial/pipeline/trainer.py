@@ -33,8 +33,22 @@ from workbench.trial.tasks import load_task
 
 LAG_BINS = 64
 """Histogram bins of policy lag (versions) summed across trainers each step; the last bin holds the rest."""
-SCALARS = ["fresh", "reward_sum", "entropy_sum", "gen_tokens", "prefill_tokens", "lag_push_sum", "wait_s", "busy_s",
-           "sync_s", "blocked_s", "paused_s", "slowdown_s", "chunks", "train_tokens"]
+SCALARS = [
+    "fresh",
+    "reward_sum",
+    "entropy_sum",
+    "gen_tokens",
+    "prefill_tokens",
+    "lag_push_sum",
+    "wait_s",
+    "busy_s",
+    "sync_s",
+    "blocked_s",
+    "paused_s",
+    "slowdown_s",
+    "chunks",
+    "train_tokens",
+]
 """What each trainer reports of its step (summed across trainers)."""
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 """A trainer waiting in a collective longer than this gives up, where `pipeline.stall_timeout_s` is not set (a rank 0
@@ -90,7 +104,9 @@ class StepReport:
         process group, None for the default one). On the CPU: the counts are host numbers whatever the backend."""
         if world == 1:
             return self
-        flat = torch.tensor([*self.values.values(), *self.lag_push, *self.age], dtype=torch.float64, device=_device(group))
+        flat = torch.tensor(
+            [*self.values.values(), *self.lag_push, *self.age], dtype=torch.float64, device=_device(group)
+        )
         dist.all_reduce(flat, group=group)
         flat = flat.cpu()
         out = StepReport()
@@ -272,8 +288,13 @@ def join_group(rank: int, world: int, port: int, timeout: timedelta = COLLECTIVE
     backend = group_backend(device)
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=max(timeout, RENDEZVOUS_TIMEOUT))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=max(timeout, RENDEZVOUS_TIMEOUT),
+    )
     if timeout < RENDEZVOUS_TIMEOUT:
         _set_pg_timeout(timeout)
 
@@ -320,7 +341,15 @@ def run_trainer(cfg: TrialConfig, rank: int, inbox, stop, alive, group=None) -> 
         shard_cfg = shard_config(cfg)
         optimizer = make_optimizer(policy.model, cfg.lr)
         lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-        strategy = make_strategy(shard_cfg, StrategyContext(task, policy.tokenizer, lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size), policy.max_new_tokens))
+        strategy = make_strategy(
+            shard_cfg,
+            StrategyContext(
+                task,
+                policy.tokenizer,
+                lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size),
+                policy.max_new_tokens,
+            ),
+        )
 
         def check() -> None:
             if stop.is_set() or not alive():

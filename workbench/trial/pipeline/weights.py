@@ -62,4 +62,3 @@ def _finished(tensors) -> None:
     devices = {t.device for t in tensors if t.is_cuda}
     for device in devices:
         torch.cuda.current_stream(device).synchronize()
-

@@ -16,8 +16,19 @@ from workbench.trial.strategies.rlep import Rlep
 from workbench.trial.strategies.uniform import Uniform
 
 __all__ = [
-    "STRATEGIES", "Dgg", "PositiveBias", "Prioritized", "Queue", "Rlep", "Strategy", "StrategyContext", "Uniform",
-    "is_correct", "make_strategy", "register_strategy", "uniform_draw",
+    "STRATEGIES",
+    "Dgg",
+    "PositiveBias",
+    "Prioritized",
+    "Queue",
+    "Rlep",
+    "Strategy",
+    "StrategyContext",
+    "Uniform",
+    "is_correct",
+    "make_strategy",
+    "register_strategy",
+    "uniform_draw",
 ]
 
 

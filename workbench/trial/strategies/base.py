@@ -79,9 +79,13 @@ class Strategy(ABC):
     def validate(cls, cfg: TrialConfig) -> None:
         """Raise ValueError("field: reason") if the config does not suit this strategy."""
         if cls.fresh_anchored and cfg.replay.ratio != 1:
-            raise ValueError(f"replay.ratio: must be 1 with replay.strategy {cls.name} (its reuse is set by replay.{cls.name}.*)")
+            raise ValueError(
+                f"replay.ratio: must be 1 with replay.strategy {cls.name} (its reuse is set by replay.{cls.name}.*)"
+            )
         if cfg.replay.warmup == "fill" and not cls.fills:
-            raise ValueError(f"replay.warmup: fill is not supported by replay.strategy {cls.name} (uniform supports it)")
+            raise ValueError(
+                f"replay.warmup: fill is not supported by replay.strategy {cls.name} (uniform supports it)"
+            )
 
     @classmethod
     def params(cls, cfg: TrialConfig):

@@ -89,6 +89,12 @@ class Dgg(Strategy):
         if gated or self.passes >= self.d.max_reuse:
             self.done = True
         self.gated_total += int(gated)
-        self._metrics = {"dgg/energy": energy, "dgg/z_energy": z_energy, "dgg/z_increment": z_increment,
-                         "dgg/pass": self.passes, "dgg/gated": float(gated), "dgg/gated_total": self.gated_total}
+        self._metrics = {
+            "dgg/energy": energy,
+            "dgg/z_energy": z_energy,
+            "dgg/z_increment": z_increment,
+            "dgg/pass": self.passes,
+            "dgg/gated": float(gated),
+            "dgg/gated_total": self.gated_total,
+        }
         return gated

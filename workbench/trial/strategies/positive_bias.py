@@ -65,7 +65,9 @@ class PositiveBias(Uniform):
         capacity = cfg.replay.capacity
         recent = capacity - positives_share(cls.params(cfg).delta, capacity)
         if recent < cfg.batch_size:
-            raise ValueError(f"replay.positive_bias.delta: the fresh part (1 - delta)·capacity = {recent} must be >= batch_size ({cfg.batch_size})")
+            raise ValueError(
+                f"replay.positive_bias.delta: the fresh part (1 - delta)·capacity = {recent} must be >= batch_size ({cfg.batch_size})"
+            )
 
     def batch(self, fresh, step, rng):
         self.buffer.add(fresh)
@@ -86,8 +88,11 @@ class PositiveBias(Uniform):
             batch = [pool[i] for i in sorted(take)]
         else:
             batch = uniform_draw(pool, self.B, rng)
-        self._metrics = {"replay/positives": len(self.positives), "replay/pool_correct": len(correct),
-                         "replay/batch_correct_share": float(np.mean([is_correct(r) for r in batch]))}
+        self._metrics = {
+            "replay/positives": len(self.positives),
+            "replay/pool_correct": len(correct),
+            "replay/batch_correct_share": float(np.mean([is_correct(r) for r in batch])),
+        }
         return batch
 
     def size(self) -> int:

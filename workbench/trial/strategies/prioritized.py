@@ -78,8 +78,11 @@ class Prioritized(Strategy):
                 idx = rng.choice(n, size=k, replace=False, p=pri / pri.sum())
                 replay = [self.buffer.items[i] for i in np.sort(idx)]
         self.buffer.add(survivors)
-        self._metrics = {"replay/fresh_survivors": len(survivors), "replay/replayed": len(replay),
-                         "replay/dropped_zero_variance": len(fresh) - len(survivors)}
+        self._metrics = {
+            "replay/fresh_survivors": len(survivors),
+            "replay/replayed": len(replay),
+            "replay/dropped_zero_variance": len(fresh) - len(survivors),
+        }
         return survivors + replay
 
     def size(self) -> int:

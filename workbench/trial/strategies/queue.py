@@ -31,9 +31,13 @@ class Queue(Strategy):
     def validate(cls, cfg: TrialConfig) -> None:
         super().validate(cfg)
         if cfg.replay.ratio != 1 and cfg.pipeline.mode == "sync":
-            raise ValueError(f"replay.ratio: must be 1 with replay.strategy queue (each rollout is trained once), got {cfg.replay.ratio:g}")
+            raise ValueError(
+                f"replay.ratio: must be 1 with replay.strategy queue (each rollout is trained once), got {cfg.replay.ratio:g}"
+            )
         if cfg.replay.capacity < cfg.batch_size:
-            raise ValueError(f"replay.capacity: the queue must hold a batch ({cfg.batch_size}), got {cfg.replay.capacity}")
+            raise ValueError(
+                f"replay.capacity: the queue must hold a batch ({cfg.batch_size}), got {cfg.replay.capacity}"
+            )
 
     def groups(self, step: int) -> int:
         return -(-self.B // self.G)
@@ -46,7 +50,7 @@ class Queue(Strategy):
         if len(self.stack) < self.B:
             return None
         order = sorted(range(len(self.stack)), key=lambda i: (self.stack[i].birth_step, i))
-        take = set(order[-self.B:])
+        take = set(order[-self.B :])
         batch = [r for i, r in enumerate(self.stack) if i in take]
         self.stack = [r for i, r in enumerate(self.stack) if i not in take]
         return batch

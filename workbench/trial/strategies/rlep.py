@@ -73,7 +73,9 @@ class Rlep(Strategy):
         # on-policy steps plus the sampled rollouts, in compute units at this trial's mu (1 when measured).
         mu = cfg.compute.mu or 1.0
         n = min(self.r.n_prompts, len(ctx.task.train))
-        self.pool_units = 0.0 if self.r.pool else self.r.seed_rl_steps + units(0, n * self.r.samples, cfg.batch_size, mu)
+        self.pool_units = (
+            0.0 if self.r.pool else self.r.seed_rl_steps + units(0, n * self.r.samples, cfg.batch_size, mu)
+        )
 
     def prompts(self, n_train: int) -> list[int]:
         return list(range(min(self.r.n_prompts, n_train)))
@@ -92,15 +94,24 @@ class Rlep(Strategy):
             cands = self.pool.get(first.prompt_index, [])
             m = min(self.r.m, len(cands))
             example = self.ctx.task.train[first.prompt_index]
-            for j in (np.sort(rng.choice(len(cands), size=m, replace=False)) if m else []):
+            for j in np.sort(rng.choice(len(cands), size=m, replace=False)) if m else []:
                 ids = cands[int(j)]
                 text = self.ctx.tokenizer.decode(ids, skip_special_tokens=True)
-                members.append(Rollout(
-                    uid=self.next_uid, prompt_index=first.prompt_index, group=first.group, prompt_ids=first.prompt_ids,
-                    completion_ids=list(ids), behaviour_logprobs=torch.zeros(len(ids)),
-                    reward=self.ctx.task.reward(text, example, True), advantage=0.0, group_mean_reward=0.0,
-                    birth_step=step, source="pool",
-                ))
+                members.append(
+                    Rollout(
+                        uid=self.next_uid,
+                        prompt_index=first.prompt_index,
+                        group=first.group,
+                        prompt_ids=first.prompt_ids,
+                        completion_ids=list(ids),
+                        behaviour_logprobs=torch.zeros(len(ids)),
+                        reward=self.ctx.task.reward(text, example, True),
+                        advantage=0.0,
+                        group_mean_reward=0.0,
+                        birth_step=step,
+                        source="pool",
+                    )
+                )
                 self.next_uid -= 1
                 replayed += 1
             advantages = group_advantages([r.reward for r in members])
@@ -109,7 +120,11 @@ class Rlep(Strategy):
                 r.advantage, r.group_mean_reward = a, mean
             out.extend(members)
         self.ctx.rescore(out)  # RLEP recomputes old_log_prob for the whole mixed group with the current actor
-        self._metrics = {"rlep/replayed": replayed, "rlep/group_size_mean": len(out) / max(len(groups), 1), "rlep/pool_units": self.pool_units}
+        self._metrics = {
+            "rlep/replayed": replayed,
+            "rlep/group_size_mean": len(out) / max(len(groups), 1),
+            "rlep/pool_units": self.pool_units,
+        }
         return out
 
 
@@ -127,15 +142,21 @@ def load_pool(path: str | Path, task, tokenizer, max_new_tokens: int) -> dict[in
             row = json.loads(line)
         except json.JSONDecodeError as err:
             raise ConfigError(f"{p}:{n}: invalid JSON ({err.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not isinstance(row.get("completions"), list) \
-                or not all(isinstance(c, str) for c in row["completions"]):
-            raise ConfigError(f"{p}:{n}: expected {{\"prompt\": str, \"completions\": [str, ...]}}")
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("prompt"), str)
+            or not isinstance(row.get("completions"), list)
+            or not all(isinstance(c, str) for c in row["completions"])
+        ):
+            raise ConfigError(f'{p}:{n}: expected {{"prompt": str, "completions": [str, ...]}}')
         i = index.get(row["prompt"])
         if i is None:
             continue  # a prompt outside this task's train split: not used
         seqs = []
         for c in row["completions"]:
-            ids = list(tokenizer(c, add_special_tokens=False)["input_ids"])[: max_new_tokens - 1] + [tokenizer.eos_token_id]
+            ids = list(tokenizer(c, add_special_tokens=False)["input_ids"])[: max_new_tokens - 1] + [
+                tokenizer.eos_token_id
+            ]
             seqs.append(ids)
         pool.setdefault(i, []).extend(seqs)
     return pool

@@ -41,9 +41,25 @@ def pool_key(cfg: TrialConfig, checkpoint: str) -> str:
         "format": 1,
         "checkpoint": checkpoint,
         "task": cfg.task.model_dump(),
-        "collect": r.model_dump(include={"n_prompts", "seed_rl_steps", "samples", "temperature", "min_correct", "max_per_prompt", "distinct"}),
-        "seed_run": {"batch_size": cfg.batch_size, "group_size": cfg.group_size, "lr": cfg.lr, "objective": cfg.objective.model_dump(),
-                     "temperature": cfg.generation.temperature, "max_new_tokens": cfg.generation.max_new_tokens},
+        "collect": r.model_dump(
+            include={
+                "n_prompts",
+                "seed_rl_steps",
+                "samples",
+                "temperature",
+                "min_correct",
+                "max_per_prompt",
+                "distinct",
+            }
+        ),
+        "seed_run": {
+            "batch_size": cfg.batch_size,
+            "group_size": cfg.group_size,
+            "lr": cfg.lr,
+            "objective": cfg.objective.model_dump(),
+            "temperature": cfg.generation.temperature,
+            "max_new_tokens": cfg.generation.max_new_tokens,
+        },
     }
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -78,7 +94,9 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
         uid += len(fresh)
         train_step(policy, optimizer, fresh, seed_cfg, step)
         if (step + 1) % 20 == 0 or step + 1 == r.seed_rl_steps:
-            log.info(f"rlep pool: seed run step {step + 1}/{r.seed_rl_steps}, train reward {np.mean([x.reward for x in fresh]):.3f}")
+            log.info(
+                f"rlep pool: seed run step {step + 1}/{r.seed_rl_steps}, train reward {np.mean([x.reward for x in fresh]):.3f}"
+            )
 
     policy.model.eval()
     n = min(r.n_prompts, len(task.train))
@@ -87,7 +105,9 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
     for start in range(0, n, chunk):
         examples = task.train[start : start + chunk]
         ids = [p for p in policy.encode([e.prompt for e in examples]) for _ in range(r.samples)]
-        out_s = policy.sample(policy.tokenizer, ids, max_new_tokens=policy.max_new_tokens, temperature=r.temperature, generator=generator)
+        out_s = policy.sample(
+            policy.tokenizer, ids, max_new_tokens=policy.max_new_tokens, temperature=r.temperature, generator=generator
+        )
         for j, ex in enumerate(examples):
             found: list[str] = []
             for i in range(j * r.samples, (j + 1) * r.samples):
@@ -100,5 +120,7 @@ def build_pool(cfg: TrialConfig, task: Task, out: Path) -> dict[str, float]:
                 kept += 1
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + ("\n" if lines else ""))
-    log.info(f"rlep pool: {kept}/{n} prompts with >= {r.min_correct} successes ({correct_total} in all) written to {out}")
+    log.info(
+        f"rlep pool: {kept}/{n} prompts with >= {r.min_correct} successes ({correct_total} in all) written to {out}"
+    )
     return {"prompts": n, "pooled_prompts": kept, "successes": correct_total}

@@ -33,8 +33,10 @@ class Uniform(Strategy):
         h, y = cfg.replay.horizon, cfg.replay.ratio
         if h is not None and h + 1 < y and not cfg.replay.with_replacement:
             # H + 1 steps of fresh rollouts, (H + 1)·B/y of them, cannot hold a batch of B distinct rollouts
-            raise ValueError(f"replay.horizon: {h} keeps {h + 1} step(s) of fresh rollouts, fewer than a batch at ratio {y:g};"
-                             f" needs horizon >= {math.ceil(y) - 1} (or replay.with_replacement)")
+            raise ValueError(
+                f"replay.horizon: {h} keeps {h + 1} step(s) of fresh rollouts, fewer than a batch at ratio {y:g};"
+                f" needs horizon >= {math.ceil(y) - 1} (or replay.with_replacement)"
+            )
 
     def groups(self, step: int) -> int:
         groups = self.credit.accrue()
