@@ -104,6 +104,12 @@ def _field_docs(model: type, prefix: str = ""):
 
 def test_no_text_a_user_reads_cites_a_document_outside_the_repository():
     texts = [(str(p.relative_to(ROOT)), p.read_text()) for p in [*DOCS, *SPECS]]
+    # the product's docstrings and comments too: a newcomer reads the code beside the docs
+    texts += [
+        (str(p.relative_to(ROOT)), p.read_text())
+        for package in ("workbench", "analysis")
+        for p in (ROOT / package).rglob("*.py")
+    ]
     texts += list(_help_texts(build_parser()))
     texts += [(f"config key {key}", doc) for key, doc in _field_docs(TrialConfig)]
     cited = [f"{where}: {m.group()!r}" for where, text in texts for m in OUTSIDE.finditer(text)]

@@ -1,4 +1,4 @@
-"""Gradient noise by rollout age, measured from per-rollout gradients (the probe's estimators; replay-papers §6.3).
+"""Gradient noise by rollout age, measured from per-rollout gradients (the probe's estimators; docs/theory.md, "The probe").
 
 The model of Arnal et al. needs sigma²(tau), the variance of a single rollout's gradient at age tau (Assumption
 4.3), and the coupling of rollouts through the iterate path. Measured directly: take the per-rollout gradients of
@@ -9,7 +9,7 @@ read the spread within each group. Torch-free: the probe hands in arrays.
 - `noise_by_age`: sigma²(tau) = the unbiased trace of the per-rollout gradient covariance at age tau, with its
   standard error; the mean gradient per age (for the staleness bias).
 - `staleness_bias`: kappa(tau) = |mean gradient at tau - mean at age 0| / |mean at age 0|.
-- `fit_noise_growth`: sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) (replay-papers §6.2) by weighted least squares
+- `fit_noise_growth`: sigma²(tau) = sigma0²(1 + tau/tau0)^(2 alpha) (docs/theory.md, "The probe") by weighted least squares
   on the log, for the models' alpha and tau0.
 - `within_group_correlation`: the mean correlation of centred gradients of rollouts from one prompt's group.
 - `horizon_terms`: per horizon x, what a batch drawn from ages 0..x-1 gives the descent: its mean gradient's
@@ -192,7 +192,7 @@ def count_sketch(d: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
 
 def reuse_correlation(before, after) -> float:
     """The mean correlation between the centred gradients of the same rollouts at two parameter versions (rows
-    aligned): how much of a replayed rollout's noise is the same noise again (rho of the model, replay-papers §6.2:
+    aligned): how much of a replayed rollout's noise is the same noise again (rho of the model, docs/theory.md:
     1 when each reuse repeats it, 0 when reuse were as good as a fresh draw)."""
     a, b = np.asarray(before, float), np.asarray(after, float)
     a, b = a - a.mean(axis=0), b - b.mean(axis=0)

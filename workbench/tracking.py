@@ -2,7 +2,7 @@
 logger and the run lifecycle shared by trials and studies.
 
 Runs are driven through `MlflowClient` with explicit run ids (no global active run), so a trial can run inside a
-study worker and be a child of the study's parent run (`mlflow.parentRunId`). The layout (design §5):
+study worker and be a child of the study's parent run (`mlflow.parentRunId`). The layout (docs/studies.md, "MLflow"):
 
     study run      (KIND = "study")    one per study: trial table, reference mu
       trial run    (KIND = "trial")    one per Optuna trial: its knobs, the objective over seeds

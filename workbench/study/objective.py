@@ -1,4 +1,4 @@
-"""One Optuna trial: a configuration of the search space, trained once per seed of the spec (design §6).
+"""One Optuna trial: a configuration of the search space, trained once per seed of the spec (docs/studies.md).
 
 MLflow mirrors it: one trial run per Optuna trial under the study's parent run (tags `workbench.study`,
 `workbench.trial_number`; the Optuna trial stores the run id), and under it one seed run per seed with the curves.

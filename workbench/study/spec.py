@@ -1,4 +1,4 @@
-"""Study specs: a question as data (design §6). YAML in `studies/`, validated like trial configs.
+"""Study specs: a question as data (docs/studies.md). YAML in `studies/`, validated like trial configs.
 
     name: replay_grid
     base: {...}                                # a trial config: the same keys as `workbench train`

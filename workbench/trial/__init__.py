@@ -1,4 +1,4 @@
-"""The trial engine: one GRPO run with a replay buffer, from a `TrialConfig` to an MLflow run (design §2).
+"""The trial engine: one GRPO run with a replay buffer, from a `TrialConfig` to an MLflow run (docs/trial.md).
 
 Where things are: the loop (`loop`), one optimizer step and its loss input (`step`), fresh rollouts and the
 prompt stream (`rollouts`), the buffer and rollout types (`replay`), the strategies that draw batches

@@ -1,4 +1,4 @@
-"""One trial: GRPO with a replay buffer, from a config to MLflow (design §2).
+"""One trial: GRPO with a replay buffer, from a config to MLflow (docs/trial.md).
 
 loop until the budget is spent:
     fresh = generate strategy.groups(step) whole groups       # rollouts.generate_groups

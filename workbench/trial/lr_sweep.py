@@ -2,7 +2,7 @@
 
 The probe's gradients say how replay changes the noise and bias of a step *relative* to on-policy at a re-tuned
 learning rate; they cannot say what on-policy's best learning rate is. A trial's learning rate sets the scale of
-every prediction (replay-papers §6.2, regime B: at a fixed learning rate the compute to target grows without bound as
+every prediction (docs/theory.md, "The probe"; regime B: at a fixed learning rate the compute to target grows without bound as
 the effective noise nears its floor), so the probe measures it directly: on-policy runs at lr x 1, 2, 4 (the trial's
 lr), extended by doubling or halving while the cheapest run is at an edge of the sweep, each stopped at a budget
 just above the best so far (a run that needs more than that is not the optimum, and is recorded censored).

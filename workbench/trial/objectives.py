@@ -51,7 +51,7 @@ def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
     """Off-policy diagnostics of a batch: token importance ratios w = pi_theta / pi_behaviour.
 
     - `ratio_max`, `ratio_min`: extremes over completion tokens;
-    - `log_ratio_m2`: mean (log w)² over tokens, M2PO's second moment (replay-papers §5);
+    - `log_ratio_m2`: mean (log w)² over tokens, M2PO's second moment;
     - `ess`: normalised effective sample size of the token weights, (Σw)² / (n Σw²), in (0, 1]; 1 when on-policy.
     """
     with torch.no_grad():
@@ -115,7 +115,7 @@ def ppo_clip(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
 
 @register_objective("asymre")
 def asymre(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
-    """AsymRE (Arnal et al. 2025; replay-papers §1.6 item 6): no importance ratio.
+    """AsymRE (Arnal et al. 2025): no importance ratio.
 
     per token of rollout i: -(r_i - (V_i + dV)) * logp, V_i = group mean reward, dV = `asymre_delta_v` (-0.1).
     """
@@ -129,7 +129,7 @@ def asymre(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
 
 @register_objective("decoupled_ppo")
 def decoupled_ppo(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
-    """AReaL's decoupled PPO (arXiv 2505.24298; replay-papers §5): the trust region is anchored on the proximal
+    """AReaL's decoupled PPO (arXiv 2505.24298): the trust region is anchored on the proximal
     policy pi_prox, the behaviour gap corrected by a detached weight.
 
     per token: -(pi_prox / pi_behav) * min(u * A, clip(u, 1 - eps_low, 1 + eps_high) * A), u = pi_theta / pi_prox.

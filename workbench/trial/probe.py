@@ -1,5 +1,5 @@
-"""The probe: one short replay run that measures the model's parameters instead of fitting them to a sweep (issue
-13; replay-papers §6.3).
+"""The probe: one short replay run that measures the model's parameters instead of fitting them to a sweep
+(docs/theory.md, "The probe").
 
 A uniform replay trial with a large buffer (default x 16, y 2, filled at B per step) runs for a few dozen steps.
 From the step after which the buffer holds every age up to x, every `every` steps the probe takes the whole buffer

@@ -1,4 +1,4 @@
-"""Arnal et al.'s asynchronous system on one machine (`pipeline.mode: async`; replay-papers §1.3, App. B).
+"""Arnal et al.'s asynchronous system on one machine (`pipeline.mode: async`; arXiv 2604.08706, App. B; docs/pipeline.md).
 
     W generator processes, each:                       T trainers (rank 0 is the trial's process), each:
         pull the published weights when they are           take what arrived (as much as the strategy has room
