@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from workbench import knobs
 from workbench.config_names import KeyDoc, did_you_mean, model_keys, unknown_key, with_sections
-from workbench.registry import OBJECTIVES, STRATEGIES
+from workbench.registry import OBJECTIVES, STRATEGIES, TASKS
 
 
 class ConfigError(ValueError):
@@ -44,9 +44,10 @@ JSONL_HELD_OUT_SHARE, JSONL_HELD_OUT_MAX = 5, 500
 class TaskConfig(Section):
     """What is prompted and how a completion is checked (docs/trial.md, "Tasks")."""
 
-    name: Literal["arithmetic", "split", "jsonl"] = "arithmetic"
-    """`arithmetic`: built-in n-digit addition with a worked scratchpad; `split`: write N as a sum of two n-digit
-    numbers (many correct answers per prompt); `jsonl`: GSM8K-style `question`/`answer`."""
+    name: str = "arithmetic"
+    """A registered task (`workbench.registry.TASKS`). Built in: `arithmetic`, n-digit addition with a worked
+    scratchpad; `split`, write N as a sum of two n-digit numbers (many correct answers per prompt); `jsonl`,
+    GSM8K-style `question`/`answer`."""
     digits: int = Field(3, ge=1, le=6)
     """Operand digits of the arithmetic and split tasks."""
     scratchpad: bool = True
@@ -496,6 +497,7 @@ class TrialConfig(Section):
             self.replay.capacity = strategy.default_capacity(self)
         strategy.validate(self)
         OBJECTIVES.lookup(self.objective.name)
+        TASKS.lookup(self.task.name)
         if self.budget.compute_units is None and self.budget.steps is None:
             raise ValueError("budget: set budget.compute_units or budget.steps")
         cap = self.budget.until_target_units

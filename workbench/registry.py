@@ -1,10 +1,12 @@
-"""Registries of the parts users extend, by name: replay strategies and objectives.
+"""Registries of the parts users extend, by name: replay strategies, objectives and tasks.
 
 They live near the bottom of the package (only `workbench.config_names` is below) so that the config can validate
 a name against them without importing the trial engine up front: a strategy module registers itself here when it
 is imported, and the built-in ones are imported the first time a registry is read (so `import workbench` and
 `workbench --help` never load torch).
-`replay.strategy` / `objective.name` are then checked against what is registered.
+`replay.strategy` / `objective.name` / `task.name` are then checked against what is registered. A part added from
+outside the package registers itself the same way (`@TASKS.register("mine")` on a `TaskConfig -> Task` function)
+before the config that names it is validated.
 """
 
 from __future__ import annotations
@@ -84,3 +86,6 @@ STRATEGIES: Registry = Registry("replay.strategy", "workbench.trial.strategies")
 
 OBJECTIVES: Registry = Registry("objective.name", "workbench.trial.objectives")
 """Policy-gradient objectives (`workbench.trial.objectives`): `fn(inp, cfg) -> ObjectiveOutput`."""
+
+TASKS: Registry = Registry("task.name", "workbench.trial.tasks")
+"""Tasks (`workbench.trial.tasks`): `fn(cfg: TaskConfig) -> Task`, the prompts, the held-out set and the checker."""

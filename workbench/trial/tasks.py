@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.config import ConfigError, TaskConfig
+from workbench.registry import TASKS
 from workbench.trial.answers import answers_equal, as_number, final_answer
 
 
@@ -66,16 +67,8 @@ class Task:
         return float(finished and self.check(completion, example))
 
 
-TASKS: dict[str, Callable[[TaskConfig], Task]] = {}
-"""Every task by name (`task.name`)."""
-
-
-def register_task(name: str):
-    def add(make: Callable[[TaskConfig], Task]) -> Callable[[TaskConfig], Task]:
-        TASKS[name] = make
-        return make
-
-    return add
+register_task = TASKS.register
+"""`@register_task("name")` on a `TaskConfig -> Task` function: `task.name: name` then runs it (`workbench.registry`)."""
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -260,7 +253,7 @@ def load_task(cfg: TaskConfig) -> Task:
 @functools.lru_cache(maxsize=4)
 def _load_task(cfg_json: str, _stamp: int) -> Task:
     cfg = TaskConfig.model_validate_json(cfg_json)
-    return TASKS[cfg.name](cfg)
+    return TASKS.lookup(cfg.name)(cfg)
 
 
 # ---------------------------------------------------------------- a sample JSONL file the project writes itself
