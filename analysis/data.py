@@ -197,17 +197,7 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     arms = {t.info.run_id: t.data.tags[tracking.ARM] for t in trials if tracking.ARM in t.data.tags}
     arm_of_number = {t.data.tags.get(tracking.TRIAL_NUMBER): arms.get(t.info.run_id, "sampler") for t in trials}
     predicted_at = {t.info.run_id: t.data.metrics.get(tracking.PREDICTED_COMPUTE_TO_TARGET, np.nan) for t in trials}
-    ref = target = None
-    for r in [*parent, *trials]:
-        if ref is None and tracking.REFERENCE_MU in r.data.tags:
-            ref = float(r.data.tags[tracking.REFERENCE_MU])
-        if target is None and tracking.TARGET_ACCURACY in r.data.tags:
-            target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
-    estimator = (
-        parent[0].data.params.get("estimator", "first") if parent else "first"
-    )  # studies before estimators: first
-    metric = seeds[0].data.params.get("eval.metric", "accuracy")  # studies before `eval.metric`: greedy accuracy
-    gain_fraction = float(parent[0].data.params.get("target_gain_fraction", 0.7)) if parent else 0.7
+    ref, target, estimator, metric, gain_fraction = _study_settings(parent, trials, seeds)
 
     # Only seeds of completed trials: a trial whose worker died is retried as a new trial, and the seeds its first
     # attempt finished would otherwise count its configuration twice.
@@ -222,10 +212,6 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
             trial_run = r.data.tags.get(tracking.PARENT_RUN)
             if r.data.tags.get(tracking.STATUS) != tracking.STATUS_FINISHED or trial_run not in complete:
                 continue
-            p, m = r.data.params, r.data.metrics
-            B = int(p["batch_size"])
-            ratio = float(p["replay.ratio"])
-            capacity = int(p["replay.capacity"])
             # The seeds a race added to a configuration count as that configuration's (`study race`).
             number = r.data.tags.get(tracking.EXTENDS) or r.data.tags.get(tracking.TRIAL_NUMBER, "-1")
             arm = (
@@ -234,47 +220,9 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
                 else arms.get(trial_run, "sampler")
             )
             rows.append(
-                {
-                    "run_id": r.info.run_id,
-                    "trial_number": int(number),
-                    "seed": int(p["seed"]),
-                    "batch_size": B,
-                    "capacity": capacity,
-                    "ratio": ratio,
-                    "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
-                    "strategy": p["replay.strategy"],
-                    "strategy_knobs": {
-                        k.rsplit(".", 1)[1]: v for k, v in p.items() if k.startswith(f"replay.{p['replay.strategy']}.")
-                    },
-                    "objective": p["objective.name"],
-                    "y": ratio,
-                    "x": float(
-                        f"{knobs.staleness(capacity, ratio, B):.3g}"
-                    ),  # N/R, rounded: capacities are whole rollouts
-                    "fresh_per_step": knobs.fresh_per_step(B, ratio),
-                    "lr": float(p.get("lr", "nan")),
-                    "checkpoint": int(p.get("model.init_seed", 0)),  # the warm start (`seeds_per_checkpoint`)
-                    "baseline": trial_run in baseline_trials,
-                    "arm": arm,
-                    "predicted_when_run": predicted_at.get(trial_run, np.nan),
-                    "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
-                    "final_accuracy": m[tracking.FINAL_ACCURACY],
-                    "initial_accuracy": m.get(tracking.FINAL_INITIAL_ACCURACY, np.nan),
-                    "mu_measured": m.get(tracking.FINAL_MU_MEASURED, np.nan),
-                    "mu_used": m.get(tracking.FINAL_MU, np.nan),
-                    "target": float(p["eval.target_accuracy"]),
-                    "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
-                    # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
-                    "pipeline": p.get("pipeline.mode", "sync"),
-                    "generators": int(p.get("pipeline.generators", 1)),
-                    "trainers": int(p.get("pipeline.trainers", 1)),
-                    "slowdown": float(p.get("pipeline.generator_slowdown", 1.0)),
-                    "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
-                    "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
-                    "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),
-                    "generator_idle": m.get("final/pipeline_generator_idle_fraction", np.nan),
-                }
+                _seed_row(r, int(number), arm, trial_run in baseline_trials, predicted_at.get(trial_run, np.nan))
             )
+            B = rows[-1]["batch_size"]
             for e in _curve(client, r.info.run_id, tmp):
                 curve_rows.append({"run_id": r.info.run_id, "batch_size": B, **e})
             try:
@@ -305,6 +253,69 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     return StudyData(
         name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction
     )
+
+
+def _study_settings(parent: list, trials: list, seeds: list) -> tuple:
+    """What a study recorded about itself: its reference mu and target (None where not recorded), its estimator,
+    the curve its runs read and its auto-target rule."""
+    ref = target = None
+    for r in [*parent, *trials]:
+        if ref is None and tracking.REFERENCE_MU in r.data.tags:
+            ref = float(r.data.tags[tracking.REFERENCE_MU])
+        if target is None and tracking.TARGET_ACCURACY in r.data.tags:
+            target = float(r.data.tags[tracking.TARGET_ACCURACY])  # the study's (set by its baseline when `auto`)
+    # studies before estimators read `first`
+    estimator = parent[0].data.params.get("estimator", "first") if parent else "first"
+    metric = seeds[0].data.params.get("eval.metric", "accuracy")  # studies before `eval.metric`: greedy accuracy
+    gain_fraction = float(parent[0].data.params.get("target_gain_fraction", 0.7)) if parent else 0.7
+    return ref, target, estimator, metric, gain_fraction
+
+
+def _seed_row(r, number: int, arm: str, baseline: bool, predicted: float) -> dict:
+    """One seed run (an MLflow run) as a row of `StudyData.runs`: its knobs in the model's coordinates, its warm
+    start, arm and measured summaries."""
+    p, m = r.data.params, r.data.metrics
+    B = int(p["batch_size"])
+    ratio = float(p["replay.ratio"])
+    capacity = int(p["replay.capacity"])
+    return {
+        "run_id": r.info.run_id,
+        "trial_number": number,
+        "seed": int(p["seed"]),
+        "batch_size": B,
+        "capacity": capacity,
+        "ratio": ratio,
+        "horizon": None if p["replay.horizon"] == "null" else int(p["replay.horizon"]),
+        "strategy": p["replay.strategy"],
+        "strategy_knobs": {
+            k.rsplit(".", 1)[1]: v for k, v in p.items() if k.startswith(f"replay.{p['replay.strategy']}.")
+        },
+        "objective": p["objective.name"],
+        "y": ratio,
+        "x": float(f"{knobs.staleness(capacity, ratio, B):.3g}"),  # N/R, rounded: capacities are whole rollouts
+        "fresh_per_step": knobs.fresh_per_step(B, ratio),
+        "lr": float(p.get("lr", "nan")),
+        "checkpoint": int(p.get("model.init_seed", 0)),  # the warm start (`seeds_per_checkpoint`)
+        "baseline": baseline,
+        "arm": arm,
+        "predicted_when_run": predicted,
+        "best_accuracy": m[tracking.FINAL_BEST_ACCURACY],
+        "final_accuracy": m[tracking.FINAL_ACCURACY],
+        "initial_accuracy": m.get(tracking.FINAL_INITIAL_ACCURACY, np.nan),
+        "mu_measured": m.get(tracking.FINAL_MU_MEASURED, np.nan),
+        "mu_used": m.get(tracking.FINAL_MU, np.nan),
+        "target": float(p["eval.target_accuracy"]),
+        "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
+        # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
+        "pipeline": p.get("pipeline.mode", "sync"),
+        "generators": int(p.get("pipeline.generators", 1)),
+        "trainers": int(p.get("pipeline.trainers", 1)),
+        "slowdown": float(p.get("pipeline.generator_slowdown", 1.0)),
+        "replay_ratio_measured": m.get("final/replay_ratio", np.nan),
+        "mu_d4": m.get("final/pipeline_mu_d4", np.nan),
+        "trainer_idle": m.get("final/pipeline_trainer_idle_fraction", np.nan),
+        "generator_idle": m.get("final/pipeline_generator_idle_fraction", np.nan),
+    }
 
 
 def variants(runs: pd.DataFrame) -> pd.DataFrame:
