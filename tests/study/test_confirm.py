@@ -48,3 +48,25 @@ def test_confirm_says_every_seed_shares_one_checkpoint_where_the_spec_does_not_v
     assert warm_start_line(varied, [4, 5], set(range(4))).endswith(
         ": 7 for seeds 4-5 (a fresh checkpoint)"
     )  # 5 + 4 // 2
+
+
+def test_confirm_can_name_the_trials_a_question_needs_instead_of_the_best_k():
+    import pytest
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from workbench.config import ConfigError
+    from workbench.study.confirm import named_trials
+
+    study = optuna.create_study()
+    lr = {"lr": FloatDistribution(1e-6, 1.0, log=True)}
+    for value, user in ((30.0, {attrs.BASELINE: True}), (20.0, {}), (25.0, {}), (10.0, {attrs.ARM: "confirm"})):
+        study.add_trial(create_trial(params={"lr": 1e-4}, distributions=lr, value=value, user_attrs=user))
+    study.add_trial(create_trial(params={"lr": 1e-4}, distributions=lr, state=TrialState.FAIL))
+    assert [t.number for t in named_trials(study, [2, 1, 2])] == [2, 1]  # in the order named, once each
+    assert [t.number for t in named_trials(study, [0, 1])] == [1]  # the baseline is re-run anyway
+    for bad in ([3], [4], [9]):  # a confirm arm, a failed trial, no trial: one line naming the flag
+        with pytest.raises(
+            ConfigError, match=r"^--trials: .* is not a complete trial of the study \(complete: 0, 1, 2\)"
+        ):
+            named_trials(study, bad)

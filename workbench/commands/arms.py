@@ -170,6 +170,12 @@ class Confirm(Command):
             help="also re-run the optima `study verify` predicted (model and probe arms) on the same fresh seeds",
         )
         p.add_argument("--json", action="store_true", help="print the confirmations as one JSON line")
+        p.add_argument(
+            "--trials",
+            metavar="N,M",
+            help="confirm these trials instead of the best --top (the arms a question"
+            " needs: the best of each family, say); the baseline is always re-run",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.study.compare import confirmation_lines
@@ -183,12 +189,23 @@ class Confirm(Command):
             threads=args.threads,
             predicted=args.predicted,
             devices=devices(args.devices),
+            trials=_numbers("trials", args.trials),
         )
         for line in confirmation_lines(study) + closing_lines(study, args.spec):  # the bottom line: did the saving hold
             print(line)
         if args.json:  # last, on a line of its own
             print(json.dumps([d.__dict__ for d in done]))
         return 0
+
+
+def _numbers(name: str, text: str | None) -> list[int] | None:
+    """`3,5` as [3, 5]; anything else is one line naming the flag."""
+    if text is None:
+        return None
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--{name}: expected trial numbers separated by commas, e.g. 3,5 (got {text!r})") from None
 
 
 class Race(Command):

@@ -127,6 +127,23 @@ def top_trials(study: optuna.Study, k: int) -> list[FrozenTrial]:
     return sorted(pool, key=lambda t: sign * t.value)[:k]
 
 
+def named_trials(study: optuna.Study, numbers: list[int]) -> list[FrozenTrial]:
+    """The complete sampler trials or points `numbers` names, in that order (the question's arms: the best of each
+    family, say); a number that is not one is a one-line `ConfigError`."""
+    pool = {
+        t.number: t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not t.user_attrs.get(attrs.ARM) and t.value is not None
+    }
+    unknown = [n for n in numbers if n not in pool]
+    if unknown:
+        raise ConfigError(
+            f"--trials: {', '.join(map(str, unknown))} is not a complete trial of the study"
+            f" (complete: {', '.join(map(str, sorted(pool))) or 'none'})"
+        )
+    return [pool[n] for n in dict.fromkeys(numbers) if not pool[n].user_attrs.get(attrs.BASELINE)]
+
+
 def open_for_confirm(ctx: StudyContext) -> optuna.Study:
     check_study(ctx.spec)  # this machine can run the study's trials (data, backend), before anything is recorded
     # Arms are not sampler proposals: a plain sampler, so a grid sampler's `tell` cannot stop anything.
@@ -168,13 +185,14 @@ def run_confirm(
     threads: int | None = None,
     predicted: bool = False,
     devices: list[int] | None = None,
+    trials: list[int] | None = None,
 ) -> list[Confirmation]:
-    """Re-run the baseline and the best `top` configurations on `n_seeds` fresh seeds, as `confirm` arms; with
-    `predicted`, the study's predicted optima too (`study verify`). With `devices` holding several slots, each
-    configuration's seeds run side by side (`workbench.study.placement`)."""
+    """Re-run the baseline and the best `top` configurations (or the `trials` named) on `n_seeds` fresh seeds, as
+    `confirm` arms; with `predicted`, the study's predicted optima too (`study verify`). With `devices` holding
+    several slots, each configuration's seeds run side by side (`workbench.study.placement`)."""
     if top < 1 or n_seeds < 2:
         raise ConfigError(f"--top must be >= 1 and --seeds >= 2 (an interval needs two seeds), got {top} and {n_seeds}")
-    best = top_trials(study, top)
+    best = named_trials(study, trials) if trials else top_trials(study, top)
     if predicted:
         chosen = {tuple(sorted((t.params or t.user_attrs.get(attrs.KNOBS, {})).items())) for t in best}
         for t in prediction_trials(study):

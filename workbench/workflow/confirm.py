@@ -16,8 +16,12 @@ def confirm(
     threads: int | None = None,
     predicted: bool = False,
     devices: list[int] | None = None,
+    trials: list[int] | None = None,
 ) -> tuple[optuna.Study, list[Confirmation]]:
-    """Re-run the baseline and the best `top` configurations (and the predictions, with `predicted`) on `seeds` fresh
+    """Re-run the baseline and the best `top` configurations (or the `trials` named; and the predictions, with
+    `predicted`) on `seeds` fresh
     seeds; returns the study, with the re-runs recorded, and what each confirmed."""
     study = open_for_confirm(ctx)
-    return study, run_confirm(ctx, study, top, seeds, threads=threads, predicted=predicted, devices=devices)
+    return study, run_confirm(
+        ctx, study, top, seeds, threads=threads, predicted=predicted, devices=devices, trials=trials
+    )
