@@ -65,6 +65,57 @@ def _wall_per_seed(g: pd.DataFrame, wall: dict[str, Outcome | float]) -> dict[in
     }
 
 
+def _arm(number: int, g: pd.DataFrame, wall: dict[str, float] | None) -> dict:
+    """One sampler trial's runs as an arm: its knobs, its cell (the configuration less lr), its level over seeds."""
+    first = g.iloc[0]
+    values = _per_seed(g)
+    est = censoring.level_interval(list(values.values()))
+    return {
+        "trial_number": int(number),
+        "lr": float(first["lr"]),
+        "on_policy": _on_policy(first),
+        "cell": tuple(None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL),
+        "x": float(first["x"]),
+        "y": float(first["y"]),
+        "strategy": first.get("strategy", "uniform"),
+        "variant": first.get("variant", "") if isinstance(first.get("variant", ""), str) else "",
+        "compute_to_target": est.estimate,
+        "ci_low": est.low,
+        "ci_high": est.high,
+        "values": values,
+        "wall": _wall_per_seed(g, wall) if wall else {},
+    }
+
+
+def _shown(a: dict) -> dict:
+    """An arm as the result carries it (without its per-seed values)."""
+    return {k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
+
+
+def _best_of_each_cell(arms: list[dict]) -> list[dict]:
+    """Each replay cell at its best lr (the fastest of its arms), fastest first."""
+    cells: dict[tuple, dict] = {}
+    for a in arms:
+        best = cells.get(a["cell"])
+        if not a["on_policy"] and (best is None or a["compute_to_target"] < best["compute_to_target"]):
+            cells[a["cell"]] = a
+    return sorted(cells.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
+
+
+def _between(ranked: list[dict]) -> list[dict]:
+    """Best against best between the replay cells: where a study splits one strategy into parts (prioritized replay
+    against the same strategy with replay_fraction 0, the zero-variance skip alone), this is the split."""
+    if len(ranked) > MAX_CELLS_PAIRED:
+        return []
+    knobs = ("x", "y", "strategy", "variant")
+    return [
+        {"trial_number": a["trial_number"], "against_trial": b["trial_number"], "lr": a["lr"], "against_lr": b["lr"],
+         **{k: a[k] for k in knobs}, "against": {k: b[k] for k in knobs}, "ratio": _ratio(a["values"], b["values"])}
+        for i, a in enumerate(ranked)
+        for b in ranked[i + 1 :]
+    ]  # fmt: skip
+
+
 def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict | None:
     """The matched-lr comparisons of a study's sampler runs (`StudyData.runs`); None when lr does not vary or no
     on-policy arm ran at two learning rates. `wall` (each run's device-seconds to the target, wall x W + T, by run
@@ -72,82 +123,28 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
     chosen on compute): `against_tuned_device_time`."""
     if "lr" not in runs or runs["lr"].nunique() < 2:
         return None
-    sel = runs[runs["arm"].isin(["sampler"])]
-    arms = []
-    for number, g in sel.groupby("trial_number"):
-        first = g.iloc[0]
-        values = _per_seed(g)
-        est = censoring.level_interval(list(values.values()))
-        arms.append(
-            {
-                "trial_number": int(number),
-                "lr": float(first["lr"]),
-                "on_policy": _on_policy(first),
-                "cell": tuple(
-                    None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL
-                ),
-                "x": float(first["x"]),
-                "y": float(first["y"]),
-                "strategy": first.get("strategy", "uniform"),
-                "variant": first.get("variant", "") if isinstance(first.get("variant", ""), str) else "",
-                "compute_to_target": est.estimate,
-                "ci_low": est.low,
-                "ci_high": est.high,
-                "values": values,
-                "wall": _wall_per_seed(g, wall) if wall else {},
-            }
-        )
+    arms = [_arm(number, g, wall) for number, g in runs[runs["arm"] == "sampler"].groupby("trial_number")]
     on_policy = {a["lr"]: a for a in arms if a["on_policy"]}
     if len(on_policy) < 2:
         return None
-    rows = []
-    for a in arms:
-        if a["on_policy"]:
-            continue
-        base = on_policy.get(a["lr"])
-        rows.append(
-            {k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
-            | {"same_lr": _ratio(a["values"], base["values"]) if base else None}
-        )
+    same = [
+        _shown(a) | {"same_lr": _ratio(a["values"], on_policy[a["lr"]]["values"]) if a["lr"] in on_policy else None}
+        for a in arms
+        if not a["on_policy"]
+    ]
     best_base = min(on_policy.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
-    cells = {}
-    for a in arms:
-        if not a["on_policy"] and (
-            a["cell"] not in cells or a["compute_to_target"] < cells[a["cell"]]["compute_to_target"]
-        ):
-            cells[a["cell"]] = a
+    ranked = _best_of_each_cell(arms)
     tuned = [
-        {k: v for k, v in a.items() if k not in ("values", "cell", "wall")}
+        _shown(a)
         | {"against_tuned": _ratio(a["values"], best_base["values"])}
         | (
             {"against_tuned_device_time": _ratio(a["wall"], best_base["wall"])}
             if a["wall"] and best_base["wall"]
             else {}
         )
-        for a in sorted(cells.values(), key=lambda a: a["compute_to_target"])
+        for a in ranked
     ]
-    ranked = sorted(cells.values(), key=lambda a: stats.finite_or_inf(a["compute_to_target"]))
-    # Best against best between the replay cells too: where a study splits one strategy into parts (prioritized
-    # replay against the same strategy with replay_fraction 0, the zero-variance skip alone), this is the split.
-    between = (
-        [
-            {
-                "trial_number": a["trial_number"],
-                "against_trial": b["trial_number"],
-                "lr": a["lr"],
-                "against_lr": b["lr"],
-                **{k: a[k] for k in ("x", "y", "strategy", "variant")},
-                "against": {k: b[k] for k in ("x", "y", "strategy", "variant")},
-                "ratio": _ratio(a["values"], b["values"]),
-            }
-            for i, a in enumerate(ranked)
-            for b in ranked[i + 1 :]
-        ]
-        if len(ranked) <= MAX_CELLS_PAIRED
-        else []
-    )
     lrs = sorted(on_policy)
-    bounded = lrs[0] < best_base["lr"] < lrs[-1]
     return {
         "on_policy_by_lr": [
             {k: v for k, v in a.items() if k in ("trial_number", "lr", "compute_to_target", "ci_low", "ci_high")}
@@ -156,11 +153,11 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
         "on_policy_best_lr": best_base["lr"],
         "on_policy_best_trial": best_base["trial_number"],
         # A best lr at an end of the range tried is a bound, not a tuned baseline: the next lr out might be better.
-        "on_policy_best_lr_bounded": bounded,
+        "on_policy_best_lr_bounded": lrs[0] < best_base["lr"] < lrs[-1],
         "protocol": "per-arm lr (each arm at its own best lr, the paper's protocol)"
         if len({a["lr"] for a in arms if not a["on_policy"]}) > 1
         else "shared lr (the replay arms ran at one lr; on-policy tuned over its own sweep)",
-        "same_lr": sorted(rows, key=lambda r: (r["x"], r["y"], r["lr"])),
+        "same_lr": sorted(same, key=lambda r: (r["x"], r["y"], r["lr"])),
         "tuned": tuned,
-        "between_tuned": between,
+        "between_tuned": _between(ranked),
     }
