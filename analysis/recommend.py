@@ -139,13 +139,111 @@ def from_study(
     return out | {"lines": lines(out)}
 
 
+def _refusal(result: dict, configs: list[dict], on: dict | None) -> str | None:
+    """Why the study supports no recommendation at all, or None."""
+    if len(configs) < 2 or on is None:
+        return (
+            f"the study has {len(configs)} configuration(s) and no on-policy baseline to compare"
+            " with: nothing to recommend against"
+        )
+    if max(c["seeds"] for c in configs) < 2:
+        return "one seed per configuration: no interval, so no comparison is a claim (run more `seeds`)"
+    on_cfg = _config(result, on["trial_number"])
+    if on_cfg["censored_seeds"] * 2 >= on_cfg["seeds"]:
+        return (
+            f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg['censored_seeds']}"
+            f" of {on_cfg['seeds']} seeds: its compute to target is a bound, no saving can be read"
+            " against it (a lower target or a larger budget)"
+        )
+    return None
+
+
+def _mu_note(mu: float, study_mu: float, asynchronous: bool) -> str | None:
+    """What reading the study at another mu than it ran at assumes."""
+    if max(mu, study_mu) / min(mu, study_mu) <= SPLIT_MU_TOLERANCE:
+        return None
+    if asynchronous:
+        return (
+            f"extrapolated: the study ran at mu {study_mu:.3g}, the asynchronous runs' staleness came from"
+            f" that split; run it at mu {mu:.3g} (`pipeline.generator_slowdown`) to measure yours"
+        )
+    return (
+        f"re-accounted: the study's runs priced at mu {mu:.3g} (measured at {study_mu:.3g}), their learning"
+        " curves in steps taken as they were; the staleness a slow generator adds is not in them"
+        " (an asynchronous study at your mu measures it)"
+    )
+
+
+def _lr_note(on: dict) -> str | None:
+    """Whether on-policy's learning rate was tuned, where it was not."""
+    if not on["tuned"]:
+        return (
+            f"on-policy ran at one learning rate ({on['lr']:.3g}): a saving against it may be the learning rate's"
+            " (give `lr` a few values in the study)"
+        )
+    if not on["bounded"]:
+        return (
+            f"on-policy's best learning rate ({on['lr']:.3g}) is at an end of the range tried: it may not be"
+            " tuned, so a saving against it is an upper bound"
+        )
+    return None
+
+
+def _replay_recommended(best: dict, on: dict, mu: float, split: tuple[int, int] | None) -> dict[str, Any]:
+    """The best replay configuration, recommended: its knobs and split, its saving with the interval."""
+    c, p = best["configuration"], best["pair"]
+    y = float(c["y"])
+    out: dict[str, Any] = {
+        "recommended": {
+            "strategy": c.get("strategy", "uniform"),
+            "capacity": int(c["capacity"]),
+            "horizon": c.get("horizon"),
+            "replay_ratio": y,
+            "x": float(c["x"]),
+            "lr": c.get("lr"),
+            "trial_number": c["trial_number"],
+            **_split(mu, y, split),
+        },
+        "saving": {
+            "share": 1 - p["ratio"],
+            "low": 1 - p["high"],
+            "high": 1 - p["low"],
+            "seeds": p["seeds"],
+            "pairs": censoring.counts_text(p).strip(" ()"),
+            "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr",
+        },
+    }
+    if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
+        w = best["wall"]
+        out["saving_device_time"] = {
+            "share": 1 - w["ratio"],
+            "low": 1 - w["high"],
+            "high": 1 - w["low"],
+            "seeds": w["seeds"],
+        }
+    return out
+
+
+def _on_policy_recommended(best: dict | None, on: dict, mu: float, split: tuple[int, int] | None) -> dict[str, Any]:
+    """On-policy, recommended: no replay configuration saved compute within its interval."""
+    why = (
+        "no replay configuration ran"
+        if best is None
+        else f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
+        f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
+        f" {best['pair']['verdict']}"
+    )
+    recommended = {"strategy": "on-policy", "capacity": None, "horizon": None, "replay_ratio": 1.0, "x": 1.0,
+                   "lr": on["lr"], "trial_number": on["trial_number"], **_split(mu, 1.0, split)}  # fmt: skip
+    return {"recommended": recommended, "saving": None, "why_on_policy": why}
+
+
 def _from_study(
     result: dict, mu: float | None, split: tuple[int, int] | None, measured_mu: float | None
 ) -> dict[str, Any]:
     study_mu = float(measured_mu if measured_mu is not None else result["reference_mu"])
     mu = float(mu if mu is not None else study_mu)
-    asynchronous = bool(result.get("pipeline"))
-    notes: list[str] = []
+    notes = [n for n in [_mu_note(mu, study_mu, bool(result.get("pipeline")))] if n]
     out: dict[str, Any] = {
         "source": "study",
         "study": result.get("study"),
@@ -157,100 +255,21 @@ def _from_study(
         "saving": None,
         "notes": notes,
     }
-    if max(mu, study_mu) / min(mu, study_mu) > SPLIT_MU_TOLERANCE:
-        notes.append(
-            f"extrapolated: the study ran at mu {study_mu:.3g}, the asynchronous runs' staleness came from"
-            f" that split; run it at mu {mu:.3g} (`pipeline.generator_slowdown`) to measure yours"
-            if asynchronous
-            else f"re-accounted: the study's runs priced at mu {mu:.3g} (measured at {study_mu:.3g}), their learning"
-            " curves in steps taken as they were; the staleness a slow generator adds is not in them"
-            " (an asynchronous study at your mu measures it)"
-        )
     configs = [c for c in result.get("configurations") or [] if c.get("arm", "sampler") == "sampler"]
     on = _on_policy(result)
-    if len(configs) < 2 or on is None:
-        return out | {
-            "refused": f"the study has {len(configs)} configuration(s) and no on-policy baseline to compare"
-            " with: nothing to recommend against"
-        }
-    if max(c["seeds"] for c in configs) < 2:
-        return out | {
-            "refused": "one seed per configuration: no interval, so no comparison is a claim (run more `seeds`)"
-        }
-    on_cfg = _config(result, on["trial_number"])
-    if on_cfg["censored_seeds"] * 2 >= on_cfg["seeds"]:
-        return out | {
-            "refused": f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg['censored_seeds']}"
-            f" of {on_cfg['seeds']} seeds: its compute to target is a bound, no saving can be read"
-            " against it (a lower target or a larger budget)"
-        }
-    if not on["tuned"]:
-        notes.append(
-            f"on-policy ran at one learning rate ({on['lr']:.3g}): a saving against it may be the learning rate's"
-            " (give `lr` a few values in the study)"
-        )
-    elif not on["bounded"]:
-        notes.append(
-            f"on-policy's best learning rate ({on['lr']:.3g}) is at an end of the range tried: it may not be"
-            " tuned, so a saving against it is an upper bound"
-        )
+    refused = _refusal(result, configs, on)
+    if refused:
+        return out | {"refused": refused}
+    notes += [n for n in [_lr_note(on)] if n]
     has_skill, skill_line = _skill(result)
     best = _best_replay(result)
     out |= {"on_policy": on, "best_replay": best, "skill": skill_line, "model_has_skill": has_skill}
     if best is not None:
-        best_cfg = _config(result, best["trial_number"])
-        best["configuration"] = best_cfg
+        best["configuration"] = _config(result, best["trial_number"])
         best["fresh_seeds"] = _held(result, best["trial_number"])
-    resolved = best is not None and best["pair"]["high"] < 1
-    if resolved:
-        c, p = best["configuration"], best["pair"]
-        y = float(c["y"])
-        out["recommended"] = {
-            "strategy": c.get("strategy", "uniform"),
-            "capacity": int(c["capacity"]),
-            "horizon": c.get("horizon"),
-            "replay_ratio": y,
-            "x": float(c["x"]),
-            "lr": c.get("lr"),
-            "trial_number": c["trial_number"],
-            **_split(mu, y, split),
-        }
-        out["saving"] = {
-            "share": 1 - p["ratio"],
-            "low": 1 - p["high"],
-            "high": 1 - p["low"],
-            "seeds": p["seeds"],
-            "pairs": censoring.counts_text(p).strip(" ()"),
-            "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr",
-        }
-        if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
-            w = best["wall"]
-            out["saving_device_time"] = {
-                "share": 1 - w["ratio"],
-                "low": 1 - w["high"],
-                "high": 1 - w["low"],
-                "seeds": w["seeds"],
-            }
-    else:
-        out["recommended"] = {
-            "strategy": "on-policy",
-            "capacity": None,
-            "horizon": None,
-            "replay_ratio": 1.0,
-            "x": 1.0,
-            "lr": on["lr"],
-            "trial_number": on["trial_number"],
-            **_split(mu, 1.0, split),
-        }
-        out["saving"] = None
-        out["why_on_policy"] = (
-            "no replay configuration ran"
-            if best is None
-            else f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
-            f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
-            f" {best['pair']['verdict']}"
-        )
-    return out
+    if best is not None and best["pair"]["high"] < 1:
+        return out | _replay_recommended(best, on, mu, split)
+    return out | _on_policy_recommended(best, on, mu, split)
 
 
 def from_probe(recorded: dict, mu: float | None = None, split: tuple[int, int] | None = None) -> dict[str, Any]:
