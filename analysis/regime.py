@@ -267,79 +267,75 @@ def _arm(a: dict) -> str:
     return f"{what}, lr {a['lr']:.3g}" if a.get("lr") is not None else what
 
 
-def markdown(r: dict) -> str:
-    lines = [
-        "# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer",
+def _study_section(s: dict, sync_study: str | None) -> list[str]:
+    """One slowdown's section: its target and lr, its arms against the tuned queue, the re-accounted synchronous
+    runs, its recommendation."""
+    lines: list[str] = []
+    lines += [
+        f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`)",
         "",
-        "Each study is the asynchronous pipeline at one generator slowdown s; mu is measured on its queue baseline (the"
-        " emulated extra time counted as generation). Ratios are paired by seed against the queue at its best learning"
-        " rate in the same study (geometric mean, 95% interval); below 1 saves, and a ratio whose interval contains 1 is"
-        " unresolved. Compute is in units at the study's mu. Device time is the wall time to the target (evaluations and"
-        " start-up excluded) x the W + T devices a split uses, the paper's count: arms with more generators are not"
-        " cheaper for finishing sooner on more devices. `y` emerged (K_train/K_gen); `mu·T/W` is what the theory's"
-        " no-stall mapping expects of the split.",
+        f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
+        + (
+            " (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
+            if not s.get("queue_lr_tuned_here", True)
+            else ""
+            if s.get("on_policy_best_lr_bounded")
+            else " (at an end of the range tried: an upper bound on any saving)"
+        )
+        + (
+            f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f} (no model beats the null"
+            " predictors: not a recommendation)."
+            if s["predicted"].get("identified", True)
+            else f"; no fitted optimum: {s['predicted'].get('configurations')} distinct (x, y) cannot identify the model."
+        ),
+        "",
+        "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
+        " | wall to target, s [95% CI] | / tuned queue, device time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in s["arms"]:
+        wall = (
+            "-"
+            if a["wall_to_target"] is None
+            else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
+        )
+        own = "tuned queue" if a.get("tuned_queue") else "-"
+        lines.append(
+            f"| {a['trial_number']} | {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {a['y_of_split']:.2f} "
+            f"| {a['seeds']} ({a['censored_seeds']}) "
+            f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
+            f"| {own if a['on_policy'] else _pair(a['against_tuned'])} | {wall} "
+            f"| {own if a['on_policy'] else _pair(a['against_tuned_device_time'])} |"
+        )
+    if s.get("reaccounted"):
+        lines += [
+            "",
+            f"The synchronous study `{sync_study}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
+            " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:",
+            "",
+            "| trial | arm | y (set) | x | compute to target [95% CI] | / tuned on-policy, compute |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {a['trial_number']} | {a['strategy']} N {a['capacity']}, lr {a['lr']:.3g} | {a['y']:g} | {a['x']:g} "
+            f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] | {_pair(a['against_tuned'])} |"
+            for a in s["reaccounted"]
+        ]
+    lines += [
+        "",
+        "`workbench recommend` on this study:",
+        "",
+        "```",
+        *s["recommendation"].get("lines", []),
+        "```",
         "",
     ]
-    for s in r["studies"]:
-        lines += [
-            f"## s {s['slowdown']:g}: mu {s['mu']:.2f} (`{s['study']}`)",
-            "",
-            f"Target {s['target']:g} on {s['metric']}; the queue's best lr {s['on_policy_best_lr']}"
-            + (
-                " (not swept here: the queue ran at one lr, the best of a sweep at another slowdown; ratios are against it)"
-                if not s.get("queue_lr_tuned_here", True)
-                else ""
-                if s.get("on_policy_best_lr_bounded")
-                else " (at an end of the range tried: an upper bound on any saving)"
-            )
-            + (
-                f"; the fitted model's optimum y {s['predicted']['y']:.2f}, x {s['predicted']['x']:.2f} (no model beats the null"
-                " predictors: not a recommendation)."
-                if s["predicted"].get("identified", True)
-                else f"; no fitted optimum: {s['predicted'].get('configurations')} distinct (x, y) cannot identify the model."
-            ),
-            "",
-            "| trial | arm | W:T | y (emerged) | mu·T/W | seeds (censored) | compute to target [95% CI] | / tuned queue, compute"
-            " | wall to target, s [95% CI] | / tuned queue, device time |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for a in s["arms"]:
-            wall = (
-                "-"
-                if a["wall_to_target"] is None
-                else f"{a['wall_to_target']:.1f} [{a['wall_ci'][0]:.1f}, {a['wall_ci'][1]:.1f}]"
-            )
-            own = "tuned queue" if a.get("tuned_queue") else "-"
-            lines.append(
-                f"| {a['trial_number']} | {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {a['y_of_split']:.2f} "
-                f"| {a['seeds']} ({a['censored_seeds']}) "
-                f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] "
-                f"| {own if a['on_policy'] else _pair(a['against_tuned'])} | {wall} "
-                f"| {own if a['on_policy'] else _pair(a['against_tuned_device_time'])} |"
-            )
-        if s.get("reaccounted"):
-            lines += [
-                "",
-                f"The synchronous study `{r['sync_study']}` re-accounted at mu {s['mu']:.2f} (its runs at this machine's"
-                " mu, priced at this one: no slow generator's staleness in them), each cell at its best lr against on-policy at its best:",
-                "",
-                "| trial | arm | y (set) | x | compute to target [95% CI] | / tuned on-policy, compute |",
-                "|---|---|---|---|---|---|",
-            ]
-            lines += [
-                f"| {a['trial_number']} | {a['strategy']} N {a['capacity']}, lr {a['lr']:.3g} | {a['y']:g} | {a['x']:g} "
-                f"| {a['compute_to_target']:.1f} [{a['compute_ci'][0]:.1f}, {a['compute_ci'][1]:.1f}] | {_pair(a['against_tuned'])} |"
-                for a in s["reaccounted"]
-            ]
-        lines += [
-            "",
-            "`workbench recommend` on this study:",
-            "",
-            "```",
-            *s["recommendation"].get("lines", []),
-            "```",
-            "",
-        ]
+    return lines
+
+
+def _crossover_section(r: dict) -> list[str]:
+    """Where a buffer first beats the tuned queue, measured and by the theory."""
+    lines: list[str] = []
     c = r["crossover"]
 
     def where(p):
@@ -358,19 +354,45 @@ def markdown(r: dict) -> str:
         f"- The theory's: replay pays once a split leaves the trainer idle without it, y ≈ mu·T/W > 1: {where(c['theory'])}.",
         "",
     ]
-    if r["confirmed"]:
-        lines += [
-            f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)",
-            "",
-            "| arm | W:T | y | / tuned queue, compute [95% CI] | / tuned queue, device time [95% CI] | seeds (censored) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for a in r["confirmed"]:
-            lines.append(
-                f"| {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned'])} "
-                f"| {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned_device_time'])} | {a['seeds']} ({a['censored_seeds']}) |"
-            )
-        lines.append("")
+    return lines
+
+
+def _confirmed_section(r: dict) -> list[str]:
+    """The predicted arms re-run on fresh seeds and a fresh checkpoint."""
+    lines: list[str] = []
+    if not r["confirmed"]:
+        return lines
+    lines += [
+        f"## Predicted against confirmed (`{r['confirm_study']}`, fresh seeds and checkpoint)",
+        "",
+        "| arm | W:T | y | / tuned queue, compute [95% CI] | / tuned queue, device time [95% CI] | seeds (censored) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for a in r["confirmed"]:
+        lines.append(
+            f"| {_arm(a)} | {a['generators']}:{a['trainers']} | {a['y']:.2f} | {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned'])} "
+            f"| {'tuned queue' if a.get('tuned_queue') else _pair(a['against_tuned_device_time'])} | {a['seeds']} ({a['censored_seeds']}) |"
+        )
+    lines.append("")
+    return lines
+
+
+def markdown(r: dict) -> str:
+    lines = [
+        "# The paper's regime: a buffer against the lr-tuned queue as generation gets dearer",
+        "",
+        "Each study is the asynchronous pipeline at one generator slowdown s; mu is measured on its queue baseline (the"
+        " emulated extra time counted as generation). Ratios are paired by seed against the queue at its best learning"
+        " rate in the same study (geometric mean, 95% interval); below 1 saves, and a ratio whose interval contains 1 is"
+        " unresolved. Compute is in units at the study's mu. Device time is the wall time to the target (evaluations and"
+        " start-up excluded) x the W + T devices a split uses, the paper's count: arms with more generators are not"
+        " cheaper for finishing sooner on more devices. `y` emerged (K_train/K_gen); `mu·T/W` is what the theory's"
+        " no-stall mapping expects of the split.",
+        "",
+    ]
+    for s in r["studies"]:
+        lines += _study_section(s, r.get("sync_study"))
+    lines += _crossover_section(r) + _confirmed_section(r)
     return "\n".join(lines)
 
 
