@@ -101,6 +101,61 @@ def _optimum_share(keys: list, cols: list[int], best: np.ndarray, floor: float =
     return {k: v for k, v in share.items() if v >= floor}
 
 
+def _optima_by_mu(table, mus, n_boot: int, seed: int, n_seeds: int) -> tuple[list[dict], list[np.ndarray]]:
+    """At each mu: the compute-optimal configuration of the re-accounted grid with its bootstrap spread of y, and
+    the bootstrap draws of y_opt (the first draw is the point estimate)."""
+    boot = _boot_means(table, n_boot, seed)
+    keys = list(table.index)
+    rows, y_opt = [], []
+    for mu in mus:
+        cols = [i for i, k in enumerate(keys) if k[0] == mu]
+        best = np.array(cols)[boot[:, cols].argmin(axis=1)]
+        y_opt.append(np.array([keys[i][2] for i in best]))
+        rows.append(
+            {
+                "mu": mu,
+                "x": keys[best[0]][1],
+                "y": keys[best[0]][2],
+                **({"lr": keys[best[0]][3]} if len(keys[best[0]]) > 3 else {}),
+                "compute_to_target": float(math.exp(boot[0, best[0]])),
+                "y_low": _interval(y_opt[-1][1:], n_seeds)[0],
+                "y_high": _interval(y_opt[-1][1:], n_seeds)[1],
+                "optimum_share": _optimum_share(keys, cols, best),
+            }
+        )
+    return rows, y_opt
+
+
+def _f1_verdict(
+    rows: list[dict], mus, slope: float, low: float, high: float, law: float, exponent: dict
+) -> tuple[str, str]:
+    """F1's verdict and why, from the measured slope's interval against the law's slope on this grid."""
+    moved = f"y_opt {rows[0]['y']:g} at mu {mus[0]:g} -> {rows[-1]['y']:g} at mu {mus[-1]:g}"
+    what = f"slope of log y_opt on log mu {slope:.2f} [{low:.2f}, {high:.2f}]; the sqrt law on this grid: {law:.2f}"
+    if law == 0 and slope == 0:
+        verdict, why = (
+            "not testable",
+            (
+                f"the optimum stays at y {rows[0]['y']:g} from mu {mus[0]:g} to {mus[-1]:g}, and so"
+                " does the sqrt law on this grid (its y* snaps to the same ratio): a grid of larger"
+                " ratios would tell"
+            ),
+        )
+    elif law < low - TOL or law > high + TOL:
+        how = "does not move" if high <= 0 else ("moves more slowly" if high < law else "moves faster")
+        verdict, why = (
+            "falsified",
+            f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}; {exponent['words']}",
+        )
+    elif not exponent["separates"]:
+        verdict, why = "cannot separate", f"{moved}; {what}; {exponent['words']}"
+    elif low > 0:
+        verdict, why = "holds", f"{moved}; {what}; {exponent['words']}"
+    else:
+        verdict, why = "unresolved", f"{moved}; {what}, and the interval contains 0; {exponent['words']}"
+    return verdict, why
+
+
 def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) -> Verdict:
     """F1: the compute-optimal (x, y) at every mu of `mus` from one grid re-accounted, and the slope of log y_opt
     against log mu with its interval, against the slope the law itself has on this grid (`_law_on_grid`)."""
@@ -123,25 +178,7 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
         return Verdict(
             "F1", claim, "not testable", f"needs 2 or more seeds common to every configuration ({len(seeds)})"
         )
-    boot = _boot_means(table, n_boot, seed)
-    keys = list(table.index)
-    rows, y_opt = [], []
-    for mu in mus:
-        cols = [i for i, k in enumerate(keys) if k[0] == mu]
-        best = np.array(cols)[boot[:, cols].argmin(axis=1)]
-        y_opt.append(np.array([keys[i][2] for i in best]))
-        rows.append(
-            {
-                "mu": mu,
-                "x": keys[best[0]][1],
-                "y": keys[best[0]][2],
-                **({"lr": keys[best[0]][3]} if len(keys[best[0]]) > 3 else {}),
-                "compute_to_target": float(math.exp(boot[0, best[0]])),
-                "y_low": _interval(y_opt[-1][1:], len(seeds))[0],
-                "y_high": _interval(y_opt[-1][1:], len(seeds))[1],
-                "optimum_share": _optimum_share(keys, cols, best),
-            }
-        )
+    rows, y_opt = _optima_by_mu(table, mus, n_boot, seed, len(seeds))
     log_mu = np.log(np.asarray(mus, float))
     log_mu -= log_mu.mean()
     slopes = (np.log(np.vstack(y_opt)).T @ log_mu) / float(log_mu @ log_mu)
@@ -152,8 +189,6 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
     law = _slope(law_y, mus)
     slope, low, high, law = (0.0 if abs(v) < TOL else v for v in (slope, low, high, law))  # float noise is no slope
     exponent = exponent_reading(y_observed, mus, ys, low, high)
-    moved = f"y_opt {rows[0]['y']:g} at mu {mus[0]:g} -> {rows[-1]['y']:g} at mu {mus[-1]:g}"
-    what = f"slope of log y_opt on log mu {slope:.2f} [{low:.2f}, {high:.2f}]; the sqrt law on this grid: {law:.2f}"
     numbers = {
         "slope": slope,
         "slope_low": low,
@@ -164,27 +199,7 @@ def f1_sqrt_mu(data: StudyData, mus=MUS, n_boot: int = N_BOOT, seed: int = 0) ->
         "grid_y": ys,
         "exponent": exponent,
     }
-    if law == 0 and slope == 0:
-        verdict, why = (
-            "not testable",
-            (
-                f"the optimum stays at y {rows[0]['y']:g} from mu {mus[0]:g} to {mus[-1]:g}, and so"
-                " does the sqrt law on this grid (its y* snaps to the same ratio): a grid of larger"
-                " ratios would tell"
-            ),
-        )
-    elif law < low - TOL or law > high + TOL:
-        how = "does not move" if high <= 0 else ("moves more slowly" if high < law else "moves faster")
-        verdict, why = (
-            "falsified",
-            f"the optimum {how} than sqrt(mu) would on this grid: {moved}; {what}; {exponent['words']}",
-        )
-    elif not exponent["separates"]:
-        verdict, why = "cannot separate", f"{moved}; {what}; {exponent['words']}"
-    elif low > 0:
-        verdict, why = "holds", f"{moved}; {what}; {exponent['words']}"
-    else:
-        verdict, why = "unresolved", f"{moved}; {what}, and the interval contains 0; {exponent['words']}"
+    verdict, why = _f1_verdict(rows, mus, slope, low, high, law, exponent)
     return Verdict("F1", claim, verdict, f"{why}; {len(seeds)} paired seeds.", rows, numbers)
 
 
