@@ -69,6 +69,53 @@ def _compute_per_run(runs) -> dict[str, Outcome]:
     }
 
 
+def _arm_of(c: dict, data: StudyData, split: dict, device, tuned: dict, against: dict, base_number: int | None) -> dict:
+    """One configuration of an asynchronous study as an arm of the regime: its split, its compute and device time to
+    the target, each against the tuned queue."""
+    runs = data.runs
+    g = runs[runs["trial_number"] == c["trial_number"]]
+    s = split.get(c["trial_number"], {})
+    on_policy = bool(c["x"] == 1 and c["y"] == 1)
+    pair = against.get(c["trial_number"], {}).get("against_tuned")
+    if pair is None and not on_policy and not tuned:  # the queue ran at one lr (its best elsewhere): the baseline
+        pair = {
+            "ratio": c["ratio_to_baseline"],
+            "low": c["ratio_ci_low"],
+            "high": c["ratio_ci_high"],
+            "seeds": c["seeds"],
+            "verdict": c["verdict"],
+        }
+    W, T = int(g["generators"].iloc[0]), int(g["trainers"].iloc[0])
+    arm = {
+        "trial_number": c["trial_number"],
+        "strategy": str(g["strategy_run"].iloc[0]),
+        "capacity": c["capacity"],
+        "lr": c.get("lr"),
+        "generators": W,
+        "trainers": T,
+        "y": c["y"],
+        "x": c["x"],
+        "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
+        "seeds": c["seeds"],
+        "censored_seeds": c["censored_seeds"],
+        "compute_to_target": c["compute_to_target"],
+        "compute_ci": [c["ci_low"], c["ci_high"]],
+        "wall_to_target": s.get("wall_to_target"),
+        "wall_ci": s.get("wall_ci"),
+        "against_tuned": pair,
+        "against_tuned_device_time": None
+        if on_policy or base_number is None
+        else _device_pairs(runs, device, c["trial_number"], base_number),
+        "baseline": c["baseline"],
+        "on_policy": on_policy,
+        "tuned_queue": c["trial_number"] == base_number,
+        "arm": c.get("arm", "sampler"),
+    }
+    if arm["arm"] != "sampler" and base_number is not None:  # `study verify`'s run: not in tuned_lr's cells
+        arm["against_tuned"] = _device_pairs(runs, _compute_per_run(runs), c["trial_number"], base_number, "compute")
+    return arm
+
+
 def _study(data: StudyData) -> dict:
     result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
     runs = data.runs
@@ -80,54 +127,11 @@ def _study(data: StudyData) -> dict:
     base_number = tuned.get(
         "on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None)
     )
-    arms = []
-    for c in result["configurations"]:
-        if c.get("arm", "sampler") not in ("sampler", "predicted", "probe"):
-            continue
-        g = runs[runs["trial_number"] == c["trial_number"]]
-        s = split.get(c["trial_number"], {})
-        on_policy = bool(c["x"] == 1 and c["y"] == 1)
-        pair = against.get(c["trial_number"], {}).get("against_tuned")
-        if pair is None and not on_policy and not tuned:  # the queue ran at one lr (its best elsewhere): the baseline
-            pair = {
-                "ratio": c["ratio_to_baseline"],
-                "low": c["ratio_ci_low"],
-                "high": c["ratio_ci_high"],
-                "seeds": c["seeds"],
-                "verdict": c["verdict"],
-            }
-        W, T = int(g["generators"].iloc[0]), int(g["trainers"].iloc[0])
-        arms.append(
-            {
-                "trial_number": c["trial_number"],
-                "strategy": str(g["strategy_run"].iloc[0]),
-                "capacity": c["capacity"],
-                "lr": c.get("lr"),
-                "generators": W,
-                "trainers": T,
-                "y": c["y"],
-                "x": c["x"],
-                "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
-                "seeds": c["seeds"],
-                "censored_seeds": c["censored_seeds"],
-                "compute_to_target": c["compute_to_target"],
-                "compute_ci": [c["ci_low"], c["ci_high"]],
-                "wall_to_target": s.get("wall_to_target"),
-                "wall_ci": s.get("wall_ci"),
-                "against_tuned": pair,
-                "against_tuned_device_time": None
-                if on_policy or base_number is None
-                else _device_pairs(runs, device, c["trial_number"], base_number),
-                "baseline": c["baseline"],
-                "on_policy": on_policy,
-                "tuned_queue": c["trial_number"] == base_number,
-                "arm": c.get("arm", "sampler"),
-            }
-        )
-        if arms[-1]["arm"] != "sampler" and base_number is not None:  # `study verify`'s run: not in tuned_lr's cells
-            arms[-1]["against_tuned"] = _device_pairs(
-                runs, _compute_per_run(runs), c["trial_number"], base_number, "compute"
-            )
+    arms = [
+        _arm_of(c, data, split, device, tuned, against, base_number)
+        for c in result["configurations"]
+        if c.get("arm", "sampler") in ("sampler", "predicted", "probe")
+    ]
     slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
     return {
         "study": data.name,
