@@ -8,7 +8,7 @@ import pytest
 from support.servers import free_port
 
 from workbench.config import ConfigError
-from workbench.study.storage import open_storage
+from workbench.study.storage import PatientRDBStorage, open_storage
 
 
 def test_sqlite_storage_is_created_in_wal_mode(tmp_path):
@@ -35,7 +35,7 @@ def test_an_unreachable_server_is_one_line_without_the_password():
 
 CLAIM = """
 import sys, time, optuna
-from workbench.study.storage import open_storage
+from workbench.study.storage import PatientRDBStorage, open_storage
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 url, start, plain = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "plain"
 storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}) if plain else open_storage(url)
@@ -70,3 +70,17 @@ def _claims(tmp_path, plain: bool) -> list[int]:
 def test_workers_claiming_enqueued_trials_at_once_never_get_the_same_one(tmp_path):
     claimed = _claims(tmp_path, plain=False)
     assert len(claimed) == 20 and len(set(claimed)) == 20, sorted(claimed)
+
+
+def test_a_heartbeat_that_cannot_be_written_is_one_warning_line_not_a_thread_traceback(tmp_path, monkeypatch, caplog):
+    def full(self, trial_id):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "record_heartbeat", full)
+    storage = PatientRDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=10)
+    study = optuna.create_study(study_name="s", storage=storage)
+    trial_id = study.ask()._trial_id
+    storage.record_heartbeat(trial_id)  # raises nothing: Optuna's heartbeat thread would print its traceback
+    assert [r.getMessage() for r in caplog.records if r.name == "workbench.study.storage"] == [
+        "storage: a heartbeat was not recorded (database or disk is full)"
+    ]

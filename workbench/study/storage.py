@@ -76,6 +76,21 @@ def _patient(method, outage_s: float):
     return call
 
 
+def _heartbeat_in_one_line(record):
+    """`record_heartbeat`, run by Optuna's heartbeat thread, where an error would print a thread traceback beside the
+    study's own one-line stop (a full disk, a database gone past `OUTAGE_S`): the missed beat is one warning line, and
+    the trial's own next write meets the same error and stops the study in one line."""
+
+    @functools.wraps(record)
+    def call(*args, **kwargs):
+        try:
+            return record(*args, **kwargs)
+        except Exception as err:
+            log.warning(f"storage: a heartbeat was not recorded ({str(err).splitlines()[0][:200]})")
+
+    return call
+
+
 class PatientRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage whose every storage call waits out a database restart (`OUTAGE_S`): each worker survives
     a PostgreSQL restart mid-study (its pooled connections are checked before use, `pool_pre_ping`, and a call cut
@@ -91,6 +106,7 @@ class PatientRDBStorage(optuna.storages.RDBStorage):
         for name in PATIENT:
             if hasattr(type(self), name):
                 setattr(self, name, _patient(getattr(type(self), name).__get__(self), self._outage_s))
+        self.record_heartbeat = _heartbeat_in_one_line(self.record_heartbeat)
 
     def __getstate__(self):
         state = super().__getstate__()
