@@ -7,94 +7,93 @@ on-policy on the study's own curve (`eval.metric`), paired by seed, with its 95%
 
 from __future__ import annotations
 
-import math
 
-from analysis.data import strategy_shown
+from analysis.result import Analysis, Configuration
 from workbench import censoring, stats
 from workbench.estimators import METRICS
 from workbench.verdicts import BottomLine, Setting, against_other_lr, setting_label
 from workbench.verdicts import bottom_line as verdict_line
 
 
-def _interval(
-    c: dict, key: str = "ratio_to_baseline", low: str = "ratio_ci_low", high: str = "ratio_ci_high"
-) -> stats.Interval:
-    return censoring.from_row(c, key, low, high)
+def _tuned(result: Analysis, base: Configuration | None) -> dict[int, stats.Interval]:
+    """Each trial's ratio to on-policy at on-policy's best lr, where that is not the baseline."""
+    tuned_lr = result.tuned_lr or {}
+    if not tuned_lr or base is None or tuned_lr["on_policy_best_trial"] == base.trial_number:
+        return {}
+    return {
+        t["trial_number"]: censoring.from_row(t["against_tuned"], "ratio", "low", "high")
+        for t in tuned_lr.get("tuned", [])
+    }
 
 
-def settings(result: dict) -> list[Setting]:
+def settings(result: Analysis) -> list[Setting]:
     """The report's configurations (not the re-runs on fresh seeds) as `workbench.verdicts` reads them: knobs in the
     outputs' words (the strategy and lr where they vary), on-policy at every learning rate it ran, each replication."""
-    configs = [c for c in result["configurations"] if c.get("arm") != "confirm"]
-    lr_varies = len({c.get("lr") for c in result["configurations"]}) > 1
-    strategy_varies = len({(c.get("strategy", "uniform"), c.get("variant", "")) for c in configs}) > 1
-    base = next((c for c in configs if c["baseline"]), None)
-    shape = lambda c: (c["x"], c["y"], c.get("strategy", "uniform"), c.get("variant", ""))  # noqa: E731  on-policy's, at any lr
-    replicated = {r["selection"]["trial_number"]: _interval(r["replicated"]) for r in result.get("confirmations", [])}
-    tuned_lr = result.get("tuned_lr") or {}
-    tuned = {}  # trial -> its ratio to on-policy at on-policy's best lr, where that is not the baseline
-    if tuned_lr and base is not None and tuned_lr["on_policy_best_trial"] != base["trial_number"]:
-        tuned = {
-            t["trial_number"]: censoring.from_row(t["against_tuned"], "ratio", "low", "high")
-            for t in tuned_lr.get("tuned", [])
-        }
+    configs = result.selection
+    lr_varies = result.lr_varies
+    strategy_varies = len({(c.strategy, c.variant or "") for c in configs}) > 1
+    base = next((c for c in configs if c.baseline), None)
+    shape = lambda c: (c.x, c.y, c.strategy, c.variant or "")  # noqa: E731  on-policy's, at any lr
+    replicated = {r.selection.trial_number: r.replicated.comparison.interval() for r in result.confirmations}
+    tuned = _tuned(result, base)
+    best_lr = (result.tuned_lr or {}).get("on_policy_best_lr")
     out = []
     for c in configs:
-        knobs = {"replay.ratio": c["y"], "x": c["x"]}
+        knobs = {"replay.ratio": c.y, "x": c.x}
         if strategy_varies:
-            knobs.update(strategy_shown(c) or {"strategy": "uniform"})
-        if lr_varies and "lr" in c:
-            knobs["lr"] = c["lr"]
-        on_policy = c["baseline"] or (base is not None and shape(c) == shape(base))
-        paired = not on_policy and math.isfinite(c.get("ratio_to_baseline", math.nan))
-        censored = c["censored_seeds"] + (base["censored_seeds"] if paired and base is not None else 0)
-        other_lr = paired and lr_varies and base is not None and "lr" in base and base["lr"] != c.get("lr")
+            knobs.update(c.strategy_shown() or {"strategy": "uniform"})
+        if lr_varies and c.lr is not None:
+            knobs["lr"] = c.lr
+        on_policy = c.baseline or (base is not None and shape(c) == shape(base))
+        paired = not on_policy and c.compared
+        censored = c.censored_seeds + (base.censored_seeds if paired and base is not None else 0)
+        other_lr = paired and lr_varies and base is not None and base.lr is not None and base.lr != c.lr
         out.append(
             Setting(
-                setting_label(knobs, c["trial_number"]),
-                _interval(c, "compute_to_target", "ci_low", "ci_high"),
-                _interval(c) if paired else None,
+                setting_label(knobs, c.trial_number),
+                c.compute_interval(),
+                c.comparison.interval() if paired else None,
                 on_policy,
                 censored,
-                against_other_lr(base["lr"]) if other_lr else "on-policy",
-                replicated.get(c["trial_number"]),
-                tuned.get(c["trial_number"]) if paired else None,
-                tuned_lr.get("on_policy_best_lr") if paired else None,
+                against_other_lr(base.lr) if other_lr else "on-policy",
+                replicated.get(c.trial_number),
+                tuned.get(c.trial_number) if paired else None,
+                best_lr if paired else None,
             )
         )
     return out
 
 
-def verdict(result: dict, spec: str | None = None) -> BottomLine:
+def verdict(result: Analysis, spec: str | None = None) -> BottomLine:
     """The report's bottom line as `workbench.verdicts` gives it: the sentence and the commands."""
     return verdict_line(
         settings(result),
-        result.get("metric", "accuracy"),
-        result["target_accuracy"],
+        result.metric,
+        result.target_accuracy,
         spec or "SPEC",
-        result["n_censored_runs"] == result["n_runs"],
+        result.n_censored_runs == result.n_runs,
     )
 
 
-def runs_line(result: dict) -> str:
+def runs_line(result: Analysis) -> str:
     """How many runs, how many reached the target, on which curve, at which mu: one sentence without contradictions."""
-    n, censored = result["n_runs"], result["n_censored_runs"]
-    metric = result.get("metric", "accuracy")
+    n, censored = result.n_runs, result.n_censored_runs
+    metric = result.metric
     reached = (
-        f"every run reached the target {result['target_accuracy']:g}"
+        f"every run reached the target {result.target_accuracy:g}"
         if censored == 0
-        else f"{censored} of {n} runs never reached the target {result['target_accuracy']:g} (censored: each is a bound"
+        else f"{censored} of {n} runs never reached the target {result.target_accuracy:g} (censored: each is a bound"
         " where its pair's other run reached it, and left out where neither did)"
     )
     return (
-        f"{n} runs in {result['n_configurations']} configurations, read on `{metric}` ({METRICS[metric]}): {reached}. "
+        f"{n} runs in {result.n_configurations} configurations, read on `{metric}` ({METRICS[metric]}): {reached}. "
         f"Compute is counted in compute units (one unit: one on-policy step's generation and training) at the study's"
-        f" reference mu = {result['reference_mu']:.3g} (generating a rollout costs mu times training on it), and"
-        f" compute-to-target is read by the `{result.get('estimator', 'first')}` estimator."
+        f" reference mu = {result.reference_mu:.3g} (generating a rollout costs mu times training on it), and"
+        f" compute-to-target is read by the `{result.estimator}` estimator."
     )
 
 
-def bottom_line(result: dict, spec: str | None = None) -> str:
+def bottom_line(result: Analysis, spec: str | None = None) -> str:
     """One paragraph of Markdown: the finding with its interval and verdict, then the commands to run next."""
     v = verdict(result, spec)
     steps = [f"`{step.command}` ({step.why})" for step in v.steps]

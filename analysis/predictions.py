@@ -12,53 +12,54 @@ import math
 
 from workbench.prediction import Measured, Prediction
 
-from analysis.models import ModelFit
+from analysis.result import Analysis, FittedOptimum, ModelSummary, Optimum, Point
 
 FIT_PROVENANCE = ("alpha", "tau0", "rho", "scale", "mu", "r2_log")
 """The fitted model's parameters a `predicted` trial records as what predicted it."""
 
 
-def measured(result: dict) -> tuple[Measured, ...]:
+def measured(result: Analysis) -> tuple[Measured, ...]:
     """The study's configurations in an `analysis.report.analyze` result."""
     return tuple(
         Measured(
-            int(c["trial_number"]),
-            float(c["y"]),
-            int(c["capacity"]),
-            float(c["compute_to_target"]),
-            None if c.get("lr") is None else float(c["lr"]),
-            bool(c.get("baseline", False)),
+            int(c.trial_number),
+            float(c.y),
+            int(c.capacity),
+            float(c.compute_to_target),
+            None if c.lr is None else float(c.lr),
+            bool(c.baseline),
         )
-        for c in result["configurations"]
+        for c in result.configurations
     )
 
 
-def fitted(result: dict, fit, batch_size: int) -> Prediction | None:
-    """The fitted model's optimum (`result["predicted"]`, `fit.predict(x, y)`), or None where the fit found none."""
-    p = result["predicted"]
-    if not all(math.isfinite(p[k]) and p[k] > 0 for k in ("x", "y")):
+def fitted(block: FittedOptimum, fit, batch_size: int) -> Prediction | None:
+    """The fitted model's optimum (`block.predicted`, `fit.predict(x, y)`), or None where the fit found none."""
+    p = block.predicted
+    if not all(math.isfinite(v) and v > 0 for v in (p.x, p.y)):
         return None
+    fitted_params = block.fit.to_json()
     return Prediction.at(
-        "predicted", p["x"], p["y"], batch_size, fit.predict, provenance={k: result["fit"][k] for k in FIT_PROVENANCE}
+        "predicted", p.x, p.y, batch_size, fit.predict, provenance={k: fitted_params[k] for k in FIT_PROVENANCE}
     )
 
 
-def of_model(summary: dict, point: dict, batch_size: int, ridge: bool = False) -> Prediction:
+def of_model(summary: ModelSummary, point: Point | Optimum, batch_size: int, ridge: bool = False) -> Prediction:
     """A compared model's optimum (`summary`: its entry in the result's `models`; `point`: its `optimum`, or the
     simplest point of its ridge with `ridge`), at its own learning rate when it chose one."""
-    fit = ModelFit.from_summary(summary)
-    lr = point.get("lr")
+    fit = summary.fit()
+    lr = point.lr
     provenance = {
-        "model": summary["model"],
-        "params": summary["params"],
-        "mu": summary["mu"],
-        "loco": summary.get("loco", {}).get("median_abs_log_error", math.nan),
+        "model": summary.model,
+        "params": summary.params,
+        "mu": summary.mu,
+        "loco": summary.loco_error,
         **({"ridge": True} if ridge else {}),
     }
     return Prediction.at(
         "predicted",
-        point["x"],
-        point["y"],
+        point.x,
+        point.y,
         batch_size,
         lambda x, y: fit.predict(x, y, lr),
         lr=lr,

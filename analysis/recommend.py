@@ -13,7 +13,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench import censoring, knobs
+from workbench import knobs
+
+from analysis.result import (
+    Analysis,
+    BestReplay,
+    Comparison,
+    Configuration,
+    Recommendation,
+    Recommended,
+    Saving,
+    Split,
+)
 
 SPLIT_MU_TOLERANCE = 1.5
 """A study measured at mu m supports a recommendation at the user's mu within this factor of m; beyond it the line
@@ -33,94 +44,70 @@ def _split(mu: float, y: float, split: tuple[int, int] | None) -> dict[str, Any]
     out: dict[str, Any] = {"workers_per_trainer": knobs.workers_per_trainer(y, mu)}
     if split is not None:
         w, t = split
-        out["given"] = {"generators": w, "trainers": t, "replay_ratio": knobs.replay_ratio_of_split(mu, w, t)}
+        out["given"] = Split(generators=w, trainers=t, replay_ratio=knobs.replay_ratio_of_split(mu, w, t))
     return out
 
 
-def _on_policy(result: dict) -> dict | None:
+def _on_policy(result: Analysis) -> dict | None:
     """On-policy at its best learning rate (`tuned_lr`), else the baseline at its one lr; with whether it was tuned."""
-    tuned = result.get("tuned_lr")
+    tuned = result.tuned_lr
     if tuned:
         best = next(o for o in tuned["on_policy_by_lr"] if o["trial_number"] == tuned["on_policy_best_trial"])
         return {**best, "tuned": True, "bounded": bool(tuned.get("on_policy_best_lr_bounded", True))}
-    base = result.get("baseline")
-    if not base:
+    base = result.baseline
+    if base is None:
         return None
     return {
-        "trial_number": base["trial_number"],
-        "lr": base.get("lr"),
-        "compute_to_target": base["compute_to_target"],
-        "ci_low": base["ci_low"],
-        "ci_high": base["ci_high"],
+        "trial_number": base.trial_number,
+        "lr": base.lr,
+        "compute_to_target": base.compute_to_target,
+        "ci_low": base.ci_low,
+        "ci_high": base.ci_high,
         "tuned": False,
         "bounded": False,
-        "censored_seeds": base.get("censored_seeds", 0),
-        "seeds": base.get("seeds", 0),
+        "censored_seeds": base.censored_seeds,
+        "seeds": base.seeds,
     }
 
 
-def _best_replay(result: dict) -> dict | None:
+def _best_pair(result: Analysis) -> tuple[int, Comparison, Comparison | None] | None:
     """The cheapest replay configuration with its paired ratio against the on-policy of `_on_policy` (and in wall
     time, for an asynchronous study)."""
-    tuned = result.get("tuned_lr")
+    tuned = result.tuned_lr
     if tuned:
         rows = [r for r in tuned["tuned"] if r.get("against_tuned") and math.isfinite(r["against_tuned"]["ratio"])]
         if not rows:
             return None
         r = rows[0]
-        return {
-            "trial_number": r["trial_number"],
-            "pair": r["against_tuned"],
-            "wall": r.get("against_tuned_device_time"),
-        }
-    rows = [
-        c
-        for c in result.get("configurations") or []
-        if not c["baseline"]
-        and c.get("arm", "sampler") == "sampler"
-        and math.isfinite(c.get("ratio_to_baseline", math.nan))
-    ]
+        wall = r.get("against_tuned_device_time")
+        return r["trial_number"], Comparison.from_json(r["against_tuned"]), Comparison.from_json(wall) if wall else None
+    rows = [c for c in result.configurations if not c.baseline and c.arm == "sampler" and c.compared]
     if not rows:
         return None
-    c = min(rows, key=lambda c: c["compute_to_target"])
-    return {
-        "trial_number": c["trial_number"],
-        "pair": {
-            "ratio": c["ratio_to_baseline"],
-            "low": c["ratio_ci_low"],
-            "high": c["ratio_ci_high"],
-            "seeds": c["seeds"],
-            "verdict": c["verdict"],
-            **{k: c[k] for k in censoring.counts_of(None) if k in c},
-        },
-        "wall": None,
-    }
+    c = min(rows, key=lambda c: c.compute_to_target)
+    return c.trial_number, c.comparison, None
 
 
-def _config(result: dict, number: int) -> dict:
-    return next(c for c in result["configurations"] if c["trial_number"] == number)
-
-
-def _held(result: dict, number: int) -> str:
+def _held(result: Analysis, number: int) -> str:
     """Whether the configuration was re-run on fresh seeds (`study confirm`), and its ratio to on-policy there."""
-    for c in result.get("confirmations") or []:
-        if c["selection"]["trial_number"] == number:
-            r = c["replicated"]
+    for c in result.confirmations:
+        if c.selection.trial_number == number:
+            r = c.replicated
             return (
-                f"re-run on seeds {', '.join(map(str, r.get('seed_list', [])))}: {r['ratio_to_baseline']:.2f}x"
-                f" [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}] of on-policy there ({r['verdict']})"
+                f"re-run on seeds {', '.join(map(str, r.seed_list))}: {r.ratio_to_baseline:.2f}x"
+                f" [{r.ratio_ci_low:.2f}, {r.ratio_ci_high:.2f}] of on-policy there ({r.verdict})"
             )
     return "not re-run on fresh seeds (`workbench study confirm`)"
 
 
-def _skill(result: dict) -> tuple[bool, str]:
-    models = [m for m in result.get("models") or [] if "skill" in m]
+def _skill(result: Analysis) -> tuple[bool, str]:
+    models = [m for m in result.models if m.skill is not None]
     if not models:
         return False, (
             "no model compared with the null predictors (fewer configurations than a fit needs): the"
             " recommendation is a measured configuration"
         )
-    selected = [m["model"] for m in models if m["skill"]["selected"]]
+    selected = [m.model for m in models if m.selected]
     if selected:
         return True, f"`{selected[0]}` beats every null predictor out of sample"
     return False, (
@@ -130,29 +117,63 @@ def _skill(result: dict) -> tuple[bool, str]:
 
 
 def from_study(
-    result: dict, mu: float | None = None, split: tuple[int, int] | None = None, measured_mu: float | None = None
-) -> dict[str, Any]:
+    result: Analysis, mu: float | None = None, split: tuple[int, int] | None = None, measured_mu: float | None = None
+) -> Recommendation:
     """A recommendation from a study's analysis (`analysis.report.analyze`'s result, re-accounted at the user's mu
-    for a synchronous study). Returns {recommended, on_policy, best_replay, saving, notes, lines, ...};
-    `recommended` is None where the data cannot support one (`refused` says why)."""
-    out = _from_study(result, mu, split, measured_mu)
-    return out | {"lines": lines(out)}
+    for a synchronous study); its `recommended` is None where the data cannot support one (`refused` says why)."""
+    study_mu = float(measured_mu if measured_mu is not None else result.reference_mu)
+    mu = float(mu if mu is not None else study_mu)
+    notes = [n for n in [_mu_note(mu, study_mu, bool(result.pipeline))] if n]
+    head = {"source": "study", "study": result.study, "mu": mu, "study_mu": study_mu, "metric": result.metric}
+    head["target"] = result.target_accuracy
+    configs = [c for c in result.configurations if c.arm == "sampler"]
+    on = _on_policy(result)
+    refused = _refusal(result, configs, on)
+    if refused:
+        return Recommendation(**head, notes=tuple(notes), refused=refused)
+    notes += [n for n in [_lr_note(on)] if n]
+    has_skill, skill_line = _skill(result)
+    found = _best_pair(result)
+    best = None
+    if found is not None:
+        number, pair, wall = found
+        best = BestReplay(
+            trial_number=number,
+            pair=pair,
+            wall=wall,
+            configuration=result.configuration(number),
+            fresh_seeds=_held(result, number),
+        )
+    chosen = (
+        _replay_recommended(best, on, mu, split)
+        if best is not None and best.pair.high < 1
+        else _on_policy_recommended(best, on, mu, split)
+    )
+    return Recommendation(
+        **head,
+        notes=tuple(notes),
+        on_policy=on,
+        best_replay=best,
+        skill=skill_line,
+        model_has_skill=has_skill,
+        **chosen,
+    )
 
 
-def _refusal(result: dict, configs: list[dict], on: dict | None) -> str | None:
+def _refusal(result: Analysis, configs: list[Configuration], on: dict | None) -> str | None:
     """Why the study supports no recommendation at all, or None."""
     if len(configs) < 2 or on is None:
         return (
             f"the study has {len(configs)} configuration(s) and no on-policy baseline to compare"
             " with: nothing to recommend against"
         )
-    if max(c["seeds"] for c in configs) < 2:
+    if max(c.seeds for c in configs) < 2:
         return "one seed per configuration: no interval, so no comparison is a claim (run more `seeds`)"
-    on_cfg = _config(result, on["trial_number"])
-    if on_cfg["censored_seeds"] * 2 >= on_cfg["seeds"]:
+    on_cfg = result.configuration(on["trial_number"])
+    if on_cfg.censored_seeds * 2 >= on_cfg.seeds:
         return (
-            f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg['censored_seeds']}"
-            f" of {on_cfg['seeds']} seeds: its compute to target is a bound, no saving can be read"
+            f"on-policy (trial {on['trial_number']}) missed the target on {on_cfg.censored_seeds}"
+            f" of {on_cfg.seeds} seeds: its compute to target is a bound, no saving can be read"
             " against it (a lower target or a larger budget)"
         )
     return None
@@ -189,197 +210,96 @@ def _lr_note(on: dict) -> str | None:
     return None
 
 
-def _replay_recommended(best: dict, on: dict, mu: float, split: tuple[int, int] | None) -> dict[str, Any]:
+def _replay_recommended(best: BestReplay, on: dict, mu: float, split: tuple[int, int] | None) -> dict[str, Any]:
     """The best replay configuration, recommended: its knobs and split, its saving with the interval."""
-    c, p = best["configuration"], best["pair"]
-    y = float(c["y"])
+    c, p = best.configuration, best.pair
     out: dict[str, Any] = {
-        "recommended": {
-            "strategy": c.get("strategy", "uniform"),
-            "capacity": int(c["capacity"]),
-            "horizon": c.get("horizon"),
-            "replay_ratio": y,
-            "x": float(c["x"]),
-            "lr": c.get("lr"),
-            "trial_number": c["trial_number"],
-            **_split(mu, y, split),
-        },
-        "saving": {
-            "share": 1 - p["ratio"],
-            "low": 1 - p["high"],
-            "high": 1 - p["low"],
-            "seeds": p["seeds"],
-            "pairs": censoring.counts_text(p).strip(" ()"),
-            "against": "on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr",
-        },
+        "recommended": Recommended(
+            strategy=c.strategy,
+            capacity=int(c.capacity),
+            horizon=None,
+            replay_ratio=float(c.y),
+            x=float(c.x),
+            lr=c.lr,
+            trial_number=c.trial_number,
+            **_split(mu, float(c.y), split),
+        ),
+        "saving": Saving(
+            share=1 - p.ratio,
+            low=1 - p.high,
+            high=1 - p.low,
+            seeds=p.seeds,
+            pairs=p.counts_text().strip(" ()"),
+            against="on-policy at its best lr" if on["tuned"] else "on-policy at the baseline's lr",
+        ),
     }
-    if best.get("wall") and math.isfinite(best["wall"]["ratio"]):
-        w = best["wall"]
-        out["saving_device_time"] = {
-            "share": 1 - w["ratio"],
-            "low": 1 - w["high"],
-            "high": 1 - w["low"],
-            "seeds": w["seeds"],
-        }
+    w = best.wall
+    if w is not None and math.isfinite(w.ratio):
+        out["saving_device_time"] = Saving(share=1 - w.ratio, low=1 - w.high, high=1 - w.low, seeds=w.seeds)
     return out
 
 
-def _on_policy_recommended(best: dict | None, on: dict, mu: float, split: tuple[int, int] | None) -> dict[str, Any]:
+def _on_policy_recommended(
+    best: BestReplay | None, on: dict, mu: float, split: tuple[int, int] | None
+) -> dict[str, Any]:
     """On-policy, recommended: no replay configuration saved compute within its interval."""
     why = (
         "no replay configuration ran"
         if best is None
-        else f"the best replay configuration (trial {best['trial_number']}) is {best['pair']['ratio']:.2f}x"
-        f" [{best['pair']['low']:.2f}, {best['pair']['high']:.2f}]{censoring.counts_text(best['pair'])} of on-policy's compute:"
-        f" {best['pair']['verdict']}"
+        else f"the best replay configuration (trial {best.trial_number}) is {best.pair.ratio:.2f}x"
+        f" [{best.pair.low:.2f}, {best.pair.high:.2f}]{best.pair.counts_text()} of on-policy's compute:"
+        f" {best.pair.verdict}"
     )
-    recommended = {"strategy": "on-policy", "capacity": None, "horizon": None, "replay_ratio": 1.0, "x": 1.0,
-                   "lr": on["lr"], "trial_number": on["trial_number"], **_split(mu, 1.0, split)}  # fmt: skip
+    recommended = Recommended(
+        strategy="on-policy",
+        replay_ratio=1.0,
+        x=1.0,
+        lr=on["lr"],
+        trial_number=on["trial_number"],
+        **_split(mu, 1.0, split),
+    )
     return {"recommended": recommended, "saving": None, "why_on_policy": why}
 
 
-def _from_study(
-    result: dict, mu: float | None, split: tuple[int, int] | None, measured_mu: float | None
-) -> dict[str, Any]:
-    study_mu = float(measured_mu if measured_mu is not None else result["reference_mu"])
-    mu = float(mu if mu is not None else study_mu)
-    notes = [n for n in [_mu_note(mu, study_mu, bool(result.get("pipeline")))] if n]
-    out: dict[str, Any] = {
-        "source": "study",
-        "study": result.get("study"),
-        "mu": mu,
-        "study_mu": study_mu,
-        "metric": result.get("metric"),
-        "target": result.get("target_accuracy"),
-        "recommended": None,
-        "saving": None,
-        "notes": notes,
-    }
-    configs = [c for c in result.get("configurations") or [] if c.get("arm", "sampler") == "sampler"]
-    on = _on_policy(result)
-    refused = _refusal(result, configs, on)
-    if refused:
-        return out | {"refused": refused}
-    notes += [n for n in [_lr_note(on)] if n]
-    has_skill, skill_line = _skill(result)
-    best = _best_replay(result)
-    out |= {"on_policy": on, "best_replay": best, "skill": skill_line, "model_has_skill": has_skill}
-    if best is not None:
-        best["configuration"] = _config(result, best["trial_number"])
-        best["fresh_seeds"] = _held(result, best["trial_number"])
-    if best is not None and best["pair"]["high"] < 1:
-        return out | _replay_recommended(best, on, mu, split)
-    return out | _on_policy_recommended(best, on, mu, split)
-
-
-def from_probe(recorded: dict, mu: float | None = None, split: tuple[int, int] | None = None) -> dict[str, Any]:
+def from_probe(recorded: dict, mu: float | None = None, split: tuple[int, int] | None = None) -> Recommendation:
     """A recommendation from a probe run (`probe/probe.json`): its point where it claims one against its own
     on-policy lr sweep (`analysis.null_models.probe_against_sweep`), else on-policy at the sweep's lr*. A probe
     gives no interval against tuned on-policy: `study verify --probe` measures one."""
-    out = _from_probe(recorded, mu, split)
-    return out | {"lines": lines(out)}
-
-
-def _from_probe(recorded: dict, mu: float | None, split: tuple[int, int] | None) -> dict[str, Any]:
     probe_mu = float(recorded["mu"])
     mu = float(mu if mu is not None else probe_mu)
     p = recorded.get("predicted") or {}
     against = p.get("against_sweep") or {}
-    out: dict[str, Any] = {
+    head = {
         "source": "probe",
         "mu": mu,
         "study_mu": probe_mu,
-        "recommended": None,
-        "saving": None,
-        "notes": [],
         "skill": "a probe's prediction is not scored against null predictors; it is held against its own lr sweep",
     }
+    notes = []
     if max(mu, probe_mu) / min(mu, probe_mu) > SPLIT_MU_TOLERANCE:
-        out["notes"].append(
-            f"extrapolated: the probe measured mu {probe_mu:.3g}; probe at mu {mu:.3g} to measure yours"
-        )
+        notes.append(f"extrapolated: the probe measured mu {probe_mu:.3g}; probe at mu {mu:.3g} to measure yours")
     if not p.get("lr_sweep") or "lr" not in (p.get("lr_optimum") or {}):
-        return out | {
-            "refused": "the probe ran no on-policy learning-rate sweep (`workbench probe --lr-sweep --target T`):"
-            " without tuned on-policy there is nothing to price its point against"
-        }
-    if against.get("claims"):
-        y = float(p["y"])
-        out["recommended"] = {
-            "strategy": "uniform",
-            "capacity": int(p["capacity"]),
-            "horizon": None,
-            "replay_ratio": y,
-            "x": float(p["x"]),
-            "lr": p.get("lr"),
-            **_split(mu, y, split),
-        }
-        out["saving"] = {
-            "share": 1 - against["probe_path"] / against["sweep_path"],
-            "low": None,
-            "high": None,
-            "seeds": None,
-            "against": "on-policy at the sweep's lr*",
-        }
-        out["notes"].append(
-            "no interval: one probe run's prediction; `workbench study verify --probe` measures it on seeds"
+        return Recommendation(
+            **head,
+            notes=tuple(notes),
+            refused="the probe ran no on-policy learning-rate sweep (`workbench probe --lr-sweep --target T`):"
+            " without tuned on-policy there is nothing to price its point against",
         )
-    else:
-        out["recommended"] = {
-            "strategy": "on-policy",
-            "capacity": None,
-            "horizon": None,
-            "replay_ratio": 1.0,
-            "x": 1.0,
-            "lr": p["lr_optimum"]["lr"],
-            **_split(mu, 1.0, split),
-        }
-        out["why_on_policy"] = against.get("reason", "the probe claims no point against its sweep")
-    return out
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{100 * v:.0f}%"
-
-
-def lines(rec: dict) -> list[str]:
-    """The recommendation in words, one line per fact."""
-    source = f"study {rec['study']}" if rec["source"] == "study" else "the probe"
-    head = f"recommend at mu {rec['mu']:.3g} (from {source}, measured at mu {rec['study_mu']:.3g}"
-    head += f"; {rec['metric']} to {rec['target']:g})" if rec.get("metric") and rec.get("target") is not None else ")"
-    out = [head]
-    if rec.get("refused"):
-        return out + [f"  no recommendation: {rec['refused']}", *[f"  note: {n}" for n in rec.get("notes", [])]]
-    r = rec["recommended"]
-    lr = f"lr {r['lr']:.3g}" if r.get("lr") is not None and math.isfinite(r["lr"]) else "its lr"
-    wt = r["workers_per_trainer"]
-    split = f"W:T about {wt:.2g}:1 (W/T ≈ mu/y, first order)"
-    if r["strategy"] == "on-policy":
-        out.append(f"  run on-policy (no buffer; asynchronously the queue) at {lr}; {split}")
-        out.append(f"  why: {rec['why_on_policy']}")
-    else:
-        horizon = f", horizon {r['horizon']}" if r.get("horizon") not in (None, "") else ""
-        out.append(
-            f"  run {r['strategy']} replay, buffer N {r['capacity']}{horizon}, replay ratio y {r['replay_ratio']:.3g}"
-            f" (x {r['x']:.3g}), {lr}; {split}"
+    if not against.get("claims"):
+        recommended = Recommended(
+            strategy="on-policy", replay_ratio=1.0, x=1.0, lr=p["lr_optimum"]["lr"], **_split(mu, 1.0, split)
         )
-        s = rec["saving"]
-        iv = (
-            ""
-            if s["low"] is None
-            else f" [{_pct(s['low'])}, {_pct(s['high'])}] (95%, {s.get('pairs') or str(s['seeds']) + ' paired seeds'})"
-        )
-        out.append(f"  predicted saving against {s['against']}: {_pct(s['share'])} of compute{iv}")
-        if rec.get("saving_device_time"):
-            w = rec["saving_device_time"]
-            out.append(f"  and of device time (wall x W + T): {_pct(w['share'])} [{_pct(w['low'])}, {_pct(w['high'])}]")
-        if rec.get("best_replay"):
-            out.append(f"  fresh seeds: {rec['best_replay']['fresh_seeds']}")
-    if "given" in r:
-        g = r["given"]
-        out.append(
-            f"  your split W {g['generators']} : T {g['trainers']} gives y about {g['replay_ratio']:.3g} at this mu"
-        )
-    out.append(f"  models: {rec['skill']}")
-    out += [f"  note: {n}" for n in rec.get("notes", [])]
-    return out
+        why = against.get("reason", "the probe claims no point against its sweep")
+        return Recommendation(**head, recommended=recommended, notes=tuple(notes), why_on_policy=why)
+    y = float(p["y"])
+    recommended = Recommended(
+        strategy="uniform",
+        capacity=int(p["capacity"]),
+        replay_ratio=y,
+        x=float(p["x"]),
+        lr=p.get("lr"),
+        **_split(mu, y, split),
+    )
+    saving = Saving(share=1 - against["probe_path"] / against["sweep_path"], against="on-policy at the sweep's lr*")
+    notes.append("no interval: one probe run's prediction; `workbench study verify --probe` measures it on seeds")
+    return Recommendation(**head, recommended=recommended, saving=saving, notes=tuple(notes))

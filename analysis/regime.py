@@ -25,6 +25,7 @@ from analysis import recommend  # noqa: E402
 from analysis.data import StudyData, load_study, reaccount, retarget  # noqa: E402
 from analysis.pipeline import device_time_to_target, split_table  # noqa: E402
 from analysis.report import analyze_data  # noqa: E402
+from analysis.result import Configuration, Recommendation  # noqa: E402
 from analysis.tuned_lr import tuned_lr  # noqa: E402
 
 OUTPUT_FILES = ("regime.md", "regime.json", "compute_vs_y.png", "crossover.png")
@@ -69,68 +70,75 @@ def _compute_per_run(runs) -> dict[str, Outcome]:
     }
 
 
-def _arm_of(c: dict, data: StudyData, split: dict, device, tuned: dict, against: dict, base_number: int | None) -> dict:
+def _arm_of(
+    c: Configuration, data: StudyData, split: dict, device, tuned: dict, against: dict, base_number: int | None
+) -> dict:
     """One configuration of an asynchronous study as an arm of the regime: its split, its compute and device time to
     the target, each against the tuned queue."""
     runs = data.runs
-    g = runs[runs["trial_number"] == c["trial_number"]]
-    s = split.get(c["trial_number"], {})
-    on_policy = bool(c["x"] == 1 and c["y"] == 1)
-    pair = against.get(c["trial_number"], {}).get("against_tuned")
+    g = runs[runs["trial_number"] == c.trial_number]
+    s = split.get(c.trial_number, {})
+    on_policy = bool(c.x == 1 and c.y == 1)
+    pair = against.get(c.trial_number, {}).get("against_tuned")
     if pair is None and not on_policy and not tuned:  # the queue ran at one lr (its best elsewhere): the baseline
         pair = {
-            "ratio": c["ratio_to_baseline"],
-            "low": c["ratio_ci_low"],
-            "high": c["ratio_ci_high"],
-            "seeds": c["seeds"],
-            "verdict": c["verdict"],
+            "ratio": c.ratio_to_baseline,
+            "low": c.ratio_ci_low,
+            "high": c.ratio_ci_high,
+            "seeds": c.seeds,
+            "verdict": c.verdict,
         }
     W, T = int(g["generators"].iloc[0]), int(g["trainers"].iloc[0])
     arm = {
-        "trial_number": c["trial_number"],
+        "trial_number": c.trial_number,
         "strategy": str(g["strategy_run"].iloc[0]),
-        "capacity": c["capacity"],
-        "lr": c.get("lr"),
+        "capacity": c.capacity,
+        "lr": c.lr,
         "generators": W,
         "trainers": T,
-        "y": c["y"],
-        "x": c["x"],
+        "y": c.y,
+        "x": c.x,
         "y_of_split": knobs.replay_ratio_of_split(data.reference_mu, W, T),
-        "seeds": c["seeds"],
-        "censored_seeds": c["censored_seeds"],
-        "compute_to_target": c["compute_to_target"],
-        "compute_ci": [c["ci_low"], c["ci_high"]],
+        "seeds": c.seeds,
+        "censored_seeds": c.censored_seeds,
+        "compute_to_target": c.compute_to_target,
+        "compute_ci": [c.ci_low, c.ci_high],
         "wall_to_target": s.get("wall_to_target"),
         "wall_ci": s.get("wall_ci"),
         "against_tuned": pair,
         "against_tuned_device_time": None
         if on_policy or base_number is None
-        else _device_pairs(runs, device, c["trial_number"], base_number),
-        "baseline": c["baseline"],
+        else _device_pairs(runs, device, c.trial_number, base_number),
+        "baseline": c.baseline,
         "on_policy": on_policy,
-        "tuned_queue": c["trial_number"] == base_number,
-        "arm": c.get("arm", "sampler"),
+        "tuned_queue": c.trial_number == base_number,
+        "arm": c.arm,
     }
     if arm["arm"] != "sampler" and base_number is not None:  # `study verify`'s run: not in tuned_lr's cells
-        arm["against_tuned"] = _device_pairs(runs, _compute_per_run(runs), c["trial_number"], base_number, "compute")
+        arm["against_tuned"] = _device_pairs(runs, _compute_per_run(runs), c.trial_number, base_number, "compute")
     return arm
+
+
+def _recommendation(rec: Recommendation) -> dict:
+    """What regime.json keeps of `workbench recommend`'s answer: the settings, the savings or the refusal, the lines."""
+    kept = ("recommended", "saving", "saving_device_time", "refused")
+    return {k: v for k, v in rec.to_json().items() if k in kept} | {"lines": rec.lines()}
 
 
 def _study(data: StudyData) -> dict:
     result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
     runs = data.runs
-    fitted_configurations = int(result.get("fit_configurations", 0))
+    fitted_configurations = int(result.fit_configurations)
     split = {r["trial_number"]: r for r in split_table(data)}
     device = device_time_to_target(data)
-    tuned = result.get("tuned_lr") or {}
+    tuned = result.tuned_lr or {}
     against = {r["trial_number"]: r for r in tuned.get("tuned", [])}
-    base_number = tuned.get(
-        "on_policy_best_trial", next((c["trial_number"] for c in result["configurations"] if c["baseline"]), None)
-    )
+    base = result.baseline_configuration
+    base_number = tuned.get("on_policy_best_trial", base.trial_number if base else None)
     arms = [
         _arm_of(c, data, split, device, tuned, against, base_number)
-        for c in result["configurations"]
-        if c.get("arm", "sampler") in ("sampler", "predicted", "probe")
+        for c in result.configurations
+        if c.arm in ("sampler", "predicted", "probe")
     ]
     slowdowns = sorted(set(runs["slowdown"])) if "slowdown" in runs else [1.0]
     return {
@@ -139,22 +147,16 @@ def _study(data: StudyData) -> dict:
         "mu": data.reference_mu,
         "target": data.target,
         "metric": data.metric,
-        "on_policy_best_lr": tuned.get(
-            "on_policy_best_lr", next((c.get("lr") for c in result["configurations"] if c["baseline"]), None)
-        ),
+        "on_policy_best_lr": tuned.get("on_policy_best_lr", base.lr if base else None),
         "on_policy_best_lr_bounded": tuned.get("on_policy_best_lr_bounded"),
         "queue_lr_tuned_here": bool(tuned),
         "predicted": {
-            "x": result["predicted"]["x"],
-            "y": result["predicted"]["y"],
+            "x": result.predicted.x,
+            "y": result.predicted.y,
             "configurations": fitted_configurations,
             "identified": fitted_configurations >= MIN_FIT_CONFIGURATIONS,
         },
-        "recommendation": {
-            k: v
-            for k, v in recommend.from_study(result).items()
-            if k in ("recommended", "saving", "saving_device_time", "refused", "lines")
-        },
+        "recommendation": _recommendation(recommend.from_study(result)),
         "arms": arms,
     }
 

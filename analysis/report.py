@@ -1,7 +1,7 @@
 """`workbench analyze` and `workbench report`: fit, compare predicted against empirical optimum, write reports.
 
-`analyze` reads a study from MLflow and returns everything the report shows as one JSON-able dict (written as
-`analysis.json`); `write_report` writes the report beside it, as Markdown and as one self-contained HTML page
+`analyze` reads a study from MLflow and returns everything the report shows as one `analysis.result.Analysis`
+(written as `analysis.json`, its `to_json()`); `write_report` writes the report beside it, as Markdown and as one self-contained HTML page
 (figures embedded as data URIs, every user string escaped). The report reads top to bottom: its bottom line
 (`analysis.bottom_line`), the figures with their captions (`analysis.plots`), then the tables (`analysis.sections`).
 Where it is written: `analysis.destination`.
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,21 @@ from analysis.fit import Fit, fit_runs, predicted_optimum
 from analysis.models import compare, optimum
 from analysis.runs_table import write_runs_table
 from analysis.pipeline import device_time_to_target, is_async, mapped_split, split_table
+from analysis.result import (
+    Analysis,
+    Configuration,
+    Confirmation,
+    Estimate,
+    FitSummary,
+    FittedOptimum,
+    ModelSummary,
+    Predicted,
+    ProbeVerified,
+    Replicate,
+    Savings,
+    Verified,
+    dumps,
+)
 from analysis.resolution import by_checkpoint, by_estimator, by_reading, resolution
 from analysis.sections import tables
 from analysis.sharpness import skill_or_sharpness
@@ -48,7 +62,9 @@ OUTPUT_FILES = ("report.md", "report.html", "analysis.json", "runs.csv", *(f"{na
 """Every file `write_report` writes into its folder (`analysis.destination` checks none of them is tracked)."""
 
 
-def _config_record(row) -> dict:
+def _config_fields(row) -> dict:
+    """A configuration row of `StudyData.configs()` as `analysis.result.Configuration`'s fields."""
+    variant = row.get("variant")
     return {
         "trial_number": int(row["trial_number"]),
         "x": float(row["x"]),
@@ -57,7 +73,7 @@ def _config_record(row) -> dict:
         "ratio": float(row["ratio"]),
         "baseline": bool(row["baseline"]),
         "strategy": str(row.get("strategy", "uniform")),
-        **({"variant": str(row["variant"])} if isinstance(row.get("variant"), str) and row["variant"] else {}),
+        "variant": str(variant) if isinstance(variant, str) and variant else None,
         "compute_to_target": float(row["compute_to_target"]),
         "ci_low": float(row["ci_low"]),
         "ci_high": float(row["ci_high"]),
@@ -71,18 +87,22 @@ def _config_record(row) -> dict:
         "censored_seeds": int(row["censored_seeds"]),
         "arm": str(row.get("arm", "sampler")),
         **{k: int(row[k]) for k in ("informative_pairs", "one_censored_pairs", "both_censored_pairs") if k in row},
-        **({"lr": float(row["lr"])} if "lr" in row and pd.notna(row["lr"]) else {}),
+        "lr": float(row["lr"]) if "lr" in row and pd.notna(row["lr"]) else None,
     }
 
 
-def _pareto(configs: pd.DataFrame) -> list[dict]:
+def _config_record(row) -> Configuration:
+    return Configuration(**_config_fields(row))
+
+
+def _pareto(configs: pd.DataFrame) -> tuple[Configuration, ...]:
     """The configurations no other reaches a higher best reading of the study's curve with less compute than."""
     front, best = [], -math.inf
     for _, r in configs.sort_values("compute_to_target").iterrows():
         if r["best_reading"] > best:
             front.append(_config_record(r))
             best = r["best_reading"]
-    return front
+    return tuple(front)
 
 
 def _nearest(configs: pd.DataFrame, x: float, y: float):
@@ -95,9 +115,10 @@ def _bounds(configs: pd.DataFrame) -> tuple[tuple[float, float], tuple[float, fl
     return (1.0, max(64.0, 2 * float(configs["x"].max()))), (1.0, max(8.0, 2 * float(configs["y"].max())))
 
 
-def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False) -> tuple[dict, Fit]:
+def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False) -> tuple[FittedOptimum, Fit]:
     """The fitted (thm45) and the empirical optimum, the baseline and the savings against it, the Pareto front, and
-    the trials `study verify` ran; `bootstrap` refits for the fit's intervals (counted on stderr)."""
+    the trials `study verify` ran; `bootstrap` refits for the fit's intervals (counted on stderr). The compared
+    models are added by `analyze_data`."""
     configs = data.configs()
     selection = configs[configs["arm"] != "confirm"]  # fresh-seed re-runs are reported beside, never selected
     batch = int(data.runs["batch_size"].iloc[0])
@@ -112,56 +133,67 @@ def _optimum_block(data: StudyData, bootstrap: int, seed: int, bar: bool = False
     best = ranked.iloc[0]
     base = selection[selection["baseline"]]
     nearest = _nearest(selection, x_star, y_star)
-    block = {
-        "mu": data.reference_mu,
-        "fit": fit.summary(),
-        "fit_configurations": int(uniform.groupby(["x", "y"]).ngroups),
-        "other_strategies": sorted(set(data.runs["strategy"]) - {"uniform"}),
-        "predicted": {
-            "x": x_star,
-            "y": y_star,
-            "compute_to_target": c_star,
-            "knobs": to_knobs(x_star, y_star, batch, data.reference_mu).__dict__,
-            "nearest_measured": _config_record(nearest),
-            "on_policy_optimal": y_star < 1.05 and x_star < 1.05,
-        },
-        "empirical": {**_config_record(best), "predicted_compute_to_target": float(fit.predict(best["x"], best["y"]))},
-        "measured_ratio_nearest_predicted_to_empirical": float(
-            nearest["compute_to_target"] / best["compute_to_target"]
-        ),
-        "pareto_front": _pareto(selection),
-        "verified": [
-            {
-                **_config_record(r),
-                "predicted_when_run": float(r["predicted_when_run"]),
-                "predicted_now": float(fit.predict(r["x"], r["y"])),
-            }
-            for _, r in configs[configs["arm"] == "predicted"].iterrows()
-        ],
-        "probe_verified": [  # `study verify --probe`: the probe's optimum, measured against the empirical best
-            {
-                **_config_record(r),
-                "predicted_when_run": float(r["predicted_when_run"]),
-                "ratio_to_empirical_best": float(r["compute_to_target"] / best["compute_to_target"]),
-                "against_sweep": null_models.probe_arm_against_on_policy(data.runs, int(r["trial_number"])),
-            }
-            for _, r in configs[configs["arm"] == "probe"].iterrows()
-        ],
-        "models": [],
-    }
+    baseline, savings = None, None
     if len(base):
         b = base.iloc[0]
-        block["baseline"] = {**_config_record(b), "predicted_compute_to_target": float(fit.predict(b["x"], b["y"]))}
-        block["savings_vs_on_policy"] = {
-            # Paired by seed (geometric mean of per-seed ratios), with its 95% interval and verdict.
-            "measured": 1 - float(best["ratio_to_baseline"]) if not best["baseline"] else 0.0,
-            "measured_ci": [1 - float(best["ratio_ci_high"]), 1 - float(best["ratio_ci_low"])]
+        baseline = Estimate(**_config_fields(b), predicted_compute_to_target=float(fit.predict(b["x"], b["y"])))
+        savings = Savings(  # paired by seed (geometric mean of per-seed ratios), with its 95% interval and verdict
+            measured=1 - float(best["ratio_to_baseline"]) if not best["baseline"] else 0.0,
+            measured_ci=(1 - float(best["ratio_ci_high"]), 1 - float(best["ratio_ci_low"]))
             if not best["baseline"]
-            else [0.0, 0.0],
-            "verdict": str(best["verdict"]),
-            "predicted": 1 - c_star / float(fit.predict(b["x"], b["y"])),
-        }
+            else (0.0, 0.0),
+            verdict=str(best["verdict"]),
+            predicted=1 - c_star / float(fit.predict(b["x"], b["y"])),
+        )
+    block = FittedOptimum(
+        mu=data.reference_mu,
+        fit=FitSummary.from_json(fit.summary()),
+        fit_configurations=int(uniform.groupby(["x", "y"]).ngroups),
+        other_strategies=tuple(sorted(set(data.runs["strategy"]) - {"uniform"})),
+        predicted=Predicted(
+            x=x_star,
+            y=y_star,
+            compute_to_target=c_star,
+            knobs=to_knobs(x_star, y_star, batch, data.reference_mu).__dict__,
+            nearest_measured=_config_record(nearest),
+            on_policy_optimal=y_star < 1.05 and x_star < 1.05,
+        ),
+        empirical=Estimate(
+            **_config_fields(best), predicted_compute_to_target=float(fit.predict(best["x"], best["y"]))
+        ),
+        measured_ratio_nearest_predicted_to_empirical=float(nearest["compute_to_target"] / best["compute_to_target"]),
+        pareto_front=_pareto(selection),
+        verified=_verified(configs, fit),
+        probe_verified=_probe_verified(data, configs, best),
+        baseline=baseline,
+        savings_vs_on_policy=savings,
+    )
     return block, fit
+
+
+def _verified(configs: pd.DataFrame, fit: Fit) -> tuple[Verified, ...]:
+    """The fitted optimum as `study verify` ran it: measured, predicted when run and by this fit."""
+    return tuple(
+        Verified(
+            **_config_fields(r),
+            predicted_when_run=float(r["predicted_when_run"]),
+            predicted_now=float(fit.predict(r["x"], r["y"])),
+        )
+        for _, r in configs[configs["arm"] == "predicted"].iterrows()
+    )
+
+
+def _probe_verified(data: StudyData, configs: pd.DataFrame, best) -> tuple[ProbeVerified, ...]:
+    """`study verify --probe`: the probe's optimum, measured against the empirical best and its own lr sweep."""
+    return tuple(
+        ProbeVerified(
+            **_config_fields(r),
+            predicted_when_run=float(r["predicted_when_run"]),
+            ratio_to_empirical_best=float(r["compute_to_target"] / best["compute_to_target"]),
+            against_sweep=null_models.probe_arm_against_on_policy(data.runs, int(r["trial_number"])),
+        )
+        for _, r in configs[configs["arm"] == "probe"].iterrows()
+    )
 
 
 MODEL_MIN_CONFIGURATIONS = 4
@@ -185,15 +217,15 @@ def _models(uniform: pd.DataFrame, mu: float, xb, yb, bootstrap: int, seed: int,
     ]
 
 
-def _laws(data: StudyData, models: list[dict]) -> list[dict]:
+def _laws(data: StudyData, models: tuple[ModelSummary, ...]) -> list[dict]:
     """The paper's laws (`analysis.laws`), each with its verdict, `not testable` ones with the reason; F2's predicted
     minimum uses thm45's fitted rho."""
-    rho = next((m["params"].get("rho") for m in models if m["model"] == "thm45"), None)
+    rho = next((m.params.get("rho") for m in models if m.model == "thm45"), None)
     verdicts = [laws.f1_sqrt_mu(data), laws.f2_u_shape(data, rho=rho), laws.f3_lr_falls_with_y(data)]
     return [asdict(v) | {"line": v.line()} for v in verdicts]
 
 
-def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
+def _confirmations(data: StudyData, configs: pd.DataFrame) -> tuple[Confirmation, ...]:
     """Each configuration re-run on fresh seeds (`study confirm`): its selection record beside its replication."""
     out = []
 
@@ -219,12 +251,12 @@ def _confirmations(data: StudyData, configs: pd.DataFrame) -> list[dict]:
         if sel is not None:  # the baseline too: its replication is what every other replication is paired against
             seeds = lambda n: sorted(int(s) for s in data.runs.loc[data.runs["trial_number"] == n, "seed"])  # noqa: E731
             out.append(
-                {
-                    "selection": {**_config_record(sel), "seed_list": seeds(sel["trial_number"])},
-                    "replicated": {**_config_record(r), "seed_list": seeds(r["trial_number"])},
-                }
+                Confirmation(
+                    selection=Replicate(**_config_fields(sel), seed_list=tuple(seeds(sel["trial_number"]))),
+                    replicated=Replicate(**_config_fields(r), seed_list=tuple(seeds(r["trial_number"]))),
+                )
             )
-    return out
+    return tuple(out)
 
 
 def analyze(
@@ -236,8 +268,8 @@ def analyze(
     target: float | None = None,
     estimator: str | None = None,
     bar: bool = False,
-) -> tuple[dict, StudyData, Fit]:
-    """Everything the report needs, as a JSON-able dict; also returns the data and the fit for plotting.
+) -> tuple[Analysis, StudyData, Fit]:
+    """Everything the report needs, as an `analysis.result.Analysis` (`to_json()`: `analysis.json`); also returns the data and the fit for plotting.
     `target`, `estimator`: read compute-to-target at this accuracy, with this estimator, instead of the study's.
     Each phase is logged as it starts and ends; the refits are counted (a bar when `bar`)."""
     with phases.phase(f"reading study {name} from MLflow"):
@@ -249,7 +281,7 @@ def analyze(
 
 def analyze_data(
     data: StudyData, whatif_mu: list[float] = (5.28,), bootstrap: int = 200, seed: int = 0, bar: bool = False
-) -> tuple[dict, StudyData, Fit]:
+) -> tuple[Analysis, StudyData, Fit]:
     """`analyze` on a study already read (`analysis.data.StudyData`)."""
     # One BLAS thread: the fits are thousands of small L-BFGS-B solves, which OpenBLAS's threads only slow down
     # (20 refits on 2 shared cores: 35 s with its default threads, 12 s with one).
@@ -260,66 +292,73 @@ def analyze_data(
             f"fitting the model to {len(uniform)} runs ({bootstrap} bootstrap refits, then one per configuration left out)"
         ):
             block, fit = _optimum_block(data, bootstrap, seed, bar)
+        models, nulls = (), None
         if uniform.groupby(["x", "y"]).ngroups >= MODEL_MIN_CONFIGURATIONS:
             with phases.phase(
                 f"comparing the registered models ({min(bootstrap, MODEL_BOOTSTRAP)} bootstrap refits each)"
             ):
-                block["models"] = _models(uniform, data.reference_mu, *_bounds(configs), bootstrap, seed, bar)
-                block["null_models"] = null_models.against_nulls(
-                    uniform, block["models"], seed=seed
-                )  # each model's `skill`
-        with phases.phase("per-run noise by estimator and by curve"):
-            noise = {
-                "resolution": resolution(data.runs),
-                "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
-                "by_reading": by_reading(
-                    data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction
-                ),
-                "by_checkpoint": by_checkpoint(data.curves, data.runs, data.estimator, data.gain_fraction),
-            }
-        with phases.phase(
-            "skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"
-        ):
-            noise["skill_or_sharpness"] = skill_or_sharpness(
-                data.curves, data.entropy, data.runs, data.metric, data.estimator, noise["by_reading"]
-            )
-            noise["skill_or_sharpness_tuned"] = _sharpness_against_tuned(data)
+                summaries = _models(uniform, data.reference_mu, *_bounds(configs), bootstrap, seed, bar)
+                nulls = null_models.against_nulls(uniform, summaries, seed=seed)  # each model's `skill`
+                models = tuple(ModelSummary.from_json(m) for m in summaries)
+        block = replace(block, models=models, null_models=nulls)
+        noise = _noise(data)
         with phases.phase(f"the paper's laws ({laws.N_BOOT} bootstrap draws over seeds)"):
-            verdicts = _laws(data, block["models"])
-        result = {
-            "study": data.name,
-            "target_accuracy": data.target,
-            "metric": data.metric,
-            "estimator": data.estimator,
-            **noise,
-            "reference_mu": data.reference_mu,
-            "n_runs": len(data.runs),
-            "n_configurations": len(configs),
-            "n_censored_runs": int(data.runs["censored"].sum()),
-            "variance_form": "distinct draws (uniform strategy): V = sigma_bar²(x)(1/B + rho/R)",
-            "noise_model": "sigma²(tau) = sigma0² (1 + tau/tau0)^(2 alpha)",
-            **block,
-            "configurations": [_config_record(r) for _, r in configs.iterrows()],
-            "confirmations": _confirmations(data, configs),
-            "tuned_lr": tuned_lr(data.runs, device_time_to_target(data) if is_async(data) else None),
-            "whatif": {},
-            "laws": verdicts,
-            "pipeline": split_table(data),
-        }
-        if result["pipeline"]:  # the predicted optimum as an asynchronous split (W/T ≈ mu / y*, N = x*·B / y*)
-            result["pipeline_mapped"] = mapped_split(
-                block["predicted"]["x"],
-                block["predicted"]["y"],
-                data.reference_mu,
-                int(data.runs["batch_size"].iloc[0]),
-            )
-        prediction = predictions.fitted(result, fit, int(data.runs["batch_size"].iloc[0]))  # what `study verify` runs
-        result["prediction"] = prediction.to_json() if prediction is not None else None
+            verdicts = _laws(data, models)
+        batch = int(data.runs["batch_size"].iloc[0])
+        pipeline = split_table(data)
+        prediction = predictions.fitted(block, fit, batch)  # what `study verify` runs
+        whatif = {}
         if whatif_mu:
             with phases.phase("what if: the same runs re-accounted at mu " + ", ".join(f"{mu:g}" for mu in whatif_mu)):
                 for mu in whatif_mu:
-                    result["whatif"][f"{mu:g}"], _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed)
+                    whatif[f"{mu:g}"], _ = _optimum_block(reaccount(data, mu), bootstrap=0, seed=seed)
+        result = Analysis(
+            study=data.name,
+            target_accuracy=data.target,
+            metric=data.metric,
+            estimator=data.estimator,
+            **noise,
+            reference_mu=data.reference_mu,
+            n_runs=len(data.runs),
+            n_configurations=len(configs),
+            n_censored_runs=int(data.runs["censored"].sum()),
+            variance_form="distinct draws (uniform strategy): V = sigma_bar²(x)(1/B + rho/R)",
+            noise_model="sigma²(tau) = sigma0² (1 + tau/tau0)^(2 alpha)",
+            **{f.name: getattr(block, f.name) for f in fields(FittedOptimum)},
+            configurations=tuple(_config_record(r) for _, r in configs.iterrows()),
+            confirmations=_confirmations(data, configs),
+            tuned_lr=tuned_lr(data.runs, device_time_to_target(data) if is_async(data) else None),
+            whatif=whatif,
+            laws=verdicts,
+            pipeline=pipeline,
+            # the predicted optimum as an asynchronous split (W/T ≈ mu / y*, N = x*·B / y*)
+            pipeline_mapped=mapped_split(block.predicted.x, block.predicted.y, data.reference_mu, batch)
+            if pipeline
+            else None,
+            prediction=prediction,
+        )
     return result, data, fit
+
+
+def _noise(data: StudyData) -> dict:
+    """The per-run noise by estimator, by curve and by checkpoint, and skill or sharpness (plain JSON blocks)."""
+    with phases.phase("per-run noise by estimator and by curve"):
+        noise = {
+            "resolution": resolution(data.runs),
+            "noise_by_estimator": by_estimator(data.curves, data.runs, data.target),
+            "by_reading": by_reading(
+                data.curves, data.runs, data.metric, data.target, data.estimator, data.gain_fraction
+            ),
+            "by_checkpoint": by_checkpoint(data.curves, data.runs, data.estimator, data.gain_fraction),
+        }
+    with phases.phase(
+        "skill or sharpness: each comparison at equal entropy and at each arm's best decoding temperature"
+    ):
+        noise["skill_or_sharpness"] = skill_or_sharpness(
+            data.curves, data.entropy, data.runs, data.metric, data.estimator, noise["by_reading"]
+        )
+        noise["skill_or_sharpness_tuned"] = _sharpness_against_tuned(data)
+    return noise
 
 
 def _sharpness_against_tuned(data: StudyData) -> dict | None:
@@ -348,19 +387,17 @@ def _sharpness_against_tuned(data: StudyData) -> dict | None:
     }
 
 
-def write_figures(data: StudyData, fit: Fit, result: dict, out: Path) -> dict[str, plots.Figure]:
+def write_figures(data: StudyData, fit: Fit, result: Analysis, out: Path) -> dict[str, plots.Figure]:
     """Every figure of `FIGURES`, in that order, drawn into `out`."""
     configs = data.configs()
     selection = configs[configs["arm"] != "confirm"]
     # The figures set the baseline beside the best replay configuration, even where on-policy is the best overall.
     replay = selection[~selection["baseline"].astype(bool)].sort_values("compute_to_target")
-    best_trial = int(replay["trial_number"].iloc[0]) if len(replay) else result["empirical"]["trial_number"]
+    best_trial = int(replay["trial_number"].iloc[0]) if len(replay) else result.empirical.trial_number
     drawn = {
         "savings": lambda: plots.savings(configs, out),
         "accuracy_vs_compute": lambda: plots.accuracy_vs_compute(data, out, best_trial),
-        "heatmap": lambda: plots.heatmap(
-            selection, out, (result["predicted"]["x"], result["predicted"]["y"]), data.reference_mu
-        ),
+        "heatmap": lambda: plots.heatmap(selection, out, (result.predicted.x, result.predicted.y), data.reference_mu),
         "pareto_front": lambda: plots.pareto_front(selection, out, data.metric),
         "predicted_vs_measured": lambda: plots.predicted_vs_measured(configs, fit, out),
         "entropy_vs_compute": lambda: plots.entropy_vs_compute(data, out, best_trial),
@@ -369,13 +406,13 @@ def write_figures(data: StudyData, fit: Fit, result: dict, out: Path) -> dict[st
     return {name: drawn[name]() for name in FIGURES}
 
 
-def _head(result: dict, spec: str | None) -> str:
+def _head(result: Analysis, spec: str | None) -> str:
     return "\n".join([bottom_line(result, spec), "", runs_line(result), ""])
 
 
-def markdown(result: dict, figures: dict[str, plots.Figure], spec: str | None = None) -> str:
+def markdown(result: Analysis, figures: dict[str, plots.Figure], spec: str | None = None) -> str:
     """The report as Markdown: title, bottom line, figures with their captions, tables."""
-    lines = [f"# Study `{result['study']}`", "", _head(result, spec), "## Figures", ""]
+    lines = [f"# Study `{result.study}`", "", _head(result, spec), "## Figures", ""]
     for i, (name, f) in enumerate(figures.items(), 1):
         lines += [f"![{name.replace('_', ' ')}]({f.path.name})", "", f"*Figure {i}.* {f.caption}", ""]
     return "\n".join(lines) + "\n" + tables(result)
@@ -390,7 +427,7 @@ STYLE = (
 )
 
 
-def html_page(result: dict, figures: dict[str, plots.Figure], spec: str | None = None) -> str:
+def html_page(result: Analysis, figures: dict[str, plots.Figure], spec: str | None = None) -> str:
     """The report as one self-contained page, in the Markdown's order, each part in its own section (`bottom-line`,
     `figures`, `tables`): figures inlined as data URIs in <figure> with a <figcaption>. Every user string escaped:
     Markdown is rendered with raw HTML off, so HTML in a study's name or a caption is shown, never run."""
@@ -402,8 +439,8 @@ def html_page(result: dict, figures: dict[str, plots.Figure], spec: str | None =
             f'<figure id="figure-{html.escape(name)}"><img src="data:image/png;base64,{data}" alt="{html.escape(name.replace("_", " "))}">'
             f"<figcaption><b>Figure {i}.</b> {md.renderInline(f.caption)}</figcaption></figure>"
         )
-    title = html.escape(f"replay-workbench: {result['study']}")
-    heading = md.render(f"# Study `{result['study']}`")
+    title = html.escape(f"replay-workbench: {result.study}")
+    heading = md.render(f"# Study `{result.study}`")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style></head><body>{heading}"
         f'<section id="bottom-line">{md.render(_head(result, spec))}</section>'
@@ -412,13 +449,13 @@ def html_page(result: dict, figures: dict[str, plots.Figure], spec: str | None =
     )
 
 
-def write_report(result: dict, data: StudyData, fit: Fit, out: Path, spec: str | None = None) -> dict[str, Path]:
+def write_report(result: Analysis, data: StudyData, fit: Fit, out: Path, spec: str | None = None) -> dict[str, Path]:
     """`OUTPUT_FILES` written into `out` (a folder chosen by `analysis.destination`)."""
     with phases.phase(f"drawing {len(FIGURES)} figures"):
         figures = write_figures(data, fit, result, out)
     (out / "report.md").write_text(markdown(result, figures, spec))
     (out / "report.html").write_text(html_page(result, figures, spec))
-    (out / "analysis.json").write_text(json.dumps(result, indent=1, default=float))
+    (out / "analysis.json").write_text(dumps(result))
     write_runs_table(data, out)
     return {
         "markdown": out / "report.md",

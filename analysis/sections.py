@@ -10,6 +10,7 @@ import math
 
 from analysis import null_models
 from analysis.data import strategy_shown
+from analysis.result import Analysis, Configuration
 from analysis.sharpness import difference_text
 from workbench import censoring
 from workbench.estimators import METRICS
@@ -24,33 +25,45 @@ def _fmt(v, digits=3) -> str:
     return str(v)
 
 
-def _ci(r: dict) -> str:
-    if not math.isfinite(r.get("ci_low", math.nan)):
-        return _fmt(r["compute_to_target"])
-    return f"{_fmt(r['compute_to_target'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+def _ci_of(value: float, low: float, high: float) -> str:
+    if not math.isfinite(low):
+        return _fmt(value)
+    return f"{_fmt(value)} [{_fmt(low)}, {_fmt(high)}]"
 
 
-def _ratio(r: dict) -> str:
-    if not math.isfinite(r.get("ratio_to_baseline", math.nan)):
+def _ci(c: Configuration) -> str:
+    return _ci_of(c.compute_to_target, c.ci_low, c.ci_high)
+
+
+def _ci_row(r: dict) -> str:
+    """`_ci` of a plain table row (the tuned learning rate's)."""
+    return _ci_of(r["compute_to_target"], r.get("ci_low", math.nan), r.get("ci_high", math.nan))
+
+
+def _ratio(c: Configuration) -> str:
+    if not c.compared:
         return "-"
-    return f"{r['ratio_to_baseline']:.2f} [{r['ratio_ci_low']:.2f}, {r['ratio_ci_high']:.2f}]" + censoring.counts_text(
-        r
-    )
+    return f"{c.ratio_to_baseline:.2f} [{c.ratio_ci_low:.2f}, {c.ratio_ci_high:.2f}]" + c.comparison.counts_text()
 
 
-def _lr_varies(result: dict) -> bool:
-    return len({c.get("lr") for c in result.get("configurations", [])}) > 1
-
-
-def _what(r: dict, show_lr: bool = False) -> str:
+def _label(baseline: bool, x: float, y: float, shown: dict, lr: float | None) -> str:
     """A configuration in the outputs' one format (`workbench.verdicts.knob_label`): `y=2 x=8`, `on-policy lr=0.0001`."""
-    lr = {"lr": float(r["lr"])} if show_lr and "lr" in r else {}
-    if r["baseline"]:
-        return " ".join(["on-policy", knob_label(lr)]).strip()
-    return knob_label({"replay.ratio": float(r["y"]), "x": float(r["x"]), **strategy_shown(r), **lr})
+    at = {"lr": float(lr)} if lr is not None else {}
+    if baseline:
+        return " ".join(["on-policy", knob_label(at)]).strip()
+    return knob_label({"replay.ratio": float(y), "x": float(x), **shown, **at})
 
 
-def _comparison_section(result: dict) -> list[str]:
+def _what(c: Configuration, show_lr: bool = False) -> str:
+    return _label(c.baseline, c.x, c.y, c.strategy_shown(), c.lr if show_lr else None)
+
+
+def _what_row(r: dict, show_lr: bool = False) -> str:
+    """`_what` of a plain table row (the tuned learning rate's), never on-policy's."""
+    return _label(False, r["x"], r["y"], strategy_shown(r), r.get("lr") if show_lr else None)
+
+
+def _comparison_section(result: Analysis) -> list[str]:
     lines = [
         "## Every configuration, with its uncertainty",
         "",
@@ -64,9 +77,9 @@ def _comparison_section(result: dict) -> list[str]:
         "| trial | arm | configuration | seeds (censored) | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(result["configurations"], key=lambda r: (r["arm"] == "confirm", r["compute_to_target"])):
+    for r in sorted(result.configurations, key=lambda r: (r.arm == "confirm", r.compute_to_target)):
         lines.append(
-            f"| {r['trial_number']} | {'baseline' if r['baseline'] and r['arm'] == 'sampler' else r['arm']} | {_what(r, _lr_varies(result))} | {r['seeds']} ({r['censored_seeds']}) | {_ci(r)} | {_ratio(r)} | {r['verdict']} |"
+            f"| {r.trial_number} | {'baseline' if r.baseline and r.arm == 'sampler' else r.arm} | {_what(r, result.lr_varies)} | {r.seeds} ({r.censored_seeds}) | {_ci(r)} | {_ratio(r)} | {r.verdict} |"
         )
     return lines + [""]
 
@@ -79,8 +92,8 @@ def _pair(p: dict | None) -> str:
     )
 
 
-def _tuned_lr_section(result: dict) -> list[str]:
-    t = result.get("tuned_lr")
+def _tuned_lr_section(result: Analysis) -> list[str]:
+    t = result.tuned_lr
     if not t:
         return []
     lines = [
@@ -106,10 +119,7 @@ def _tuned_lr_section(result: dict) -> list[str]:
         "| trial | configuration | ratio to on-policy at the same lr [95% CI]: verdict |",
         "|---|---|---|",
     ]
-    lines += [
-        f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_pair(r['same_lr'])} |"
-        for r in t["same_lr"]
-    ]
+    lines += [f"| {r['trial_number']} | {_what_row(r, True)} | {_pair(r['same_lr'])} |" for r in t["same_lr"]]
     lines += [
         "",
         f"Each (x, y) at its best learning rate against on-policy at its best (lr {_fmt(t['on_policy_best_lr'])}), the"
@@ -124,7 +134,7 @@ def _tuned_lr_section(result: dict) -> list[str]:
         "|---|---|---|---|" + ("---|" if any("against_tuned_device_time" in r for r in t["tuned"]) else ""),
     ]
     lines += [
-        f"| {r['trial_number']} | {_what({**r, 'baseline': False}, True)} | {_ci(r)} | {_pair(r['against_tuned'])} |"
+        f"| {r['trial_number']} | {_what_row(r, True)} | {_ci_row(r)} | {_pair(r['against_tuned'])} |"
         + (
             f" {_pair(r.get('against_tuned_device_time'))} |"
             if any("against_tuned_device_time" in q for q in t["tuned"])
@@ -141,15 +151,15 @@ def _tuned_lr_section(result: dict) -> list[str]:
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {r['trial_number']}/{r['against_trial']} | {_what({**r, 'baseline': False}, True)}"
-            f" | {_what({**r['against'], 'lr': r['against_lr'], 'baseline': False}, True)} | {_pair(r['ratio'])} |"
+            f"| {r['trial_number']}/{r['against_trial']} | {_what_row(r, True)}"
+            f" | {_what_row({**r['against'], 'lr': r['against_lr']}, True)} | {_pair(r['ratio'])} |"
             for r in t["between_tuned"]
         ]
     return lines + [""]
 
 
-def _resolution_section(result: dict) -> list[str]:
-    z = result.get("resolution") or {}
+def _resolution_section(result: Analysis) -> list[str]:
+    z = result.resolution or {}
     lines = ["## What this study can and cannot resolve", ""]
     sd = z.get("per_run_log_sd", math.nan)
     if not math.isfinite(sd):
@@ -177,12 +187,12 @@ def _resolution_section(result: dict) -> list[str]:
             f"about {z.get('seeds_to_resolve_10pct') or 'more than 1000'} paired seeds, a 25% saving about "
             f"{z.get('seeds_to_resolve_25pct') or 'more than 1000'}."
         )
-    noise = result.get("noise_by_estimator") or []
+    noise = result.noise_by_estimator or []
     if noise:
         lines += [
             "",
-            f"Per-run noise by estimator at target {result['target_accuracy']:g} (the study uses "
-            f"`{result.get('estimator', 'first')}`): sd of log compute-to-target over seeds (censored seeds left out), and "
+            f"Per-run noise by estimator at target {result.target_accuracy:g} (the study uses "
+            f"`{result.estimator}`): sd of log compute-to-target over seeds (censored seeds left out), and "
             "each configuration's paired ratio to on-policy with its 95% interval.",
             "",
             "| estimator | trial | seeds (censored) | log sd | geometric mean | paired log sd | ratio to on-policy [95% CI] |",
@@ -199,8 +209,8 @@ def _resolution_section(result: dict) -> list[str]:
                 f"| {_fmt(r['log_sd'])} | {_fmt(r['geo_mean'])} | {_fmt(r.get('paired_log_sd', math.nan))} | {ratio} |"
             )
         lines.append("")
-    resolved = [r for r in result["configurations"] if r["verdict"].startswith("resolved")]
-    unresolved = [r for r in result["configurations"] if r["verdict"].startswith("unresolved")]
+    resolved = [r for r in result.configurations if r.verdict.startswith("resolved")]
+    unresolved = [r for r in result.configurations if r.verdict.startswith("unresolved")]
     lines.append(
         f"Of the {len(resolved) + len(unresolved)} configurations compared with on-policy, {len(resolved)} differ resolvably "
         f"and {len(unresolved)} are unresolved (their intervals contain 1): for those this study says nothing either way."
@@ -208,15 +218,15 @@ def _resolution_section(result: dict) -> list[str]:
     return lines + [""]
 
 
-def _readings_section(result: dict) -> list[str]:
-    rows = result.get("by_reading") or []
+def _readings_section(result: Analysis) -> list[str]:
+    rows = result.by_reading or []
     if len({r["reading"] for r in rows}) < 2:
         return []
     lines = [
         "## The same comparisons read on another curve",
         "",
         f"The runs logged more than one held-out curve at every evaluation. Each comparison with on-policy read on each"
-        f" of them by `{result.get('estimator', 'first')}`: the study's own curve at its target, the others at the"
+        f" of them by `{result.estimator}`: the study's own curve at its target, the others at the"
         " level the baseline's seeds reach by the study's auto-target rule there. Where the verdicts differ, whether"
         ' a setting saves compute depends on what the user reads (docs/measurement.md, "Reading a smooth curve").',
         "",
@@ -256,8 +266,8 @@ def _readings_section(result: dict) -> list[str]:
     return lines
 
 
-def _checkpoints_section(result: dict) -> list[str]:
-    rows = result.get("by_checkpoint") or []
+def _checkpoints_section(result: Analysis) -> list[str]:
+    rows = result.by_checkpoint or []
     if not rows:
         return []
     lines = [
@@ -308,14 +318,14 @@ def _temperature(t: float) -> str:
     return "greedy" if t == 0 else f"T {t:g}"
 
 
-def sharpness_section(result: dict) -> list[str]:
+def sharpness_section(result: Analysis) -> list[str]:
     """Skill or sharpness (`analysis.sharpness`): each comparison with on-policy on the study's curve, on greedy
     accuracy, at equal sampling entropy and at each arm's best decoding temperature, and the verdict in words."""
-    s = result.get("skill_or_sharpness")
+    s = result.skill_or_sharpness
     if not s or not s["comparisons"]:
         return []
-    metric, configs = s["metric"], {c["trial_number"]: c for c in result.get("configurations", [])}
-    label = lambda n: _what(configs[n], _lr_varies(result)) if n in configs else "-"  # noqa: E731
+    metric, configs = s["metric"], {c.trial_number: c for c in result.configurations}
+    label = lambda n: _what(configs[n], result.lr_varies) if n in configs else "-"  # noqa: E731
     temps = ", ".join(f"{t:g}" for t in s["temperatures"]) or "none logged"
     target = f"{s['greedy_target']:g}" if s["greedy_target"] is not None else "-"
     lines = [
@@ -339,7 +349,7 @@ def sharpness_section(result: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     lines += _sharpness_rows(s, label)
-    lines += _against_tuned_sharpness(result.get("skill_or_sharpness_tuned"), label)
+    lines += _against_tuned_sharpness(result.skill_or_sharpness_tuned, label)
     others = [
         (c["trial_number"], r)
         for c in s["comparisons"]
@@ -432,8 +442,8 @@ def _against_tuned_sharpness(t: dict | None, label) -> list[str]:
     ]
 
 
-def _pipeline_section(result: dict) -> list[str]:
-    rows = result.get("pipeline") or []
+def _pipeline_section(result: Analysis) -> list[str]:
+    rows = result.pipeline or []
     if not rows:
         return []
     lines = [
@@ -466,18 +476,18 @@ def _pipeline_section(result: dict) -> list[str]:
             f"| {_fmt(r['mu_d4'])} | {_fmt(r['trainer_idle'])} | {_fmt(r['generator_idle'])} | {wall} | {ratio} "
             f"| {_fmt(r['compute_to_target'])} |"
         )
-    m = result.get("pipeline_mapped")
+    m = result.pipeline_mapped
     if m:
         lines += [
             "",
-            f"The fitted optimum (x* {_fmt(m['x'])}, y* {_fmt(m['y'])}) as an asynchronous split at mu {_fmt(result['reference_mu'])}:"
+            f"The fitted optimum (x* {_fmt(m['x'])}, y* {_fmt(m['y'])}) as an asynchronous split at mu {_fmt(result.reference_mu)}:"
             f" W/T ≈ {_fmt(m['workers_per_trainer'])}, a buffer of N ≈ {m['capacity']} rollouts (docs/pipeline.md).",
         ]
     return lines + [""]
 
 
-def _confirmation_section(result: dict) -> list[str]:
-    if not result.get("confirmations"):
+def _confirmation_section(result: Analysis) -> list[str]:
+    if not result.confirmations:
         return [
             "No configuration of this study has been re-run on fresh seeds yet (`workbench study confirm SPEC`): "
             "the best configuration's estimate is a selection estimate.",
@@ -492,17 +502,16 @@ def _confirmation_section(result: dict) -> list[str]:
         "| trial | configuration | estimate | seeds | compute to target [95% CI] | ratio to on-policy [95% CI] | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in result["confirmations"]:
-        for what in ("selection", "replicated"):
-            r = c[what]
+    for c in result.confirmations:
+        for what, r in (("selection", c.selection), ("replicated", c.replicated)):
             lines.append(
-                f"| {r['trial_number']} | {_what(r, _lr_varies(result))} | {what} | {','.join(map(str, r['seed_list']))} | {_ci(r)} | {_ratio(r)} | {r['verdict']} |"
+                f"| {r.trial_number} | {_what(r, result.lr_varies)} | {what} | {','.join(map(str, r.seed_list))} | {_ci(r)} | {_ratio(r)} | {r.verdict} |"
             )
     return lines + [""]
 
 
-def _models_section(result: dict) -> list[str]:
-    models = result.get("models") or []
+def _models_section(result: Analysis) -> list[str]:
+    models = result.models
     if not models:
         return []
     lines = [
@@ -518,26 +527,22 @@ def _models_section(result: dict) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for m in models:
-        loco = m["loco"]
+        loco = m.loco
         held = f"{_fmt(loco['median_abs_log_error'])} ({loco['n']})" if loco.get("n") else "-"
-        o = m["optimum"]
-        at_lr = f", lr {_fmt(o['lr'])}" if "lr" in o else ""
-        best = (
-            f"refused: {o['refused']}"
-            if "refused" in o
-            else f"x {_fmt(o['x'])}, y {_fmt(o['y'])}{at_lr}: {_fmt(o['compute'])}"
-        )
-        if "ridge_point" in o:
-            r = o["ridge_point"]
+        o = m.optimum
+        at_lr = f", lr {_fmt(o.lr)}" if o.lr is not None else ""
+        best = f"refused: {o.refused}" if o.refused else f"x {_fmt(o.x)}, y {_fmt(o.y)}{at_lr}: {_fmt(o.compute)}"
+        if o.ridge_point is not None:
+            r = o.ridge_point
             best += (
-                f"; the ridge's simplest point x {_fmt(r['x'])}, y {_fmt(r['y'])}"
-                + (f", lr {_fmt(r['lr'])}" if "lr" in r else "")
-                + f": {_fmt(r['compute'])} (`study verify --model {m['model']} --ridge`)"
+                f"; the ridge's simplest point x {_fmt(r.x)}, y {_fmt(r.y)}"
+                + (f", lr {_fmt(r.lr)}" if r.lr is not None else "")
+                + f": {_fmt(r.compute)} (`study verify --model {m.model} --ridge`)"
             )
-        params = ", ".join(f"{k} {_fmt(v)}" for k, v in m["params"].items() if k != "scale")
+        params = ", ".join(f"{k} {_fmt(v)}" for k, v in m.params.items() if k != "scale")
         lines.append(
-            f"| `{m['model']}` | {params} | {_fmt(m['aic'])} | {held} | {_fmt(m['r2_log'])} | "
-            f"{', '.join(m['unidentified']) or 'none'} | {best} |"
+            f"| `{m.model}` | {params} | {_fmt(m.aic)} | {held} | {_fmt(m.r2_log)} | "
+            f"{', '.join(m.unidentified) or 'none'} | {best} |"
         )
     return lines + [""]
 
@@ -548,12 +553,12 @@ def _against(d: dict) -> str:
     return f"{d['difference']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
 
 
-def skill_section(result: dict) -> list[str]:
+def skill_section(result: Analysis) -> list[str]:
     """The models against the null predictors (`analysis.null_models`): each model's LOCO median |log error| beside
     the nulls', the paired differences with their intervals, selected or which null it did not beat; then the probe
     against its own null, the on-policy lr sweep. `benchmarks/predictor_skill.py` prints it for a committed report."""
-    nulls, models = result.get("null_models") or {}, [m for m in result.get("models") or [] if "skill" in m]
-    probes = [v for v in result.get("probe_verified") or [] if "against_sweep" in v]
+    nulls, models = result.null_models or {}, [m for m in result.models if m.skill is not None]
+    probes = [v for v in result.probe_verified if v.against_sweep is not None]
     if not (nulls and models) and not probes:
         return []
     lines = ["## Predictors against null models", ""]
@@ -576,16 +581,16 @@ def skill_section(result: dict) -> list[str]:
             "|---|---|" + "---|" * (2 * len(nulls)) + "---|",
         ]
         for m in models:
-            sk = m["skill"]
+            sk = m.skill
             lines.append(
-                f"| `{m['model']}` | {med(m['loco'])} | "
+                f"| `{m.model}` | {med(m.loco)} | "
                 + " | ".join(med(nulls[n]) for n in nulls)
                 + " | "
-                + " | ".join(_against(sk["against"].get(n, {})) for n in nulls)
-                + f" | {'yes' if sk['selected'] else 'no'} |"
+                + " | ".join(_against((sk.against or {}).get(n, {})) for n in nulls)
+                + f" | {'yes' if sk.selected else 'no'} |"
             )
         lines.append("")
-        lines += [f"- `{m['model']}`: {m['skill']['words']}." for m in models]
+        lines += [f"- `{m.model}`: {m.skill.words}." for m in models]
         how = nulls.get("lr_only", {}).get("how", {})
         if len({e["lr"] for e in nulls.get("lr_only", {}).get("errors", [])}) <= 1:
             lines.append("- One learning rate: lr-only is the constant here.")
@@ -602,7 +607,7 @@ def skill_section(result: dict) -> list[str]:
                 )
                 + " (where no other configuration ran its learning rate)."
             )
-        selected = [m["model"] for m in models if m["skill"]["selected"]]
+        selected = [m.model for m in models if m.skill.selected]
         lines += [
             "",
             f"Selected: {', '.join(f'`{n}`' for n in selected)}."
@@ -619,16 +624,16 @@ def skill_section(result: dict) -> list[str]:
             "",
         ]
         lines += [
-            f"- trial {v['trial_number']} (x {_fmt(v['x'])}, y {_fmt(v['y'])}{', lr ' + _fmt(v['lr']) if 'lr' in v else ''}):"
-            f" {'claims' if v['against_sweep']['claims'] else 'no claim'}: {v['against_sweep']['reason'].rstrip('.')}."
+            f"- trial {v.trial_number} (x {_fmt(v.x)}, y {_fmt(v.y)}{', lr ' + _fmt(v.lr) if v.lr is not None else ''}):"
+            f" {'claims' if v.against_sweep['claims'] else 'no claim'}: {v.against_sweep['reason'].rstrip('.')}."
             for v in probes
         ]
         lines.append("")
     return lines
 
 
-def _laws_section(result: dict) -> list[str]:
-    verdicts = result.get("laws") or []
+def _laws_section(result: Analysis) -> list[str]:
+    verdicts = result.laws or []
     if not verdicts:
         return []
     lines = [
@@ -660,81 +665,87 @@ def _laws_section(result: dict) -> list[str]:
     return lines + [""]
 
 
-def _fit_section(result: dict) -> list[str]:
-    f = result["fit"]
-    iv = f.get("intervals", {})
+def _fit_section(result: Analysis) -> list[str]:
+    f = result.fit
+    iv = f.intervals or {}
     ci = lambda k: f" [{_fmt(iv[k][0])}, {_fmt(iv[k][1])}]" if k in iv else ""  # noqa: E731
     return [
         "## Fit of the bias-variance-compute model",
         "",
         *(
             [
-                f"The model describes uniform replay: it is fitted to the {result['fit_configurations']} (x, y) configurations of the"
-                f" uniform strategy (on-policy included); {', '.join(result['other_strategies'])} are compared in the tables above,"
+                f"The model describes uniform replay: it is fitted to the {result.fit_configurations} (x, y) configurations of the"
+                f" uniform strategy (on-policy included); {', '.join(result.other_strategies)} are compared in the tables above,"
                 " not modelled.",
                 "",
             ]
-            if result.get("other_strategies")
+            if result.other_strategies
             else []
         ),
         *(
             [
-                f"With {result['fit_configurations']} configurations for 5 free parameters the fit is underdetermined: read it as an"
+                f"With {result.fit_configurations} configurations for 5 free parameters the fit is underdetermined: read it as an"
                 " illustration of the pipeline, not as an estimate (a grid of six or more (x, y) configurations gives a real fit).",
                 "",
             ]
-            if result["fit_configurations"] < 6
+            if result.fit_configurations < 6
             else []
         ),
-        f"Model: log C = log s + log J(x, y), {result['variance_form']}, {result['noise_model']}; censored runs enter as lower"
+        f"Model: log C = log s + log J(x, y), {result.variance_form}, {result.noise_model}; censored runs enter as lower"
         " bounds (Tobit). Equations: docs/theory.md.",
         "",
         "| parameter | estimate | 95% bootstrap interval |",
         "|---|---|---|",
-        f"| alpha | {_fmt(f['alpha'])} |{ci('alpha')} |",
-        f"| tau0 | {_fmt(f['tau0'])} |{ci('tau0')} |",
-        f"| rho | {_fmt(f['rho'])} |{ci('rho')} |",
-        f"| scale s | {_fmt(f['scale'])} |{ci('scale')} |",
-        f"| noise sigma (log) | {_fmt(f['sigma'])} |{ci('sigma')} |",
+        f"| alpha | {_fmt(f.alpha)} |{ci('alpha')} |",
+        f"| tau0 | {_fmt(f.tau0)} |{ci('tau0')} |",
+        f"| rho | {_fmt(f.rho)} |{ci('rho')} |",
+        f"| scale s | {_fmt(f.scale)} |{ci('scale')} |",
+        f"| noise sigma (log) | {_fmt(f.sigma)} |{ci('sigma')} |",
         "",
-        f"Goodness of fit: R² (log, uncensored) = {_fmt(f['r2_log'])}, median |log error| = {_fmt(f['median_abs_log_error'])}; "
-        f"leave-one-configuration-out: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in f['loco'].items()})}.",
+        f"Goodness of fit: R² (log, uncensored) = {_fmt(f.r2_log)}, median |log error| = {_fmt(f.median_abs_log_error)}; "
+        f"leave-one-configuration-out: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in f.loco.items()})}.",
         "",
     ]
 
 
-def _optimum_section(result: dict) -> list[str]:
-    p, e = result["predicted"], result["empirical"]
+def _optimum_section(result: Analysis) -> list[str]:
+    p, e, near = result.predicted, result.empirical, result.predicted.nearest_measured
     lines = [
         "## Predicted against empirical optimum",
         "",
         "| | x = N/R | y = B/R | capacity | compute to target (measured) | predicted |",
         "|---|---|---|---|---|---|",
-        f"| predicted optimum | {_fmt(p['x'])} | {_fmt(p['y'])} | {p['knobs']['capacity']} | nearest measured (x={_fmt(p['nearest_measured']['x'])}, y={_fmt(p['nearest_measured']['y'])}): {_fmt(p['nearest_measured']['compute_to_target'])} | {_fmt(p['compute_to_target'])} |",
-        f"| empirical optimum (trial {e['trial_number']}, selection estimate) | {_fmt(e['x'])} | {_fmt(e['y'])} | {e['capacity']} | {_ci(e)} | {_fmt(e['predicted_compute_to_target'])} |",
+        f"| predicted optimum | {_fmt(p.x)} | {_fmt(p.y)} | {p.knobs['capacity']} | nearest measured (x={_fmt(near.x)}, y={_fmt(near.y)}): {_fmt(near.compute_to_target)} | {_fmt(p.compute_to_target)} |",
+        f"| empirical optimum (trial {e.trial_number}, selection estimate) | {_fmt(e.x)} | {_fmt(e.y)} | {e.capacity} | {_ci(e)} | {_fmt(e.predicted_compute_to_target)} |",
     ]
-    if "baseline" in result:
-        b = result["baseline"]
+    if result.baseline is not None:
+        b = result.baseline
         lines.append(
-            f"| on-policy baseline (trial {b['trial_number']}) | 1 | 1 | {b['capacity']} | {_ci(b)} | {_fmt(b['predicted_compute_to_target'])} |"
+            f"| on-policy baseline (trial {b.trial_number}) | 1 | 1 | {b.capacity} | {_ci(b)} | {_fmt(b.predicted_compute_to_target)} |"
         )
     lines += [
         "",
         f"Measured compute of the configuration nearest the predicted optimum / empirical optimum: "
-        f"{_fmt(result['measured_ratio_nearest_predicted_to_empirical'])}.",
+        f"{_fmt(result.measured_ratio_nearest_predicted_to_empirical)}.",
     ]
-    if "savings_vs_on_policy" in result:
-        s = result["savings_vs_on_policy"]
-        ci = s.get("measured_ci", [math.nan, math.nan])
+    if result.savings_vs_on_policy is not None:
+        s = result.savings_vs_on_policy
+        ci = s.measured_ci
         lines.append(
-            f"Savings of the empirical optimum against on-policy, paired by seed: measured {s['measured']:.1%} "
-            f"(95% CI {ci[0]:.1%} to {ci[1]:.1%}; {s.get('verdict', 'no interval')}), predicted {s['predicted']:.1%}. "
+            f"Savings of the empirical optimum against on-policy, paired by seed: measured {s.measured:.1%} "
+            f"(95% CI {ci[0]:.1%} to {ci[1]:.1%}; {s.verdict}), predicted {s.predicted:.1%}. "
             "The empirical optimum is the best of the configurations tried, so its estimate is biased in its favour "
             "(the winner's curse); only a confirmation on fresh seeds removes that bias."
         )
-    if p["on_policy_optimal"]:
+    if p.on_policy_optimal:
         lines.append("The fitted model predicts that on-policy training is optimal on this task at this mu.")
-    if result.get("verified"):
+    return lines + _verified_sections(result) + [""]
+
+
+def _verified_sections(result: Analysis) -> list[str]:
+    """The fitted and the probe's optimum, run as trials of the study (`study verify`)."""
+    lines = []
+    if result.verified:
         lines += [
             "",
             "## The fitted optimum, run as trials of the study (`workbench study verify`)",
@@ -742,17 +753,17 @@ def _optimum_section(result: dict) -> list[str]:
             "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | predicted by this fit | measured / predicted when run |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for v in result["verified"]:
+        for v in result.verified:
             lines.append(
-                f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
-                f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['predicted_now'])} "
-                f"| {_fmt(v['compute_to_target'] / v['predicted_when_run'])} |"
+                f"| {v.trial_number} | {_fmt(v.x)} | {_fmt(v.y)} | {v.capacity} | {v.seeds} ({v.censored_seeds}) "
+                f"| {_fmt(v.compute_to_target)} | {_fmt(v.predicted_when_run)} | {_fmt(v.predicted_now)} "
+                f"| {_fmt(v.compute_to_target / v.predicted_when_run)} |"
             )
         lines += [
             "",
             "These runs are part of the data this fit was made from (the fit when they were run did not include them).",
         ]
-    if result.get("probe_verified"):
+    if result.probe_verified:
         lines += [
             "",
             "## The probe's optimum, run as trials of the study (`workbench study verify --probe`)",
@@ -760,21 +771,21 @@ def _optimum_section(result: dict) -> list[str]:
             "| trial | x | y | capacity | seeds (censored) | compute to target (measured) | predicted when run | measured / empirical best |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for v in result["probe_verified"]:
+        for v in result.probe_verified:
             lines.append(
-                f"| {v['trial_number']} | {_fmt(v['x'])} | {_fmt(v['y'])} | {v['capacity']} | {v['seeds']} ({v['censored_seeds']}) "
-                f"| {_fmt(v['compute_to_target'])} | {_fmt(v['predicted_when_run'])} | {_fmt(v['ratio_to_empirical_best'])} |"
+                f"| {v.trial_number} | {_fmt(v.x)} | {_fmt(v.y)} | {v.capacity} | {v.seeds} ({v.censored_seeds}) "
+                f"| {_fmt(v.compute_to_target)} | {_fmt(v.predicted_when_run)} | {_fmt(v.ratio_to_empirical_best)} |"
             )
-    return lines + [""]
+    return lines
 
 
-def _whatif_section(result: dict) -> list[str]:
-    if not result.get("whatif"):
+def _whatif_section(result: Analysis) -> list[str]:
+    if not result.whatif:
         return []
     lines = [
         "## What if generation cost more: the same runs, re-accounted (not new measurements)",
         "",
-        f"Nothing here was run again. Each run's curve is the one measured at mu {_fmt(result['reference_mu'])}; only"
+        f"Nothing here was run again. Each run's curve is the one measured at mu {_fmt(result.reference_mu)}; only"
         " the compute charged for it is counted again at another mu, each generated rollout costing mu times a"
         " trained one (in the synchronous loop the curve in optimizer steps does not depend on mu). Savings are"
         " paired by seed with their 95% interval, as above; the best configuration is again a selection estimate.",
@@ -782,18 +793,19 @@ def _whatif_section(result: dict) -> list[str]:
         "| mu (re-accounted) | predicted x* | predicted y* | empirical best (x, y) | its savings vs on-policy [95% CI] | verdict | predicted savings |",
         "|---|---|---|---|---|---|---|",
     ]
-    for mu, w in result["whatif"].items():
-        s = w.get("savings_vs_on_policy", {})
-        ci = s.get("measured_ci", [math.nan, math.nan])
+    for mu, w in result.whatif.items():
+        s = w.savings_vs_on_policy
+        measured, predicted = (s.measured, s.predicted) if s else (math.nan, math.nan)
+        ci = s.measured_ci if s else (math.nan, math.nan)
         lines.append(
-            f"| {mu} | {_fmt(w['predicted']['x'])} | {_fmt(w['predicted']['y'])} | ({_fmt(w['empirical']['x'])}, {_fmt(w['empirical']['y'])}) "
-            f"| {s.get('measured', math.nan):.1%} [{ci[0]:.1%}, {ci[1]:.1%}]{censoring.counts_text(w['empirical'])} | {s.get('verdict', '-')} | {s.get('predicted', math.nan):.1%} |"
+            f"| {mu} | {_fmt(w.predicted.x)} | {_fmt(w.predicted.y)} | ({_fmt(w.empirical.x)}, {_fmt(w.empirical.y)}) "
+            f"| {measured:.1%} [{ci[0]:.1%}, {ci[1]:.1%}]{w.empirical.comparison.counts_text()} | {s.verdict if s else '-'} | {predicted:.1%} |"
         )
     return lines + [""]
 
 
-def _pareto_section(result: dict) -> list[str]:
-    metric = result.get("metric", "accuracy")
+def _pareto_section(result: Analysis) -> list[str]:
+    metric = result.metric
     lines = [
         f"## Pareto front (best `{metric}` against compute to target)",
         "",
@@ -803,14 +815,14 @@ def _pareto_section(result: dict) -> list[str]:
         f"| trial | x | y | compute to target | best {metric} |",
         "|---|---|---|---|---|",
     ]
-    for r in result["pareto_front"]:
+    for r in result.pareto_front:
         lines.append(
-            f"| {r['trial_number']} | {_fmt(r['x'])} | {_fmt(r['y'])} | {_fmt(r['compute_to_target'])} | {_fmt(r['best_reading'])} |"
+            f"| {r.trial_number} | {_fmt(r.x)} | {_fmt(r.y)} | {_fmt(r.compute_to_target)} | {_fmt(r.best_reading)} |"
         )
     return lines + [""]
 
 
-def tables(result: dict) -> str:
+def tables(result: Analysis) -> str:
     """Every table section of the report, as Markdown, the comparisons first and the model's details after."""
     return "\n".join(
         [

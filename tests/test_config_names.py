@@ -204,7 +204,10 @@ def test_workbench_config_lists_every_key_with_its_default_and_doc(tmp_path):
         "replay.prioritized.tau_max",
         "replay.rlep.m",
     }
-    assert listed["generation.backend"]["choices"] == ["hf", "vllm"]
+    assert listed["generation.decode"]["choices"] == ["auto", "compiled", "static", "hf"]  # a fixed set: its values
+    for key in ("generation.backend", "model.source", "replay.strategy", "task.name"):  # registered names, not a set
+        assert listed[key]["choices"] == [] and "registered" in listed[key]["doc"], key
+    assert "`hf`" in listed["generation.backend"]["doc"] and "`vllm`" in listed["generation.backend"]["doc"]
 
 
 def test_workbench_config_text_shows_resolved_values_and_what_changed(tmp_path):

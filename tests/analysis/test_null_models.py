@@ -251,10 +251,10 @@ def test_the_report_gives_every_model_its_skill_and_a_section_that_says_which_nu
 
     data = study({(1.0, 1.0): 1.0, (2.0, 2.0): 1.05, (4.0, 2.0): 1.1, (8.0, 4.0): 1.4}, seeds=2, steps=50)
     result, _, _ = analyze_data(data, whatif_mu=(), bootstrap=2)
-    assert set(result["null_models"]) == set(null_models.NULLS)
-    assert result["models"] and all(set(m["skill"]["against"]) == set(null_models.NULLS) for m in result["models"])
+    assert set(result.null_models) == set(null_models.NULLS)
+    assert result.models and all(set(m.skill.against) == set(null_models.NULLS) for m in result.models)
     section = tables(result).split("## Predictors against null models")[1].split("\n## ")[0]
-    for m in result["models"]:
-        assert f"`{m['model']}`: {m['skill']['words']}." in section
-        assert m["skill"]["selected"] or m["skill"]["not_beaten"]
+    for m in result.models:
+        assert f"`{m.model}`: {m.skill.words}." in section
+        assert m.skill.selected or m.skill.not_beaten
     assert "One learning rate: lr-only is the constant here." in section

@@ -3,6 +3,7 @@ the Markdown and in the HTML page (checked in headless Chromium); every user str
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -62,7 +63,7 @@ def test_the_markdown_reads_bottom_line_then_captioned_figures_then_tables(repor
 def test_the_runs_line_says_plainly_how_many_runs_reached_the_target(report):
     result, out = report
     md = (out / "report.md").read_text()
-    assert result["n_censored_runs"] == 0
+    assert result.n_censored_runs == 0
     assert "read on `demo_prob` (probability of the held-out demonstrations): every run reached the target 0.6." in md
     assert "never reached" not in md.split("## Figures")[0]
 
@@ -81,7 +82,7 @@ def test_the_whatif_section_says_it_re_accounts_the_same_runs(report):
 
 def test_laws_the_quickstart_grid_cannot_test_are_said_to_be_not_testable(report):
     result, out = report
-    f1 = next(v for v in result["laws"] if v["law"] == "F1")
+    f1 = next(v for v in result.laws if v["law"] == "F1")
     assert f1["verdict"] == "not testable"
     md = (out / "report.md").read_text()
     assert (
@@ -95,11 +96,11 @@ def test_the_pareto_front_is_read_on_the_studys_own_curve(report):
     result, out = report
     md = (out / "report.md").read_text()
     assert "## Pareto front (best `demo_prob` against compute to target)" in md and "| best demo_prob |" in md
-    best = {c["trial_number"]: c for c in result["configurations"]}
-    for r in result["pareto_front"]:
+    best = {c.trial_number: c for c in result.configurations}
+    for r in result.pareto_front:
         # demo_prob's best, not greedy accuracy's (the synthetic study puts greedy accuracy 0.15 higher)
-        assert r["best_reading"] == pytest.approx(best[r["trial_number"]]["best_reading"])
-        assert r["best_reading"] < r["best_accuracy"] - 0.1
+        assert r.best_reading == pytest.approx(best[r.trial_number].best_reading)
+        assert r.best_reading < r.best_accuracy - 0.1
 
 
 def test_the_heatmap_puts_an_optimum_beyond_the_grid_on_its_edge():
@@ -132,7 +133,7 @@ def test_log_axes_label_their_ticks_as_plain_numbers(tmp_path):
 
 def test_user_strings_are_escaped_in_the_html(report):
     result, out = report
-    hostile = {**result, "study": "<script>alert(1)</script>"}
+    hostile = dataclasses.replace(result, study="<script>alert(1)</script>")
     figures = {
         name: plots.Figure(out / f"{name}.png", "a caption with <img src=x onerror=alert(1)>") for name in FIGURES
     }

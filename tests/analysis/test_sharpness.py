@@ -3,7 +3,6 @@ sharpen, and two that differ in what they learn."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -12,9 +11,12 @@ import pytest
 
 from analysis.resolution import by_reading
 from analysis.report import analyze_data
+from analysis.result import dumps
 from analysis.sections import sharpness_section, tables
 from analysis.sharpness import best_temperature, entropy_at_evaluations, equal_entropy, skill_or_sharpness
 from workbench import tracking
+
+from support.analysis_result import analysis
 
 STEPS = 150
 """Optimizer steps of every run, one compute unit each; an evaluation every 5."""
@@ -180,7 +182,7 @@ def test_a_store_without_entropy_or_temperatures_gets_what_can_be_read_and_says_
 
 
 def test_the_report_section_gives_every_reading_and_the_verdict_in_words():
-    lines = "\n".join(sharpness_section({"configurations": [], "skill_or_sharpness": read("sharper")}))
+    lines = "\n".join(sharpness_section(analysis({"configurations": [], "skill_or_sharpness": read("sharper")})))
     assert lines.startswith("## Skill or sharpness")
     row = next(line for line in lines.splitlines() if line.startswith("| 1 |"))
     assert row.endswith("| **sharpness** |") and "greedy / greedy" in row
@@ -188,7 +190,7 @@ def test_the_report_section_gives_every_reading_and_the_verdict_in_words():
     assert "| 0 (on-policy) |" in lines and "T 0.5" in lines  # compute to target at each temperature
     assert "Not logged" not in lines
     missing = sharpness_section(
-        {"configurations": [], "skill_or_sharpness": read("sharper") | {"missing": ["the sampling entropy"]}}
+        analysis({"configurations": [], "skill_or_sharpness": read("sharper") | {"missing": ["the sampling entropy"]}})
     )
     assert "Not logged by these runs: the sampling entropy." in missing
 
@@ -197,7 +199,7 @@ def test_the_report_reads_skill_or_sharpness_from_a_study(study):
     """`analyze_data` on an in-memory study (training-step entropy, no `eval.temperatures`): the section is there
     with what can be read, and says what is missing."""
     result, _, _ = analyze_data(study(metric="demo_prob"), whatif_mu=[], bootstrap=0)
-    s = result["skill_or_sharpness"]
+    s = result.skill_or_sharpness
     assert s["entropy_source"] == "training steps' fresh rollouts" and s["temperatures"] == []
     assert {c["trial_number"] for c in s["comparisons"]} == {1, 2}
     assert all(c["verdict"] in ("skill", "sharpness", "unresolved") and c["why"] for c in s["comparisons"])
@@ -206,7 +208,7 @@ def test_the_report_reads_skill_or_sharpness_from_a_study(study):
         "## Skill or sharpness" in text
         and "Not logged by these runs: sampled pass@1 at other decoding temperatures" in text
     )
-    json.dumps(result, default=float)  # analysis.json holds it
+    dumps(result)  # analysis.json holds it
 
 
 def test_the_report_also_reads_skill_or_sharpness_against_on_policy_at_its_best_lr(study):
@@ -216,7 +218,7 @@ def test_the_report_also_reads_skill_or_sharpness_against_on_policy_at_its_best_
     fast = data.runs["trial_number"] == 2  # run at y 1: on-policy at twice the lr, learning 1.25x faster
     data.runs.loc[fast, ["x", "capacity", "lr"]] = [1.0, data.runs["batch_size"].iloc[0], 5e-5]
     result, _, _ = analyze_data(data, whatif_mu=[], bootstrap=0)
-    tuned = result["skill_or_sharpness_tuned"]
+    tuned = result.skill_or_sharpness_tuned
     assert (tuned["baseline_trial"], tuned["baseline_lr"], tuned["bounded"]) == (2, 5e-5, False)
     assert [c["trial_number"] for c in tuned["comparisons"]] == [1]
     assert tuned["comparisons"][0]["study_curve"]["ratio"] > 1.2  # slower than the tuned baseline, ~1.1 / 0.8
@@ -224,4 +226,4 @@ def test_the_report_also_reads_skill_or_sharpness_against_on_policy_at_its_best_
     assert (
         "Against on-policy at its best learning rate (lr 5e-05, trial 2; at an end of the learning rates tried" in text
     )
-    json.dumps(result, default=float)
+    dumps(result)

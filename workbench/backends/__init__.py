@@ -1,21 +1,22 @@
-"""Generation backends: `hf` (transformers on the trainer's device) and `vllm` (a colocated vLLM engine).
+"""Generation backends, registered by name (`generation.backend`, `workbench.registry.GENERATION_BACKENDS`): `hf`
+(transformers on the trainer's device) and `vllm` (a colocated vLLM engine), each one `GenerationBackend` class
+(`workbench.backends.base`).
 
 `hf` also scores completions with gradients, which is what every objective trains. `vllm` is an optional
-dependency, imported only when `generation.backend: vllm` asks for it; `check_installed` tells whether this
-environment has it without importing it (a study checks it before its first trial).
+dependency, imported only when its engine starts; `check_installed` tells whether this environment has a backend's
+package without importing it (a study checks it before its first trial).
 """
 
 import importlib.util
 
 from workbench.config import ConfigError
-
-INSTALL = {"vllm": "GPU: pip install '.[vllm]'; CPU: make vllm-env, then run .venv-vllm/bin/workbench"}
-"""How to install each backend that needs an optional package (named as the backend)."""
+from workbench.registry import GENERATION_BACKENDS
 
 
 def not_installed(backend: str) -> ConfigError:
     """The error of a `generation.backend` whose package this environment lacks, with how to install it."""
-    return ConfigError(f"generation.backend: {backend} is not installed in this environment ({INSTALL[backend]})")
+    how = GENERATION_BACKENDS[backend].install
+    return ConfigError(f"generation.backend: {backend} is not installed in this environment ({how})")
 
 
 def installed(package: str) -> bool:
@@ -28,5 +29,6 @@ def installed(package: str) -> bool:
 
 def check_installed(backend: str) -> None:
     """Raise `not_installed` when `backend` needs a package that cannot be found here."""
-    if backend in INSTALL and not installed(backend):
+    package = GENERATION_BACKENDS.lookup(backend).package
+    if package is not None and not installed(package):
         raise not_installed(backend)

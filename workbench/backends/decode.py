@@ -296,6 +296,29 @@ _PACKAGES: dict[Path, aot.Package] = {}
 """Per process: the decode steps loaded so far, by package path (a study worker loads each once for all its trials)."""
 
 
+@dataclass
+class KvBuffers:
+    """One call's static buffers, `length` positions (a multiple of `LENGTH_BUCKET`) of which the prompts fill the
+    first `width`: each layer's keys and values `[length, rows, kv_heads, head_dim]`, the attention bias
+    `[length, rows]` (-inf where a position is padding or not written yet), and the RoPE cos/sin of every new
+    token's position `[rows, max_new_tokens, head_dim]`."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    bias: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    width: int
+    length: int
+
+    def write(self, slot: int, new: list[torch.Tensor]) -> None:
+        """A new token's keys then values (each layer's, in `keys + values` order) at `slot`, opened to the tokens
+        after it."""
+        for buffer, block in zip(self.keys + self.values, new):
+            buffer[slot] = block  # one contiguous block
+        self.bias[slot] = 0.0
+
+
 class StaticDecoder:
     """`sample` with static KV buffers and a decode step that is compiled (`compiled=True`) or run eagerly.
 
@@ -364,9 +387,23 @@ class StaticDecoder:
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> Samples:
-        model = self.model
-        device = next(model.parameters()).device
+        device = next(self.model.parameters()).device
         eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+        kv, last_logits = self._prefill(prompt_ids, max_new_tokens, pad_id, device)
+        shape = Shape(**self.geometry, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        n, vocab = len(prompt_ids), last_logits.shape[-1]
+        finished = torch.zeros(n, dtype=torch.bool, device=device)
+        noise = None if greedy else uniform_noise((n, vocab), generator, device)
+        first = pick(last_logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        tokens, logps, entropies = self._decode(kv, shape, first, vocab, temperature, generator, max_new_tokens)
+        return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
+
+    def _prefill(
+        self, prompt_ids: list[list[int]], max_new_tokens: int, pad_id: int, device: torch.device
+    ) -> tuple[KvBuffers, torch.Tensor]:
+        """The prompts run through the model's own forward (left-padded), their keys and values copied into static
+        buffers sized for the whole call, and each row's logits of its first new token."""
+        model, g = self.model, self.geometry
         # a GRPO batch repeats each prompt G times: prefill the distinct prompts once, copy their keys and values
         distinct, which = distinct_prompts(prompt_ids)
         ids, mask = left_pad(distinct, pad_id, device)
@@ -379,7 +416,6 @@ class StaticDecoder:
         n, width = len(prompt_ids), ids.shape[1]
         length = math.ceil((width + max_new_tokens) / LENGTH_BUCKET) * LENGTH_BUCKET
         dtype = out.past_key_values.layers[0].keys.dtype
-        g = self.geometry
         keys, values = [], []
         for layer in out.past_key_values.layers:
             k = torch.zeros(length, n, g["kv_heads"], g["head_dim"], dtype=dtype, device=device)
@@ -391,55 +427,66 @@ class StaticDecoder:
         cos_all, sin_all = model.model.rotary_emb(keys[0], new_positions)  # [n, T, d], the model's own RoPE
         bias = torch.full((length, n), float("-inf"), dtype=dtype, device=device)
         bias[:width] = torch.where(mask.bool(), 0.0, float("-inf")).t()
-        shape = Shape(**g, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
-        tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
-        weights = _weights(model, g["fused"])
-        vocab = last_logits.shape[-1]
+        return KvBuffers(keys, values, bias, cos_all, sin_all, width, length), last_logits
 
-        finished = torch.zeros(n, dtype=torch.bool, device=device)
-        noise = None if greedy else uniform_noise((n, vocab), generator, device)
-        token, logp, entropy, finished = pick(
-            last_logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id
-        )
+    def _decode(
+        self,
+        kv: KvBuffers,
+        shape: Shape,
+        first: tuple[torch.Tensor, ...],
+        vocab: int,
+        temperature: float,
+        generator: torch.Generator | None,
+        max_new_tokens: int,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """The `first` token (token, log-prob, entropy, finished) and every one after it, one decode step each,
+        written into the buffers, until every row has finished or `max_new_tokens` are out: the tokens, log-probs
+        and entropies, one tensor of the rows per position."""
+        token, logp, entropy, finished = first
+        n, device = token.shape[0], token.device
+        tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
+        weights = _weights(self.model, self.geometry["fused"])
         tokens, logps, entropies = [token], [logp], [entropy]
         step = None
         for t in range(max_new_tokens - 1):
             if bool(finished.all()):
                 break
-            noise = None if greedy else uniform_noise((n, vocab), generator, device)
+            noise = None if shape.greedy else uniform_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
-            filled = min(length, math.ceil((width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # the positions written so far
+            filled = min(kv.length, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # positions written
             args = (
                 weights,
                 token,
                 finished,
-                [k[:filled] for k in keys],
-                [v[:filled] for v in values],
+                [k[:filled] for k in kv.keys],
+                [v[:filled] for v in kv.values],
                 index,
-                cos_all,
-                sin_all,
-                bias[:filled],
+                kv.cos,
+                kv.sin,
+                kv.bias[:filled],
                 noise,
                 tempered,
             )
             if step is None:
                 step = self._step(shape, args)
-            try:
-                token, logp, entropy, finished, new_keys, new_values = step(*args)
-            except Exception as err:  # noqa: BLE001  (a compiled step that fails at run time: eager from here on)
-                if not self.compiled:
-                    raise
-                self._give_up(err)
-                step = partial(_decode_step, shape)
-                token, logp, entropy, finished, new_keys, new_values = step(*args)
-            slot = t + width  # this token's place in the buffers, open to the tokens after it
-            for buffer, new in zip(keys + values, new_keys + new_values):
-                buffer[slot] = new  # one contiguous block
-            bias[slot] = 0.0
+            step, (token, logp, entropy, finished, new_keys, new_values) = self._run(step, shape, args)
+            kv.write(t + kv.width, new_keys + new_values)
             tokens.append(token)
             logps.append(logp)
             entropies.append(entropy)
-        return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
+        return tokens, logps, entropies
+
+    def _run(self, step, shape: Shape, args: tuple) -> tuple:
+        """`step(*args)`, and the step to go on with: a compiled step that fails at run time gives way to the
+        eager one, from this token on."""
+        try:
+            return step, step(*args)
+        except Exception as err:  # noqa: BLE001  (a compiled step that fails at run time: eager from here on)
+            if not self.compiled:
+                raise
+            self._give_up(err)
+            step = partial(_decode_step, shape)
+            return step, step(*args)
 
 
 def make_sampler(model, mode: str, cache_dir: Path):

@@ -3,6 +3,7 @@
 `sample` is a batched decode loop with a KV cache that stops at EOS and returns, per row, the completion token
 ids, the behaviour log-prob of each sampled token (under the sampling temperature) and the token entropy of the
 sampling distribution. `score` recomputes the same log-probs with gradients, which is what the objectives train.
+`HfBackend` is this backend as `generation.backend: hf` registers it: the trainer's own decoder samples.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from workbench.backends.base import GenerationBackend, register_backend
 from workbench.backends.head import head_logprobs
 
 
@@ -393,3 +395,9 @@ def score(
     if with_entropy:
         return token_logp, mask, float(entropy.detach().sum())
     return token_logp, mask
+
+
+@register_backend("hf")
+class HfBackend(GenerationBackend):
+    """`generation.backend: hf`: rollouts are sampled on the trainer's device by the trainer's own decoder
+    (`generation.decode`: `workbench.backends.decode.make_sampler`), so no engine is started."""

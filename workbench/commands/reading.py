@@ -56,28 +56,8 @@ class Analyze(Command):
             estimator=args.estimator,
             bar=progress.bars_wanted(),
         )
-        f, p, e = result["fit"], result["predicted"], result["empirical"]
-        print(
-            f"fit: alpha {f['alpha']:.3g}, tau0 {f['tau0']:.3g}, rho {f['rho']:.3g}; R² (log) {f['r2_log']:.3g}; LOCO {f['loco']}"
-        )
-        print(
-            f"predicted optimum: x {p['x']:.3g}, y {p['y']:.3g} (capacity {p['knobs']['capacity']} at B); "
-            f"empirical: trial {e['trial_number']} x {e['x']:.3g}, y {e['y']:.3g}, compute to target {e['compute_to_target']:.4g}"
-        )
-        for m in result.get("models", []):  # best first (analysis.models.compare)
-            o, loco = m["optimum"], m["loco"]
-            where = (
-                f"refused ({o['refused']})"
-                if "refused" in o
-                else f"x {o['x']:.3g}, y {o['y']:.3g}" + (f", lr {o['lr']:.3g}" if "lr" in o else "")
-            )
-            held = f"{loco['median_abs_log_error']:.3g} over {loco['n']}" if loco.get("n") else "-"
-            print(
-                f"model {m['model']}: AIC {m['aic']:.4g}, LOCO median |log error| {held}, unidentified "
-                f"{', '.join(m['unidentified']) or 'none'}; optimum {where}"
-            )
-        for law in result.get("laws", []):
-            print(law["line"])
+        for line in result.lines():  # the fit, the predicted and empirical optimum, the models, the laws
+            print(line)
         print(f"wrote {path}")
         return 0
 
@@ -180,9 +160,9 @@ class Recommend(Command):
                 name, uri, mu=mu, gen_seconds=gen, train_seconds=train, split=split, target=target(args.target)
             )
         if args.json:
-            print(json.dumps({k: v for k, v in out.items() if k != "lines"}, default=float))
+            print(json.dumps(out.to_json(), default=float))
         else:
-            print("\n".join(out["lines"]))
+            print("\n".join(out.lines()))
         return 0
 
 

@@ -3,8 +3,9 @@
 Where things are: the loop (`loop`), one optimizer step and its loss input (`step`), fresh rollouts and the
 prompt stream (`rollouts`), the buffer and rollout types (`replay`), the strategies that draw batches
 (`strategies/`), the losses (`objectives`), the held-out evaluation (`evaluation`), tasks and rewards (`tasks`),
-the model (`policy`) and the embedded checkpoint (`checkpoint`, `cache`). Compute is accounted by
-`workbench.compute` and logged by `workbench.tracking`. The trial engine knows nothing of Optuna.
+the model (`policy`), where it comes from (`model_sources/`, `model.source`) and the embedded checkpoint
+(`checkpoint`, `cache`). Compute is accounted by `workbench.compute` and logged by `workbench.tracking`. The trial
+engine knows nothing of Optuna.
 """
 
 import importlib

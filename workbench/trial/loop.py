@@ -1,8 +1,8 @@
-"""One trial: GRPO with a replay buffer, from a config to MLflow (docs/trial.md).
+"""One trial: GRPO with a replay buffer, from a config to MLflow (docs/trial.md). One loop serves both modes; they
+differ only in their batch source (`source.BatchSource`: `inline` synchronous, `pipeline` asynchronous).
 
 loop until the budget is spent:
-    fresh = generate strategy.groups(step) whole groups       # rollouts.generate_groups
-    batch = strategy.batch(fresh, step)                       # a registered strategy (owns the buffer)
+    fresh, batch = source.draw(step)                          # generate (or receive) rollouts; the strategy draws
     loss  = objective(policy, batch)                          # step.train_step: a registered objective
     optimizer step unless strategy.gate(...)                  # (dgg may drop the update)
     account compute; log metrics                              # compute.ComputeMeter, tracking.RunLogger
@@ -13,36 +13,30 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from collections import Counter
 from typing import Callable
 
-import numpy as np
 import torch
 
 from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig, flatten
+from workbench.trial.inline import InlineSource
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (
     Evaluations,
     StepRecord,
     TrialResult,
-    WallClock,
     budget_bar,
     budget_left,
     compute_metrics,
-    devices_in_use,
     final_metrics,
-    fresh_metrics,
-    mismatch_metrics,
     train_metrics,
     working_seconds,
 )
-from workbench.trial.replay import Rollout, batch_stats
-from workbench.trial.rollouts import PromptStream, generate_groups
-from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
+from workbench.trial.replay import Rollout
+from workbench.trial.source import BatchSource, Parts
+from workbench.trial.step import make_lr_schedule, make_optimizer, rescore
 from workbench.trial.strategies import StrategyContext, make_strategy
 from workbench.trial.tasks import Task, load_task
 
@@ -94,107 +88,110 @@ def run_trial(
     with tracking.run_lifecycle(run):
         run.log_params(flatten(cfg))
         if cfg.pipeline.mode == "async":
-            from workbench.trial.pipeline import train_async  # spawns processes: loaded only when asked for
+            from workbench.trial.pipeline import PipelineSource  # spawns processes: loaded only when asked for
 
-            return train_async(cfg, task, run, observer, on_eval, show_progress)
-        return _train(cfg, task, run, observer, on_eval, show_progress, inspect)
+            source: BatchSource = PipelineSource(cfg)
+        else:
+            source = InlineSource(cfg)
+        return train(cfg, task, run, source, observer, on_eval, show_progress, inspect)
 
 
-def _train(
-    cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer, on_eval, show_progress: bool, inspect=None
+def train(
+    cfg: TrialConfig,
+    task: Task,
+    run: tracking.RunLogger,
+    source: BatchSource,
+    observer=None,
+    on_eval=None,
+    show_progress: bool = False,
+    inspect=None,
 ) -> TrialResult:
+    """The training loop of every trial, synchronous or asynchronous (`source`): build the optimizer, the strategy
+    and the meter around the source's policy, train to the budget evaluating on schedule, log the final metrics,
+    the ages and the curve."""
     t_start = time.perf_counter()
-    policy = Policy(cfg, task)
-    run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device)})
-    B, G = cfg.batch_size, cfg.group_size
+    policy = source.policy(task)
+    run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), **source.tags})
     optimizer = make_optimizer(policy.model, cfg.lr)
     lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
     strategy = make_strategy(
-        cfg,
+        source.cfg,
         StrategyContext(
-            task, policy.tokenizer, lambda rs: rescore(policy, rs, cfg.train.micro_batch_size), policy.max_new_tokens
+            task,
+            policy.tokenizer,
+            lambda rs: rescore(policy, rs, source.cfg.train.micro_batch_size),
+            policy.max_new_tokens,
         ),
     )
-    meter = ComputeMeter(B, count_parameters(policy.model), cfg.compute.mu)
-    prompts = PromptStream(len(task.train), cfg.seed, strategy.prompts(len(task.train)))
-    sampler = torch.Generator(device=policy.device).manual_seed(seeds.rollout_sampler(cfg.seed))
-    replay_rng = np.random.default_rng(seeds.replay_draws(cfg.seed))
-    updates = 0
-    next_uid = 0
-    ages_seen: Counter[int] = Counter()
+    meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
     bar = budget_bar(cfg, show_progress)
-    wall = WallClock(devices_in_use(policy.device, cfg.threads or os.cpu_count() or 1))
-    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, wall)
+    clock, curve_clock = source.clock(policy)
+    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, curve_clock)
+    parts = Parts(cfg, task, run, policy, optimizer, strategy, meter, evaluations, clock)
+    with source.running(parts), progress.bar_safe_logging(show_progress), bar:
+        steps = _Steps(parts, source, lr_schedule, bar, observer, inspect)
+        steps.run()
+        clock.stop()
 
-    with progress.bar_safe_logging(show_progress), bar:
-        evaluations(0)
-        wall.begin()
-        step = 0
-        while budget_left(cfg, step, meter, evaluations.rows):
-            groups = strategy.groups(step)
-            fresh: list[Rollout] = []
-            out = None
-            if groups:
-                with meter.timed("gen"):
-                    if policy.engine is not None and step - policy.engine.version >= cfg.generation.sync_every:
-                        policy.engine.sync(policy.model, step)  # weight transfer: generation-side cost
-                    fresh, out = generate_groups(policy, task, prompts.take(groups), G, step, sampler, next_uid)
-                next_uid += len(fresh)
-                meter.gen_tokens += out.generated_tokens
-                meter.prefill_tokens += out.prefill_tokens
-
-            with meter.timed("train"):  # a strategy may score rollouts (rlep): training-side compute
-                batch = strategy.batch(fresh, step, replay_rng)
-            metrics: dict[str, float] = {}
-            if batch and inspect is not None:
-                metrics.update(
-                    inspect(step, batch, strategy.held(), policy) or {}
-                )  # outside the meter: not training compute
-            if batch:
-                with meter.timed("train"):
-                    obj, grad_norm, applied = train_step(policy, optimizer, batch, cfg, step, strategy.gate)
-                meter.train_tokens += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
-                for r in batch:
-                    r.uses += 1
-                ages_seen.update(batch_stats(batch, step).ages)
-                updates += int(applied)
-                metrics.update(train_metrics(obj, grad_norm, batch, step, lr_schedule.get_last_lr()[0]))
-                lr_schedule.step()
-            units_before = meter.units
-            meter.step(len(fresh), len(batch))
-            metrics.update(
-                {
-                    **compute_metrics(meter, updates),
-                    "replay/buffer_size": strategy.size(),
-                    "replay/fresh": len(fresh),
-                    **strategy.metrics(),
-                }
-            )
-            if fresh and policy.engine is not None:
-                metrics.update(
-                    {
-                        **mismatch_metrics(fresh),
-                        "mismatch/engine_lag": step - policy.engine.version,
-                        "mismatch/syncs": policy.engine.syncs,
-                    }
-                )
-            if fresh:
-                metrics.update(fresh_metrics(fresh, out.entropy_mean, out.generated_tokens))
-            run.log_metrics(metrics, step)
-            if observer:
-                observer(StepRecord(step, fresh, batch, metrics.get("train/loss", float("nan")), metrics))
-            step += 1
-            bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-            last = not budget_left(cfg, step, meter, evaluations.rows)
-            if evaluations.due(step, last):
-                evaluations(step, last)
-
-    wall.stop()
     evals = evaluations.rows
-    final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
+    final = final_metrics(cfg, evals, meter, steps.step, steps.updates, time.perf_counter() - t_start)
     final["final/eval_seconds"] = evaluations.seconds  # held-out evaluation: neither generation nor training compute
-    final.update(working_seconds(wall))
-    run.log_metrics(final, step)
-    run.log_text(json.dumps({"age_counts": {str(k): v for k, v in sorted(ages_seen.items())}}), tracking.AGES_ARTIFACT)
+    final.update(source.final())
+    final.update(working_seconds(clock))
+    run.log_metrics(final, steps.step)
+    run.log_text(json.dumps(source.histograms()), tracking.AGES_ARTIFACT)
     run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
     return TrialResult(run.run_id, final, evals)
+
+
+class _Steps:
+    """The steps of `train`: draw, (inspect), train, account, log, evaluate when due."""
+
+    def __init__(self, parts: Parts, source: BatchSource, lr_schedule, bar, observer, inspect):
+        self.p, self.source, self.lr_schedule, self.bar = parts, source, lr_schedule, bar
+        self.observer, self.inspect = observer, inspect
+        self.step = self.updates = 0
+
+    def run(self) -> None:
+        p, source = self.p, self.source
+        source.evaluate(0)
+        source.begin()  # off the clock
+        p.clock.begin()
+        while source.more(self.step, budget_left(p.cfg, self.step, p.meter, p.evaluations.rows)):
+            units_before = p.meter.units
+            self.one(self.step)
+            self.step += 1
+            self.bar.update(p.meter.units - units_before if p.cfg.budget.compute_units is not None else 1)
+            last = not budget_left(p.cfg, self.step, p.meter, p.evaluations.rows)
+            if p.evaluations.due(self.step, last):
+                source.evaluate(self.step, last)
+
+    def one(self, step: int) -> None:
+        p, source, meter = self.p, self.source, self.p.meter
+        draw = source.draw(step)
+        batch = draw.batch
+        metrics: dict[str, float] = {}
+        if batch and self.inspect is not None:  # outside the meter: not training compute
+            metrics.update(self.inspect(step, batch, p.strategy.held(), p.policy) or {})
+        if batch:
+            with meter.timed("train"):
+                obj, grad_norm, applied = source.train(step, batch)
+            for r in batch:
+                r.uses += 1
+            self.updates += int(applied)
+            metrics.update(train_metrics(obj, grad_norm, batch, step, self.lr_schedule.get_last_lr()[0]))
+            self.lr_schedule.step()
+        generated, trained = source.trained(step, draw)
+        meter.step(generated, trained)
+        metrics.update(
+            {
+                **compute_metrics(meter, self.updates),
+                "replay/buffer_size": p.strategy.size(),
+                "replay/fresh": generated,
+                **p.strategy.metrics(),
+                **source.metrics(step, draw),
+            }
+        )
+        p.run.log_metrics(metrics, step)
+        if self.observer:
+            self.observer(StepRecord(step, draw.fresh, batch, metrics.get("train/loss", float("nan")), metrics))

@@ -1,16 +1,15 @@
 """The policy of a trial: a HF causal LM and its tokenizer, loaded with `from_pretrained`, and how it samples.
 
-`model.path` names any local HF directory; without one, the embedded tiny Llama is built once and loaded the same
-way (`workbench.trial.checkpoint`). With `generation.backend: vllm` a vLLM engine colocated with the trainer
-samples, while the trainer scores and trains the transformers model.
+Where the model comes from is its model source (`model.source`, `workbench.trial.model_sources`): any local HF
+directory at `model.path`, or without one the embedded tiny Llama, built once and loaded the same way
+(`workbench.trial.checkpoint`). What samples the rollouts is the generation backend (`generation.backend`,
+`workbench.backends.base`): the trainer's own decoder (`hf`), or an engine the backend starts beside the trainer
+(`vllm`: a colocated vLLM engine samples while the trainer scores and trains the transformers model).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from workbench.backends.allocator import keep_freed_memory
 from workbench.backends import packed
@@ -18,8 +17,11 @@ from workbench.backends.decode import make_sampler, use_compile_cache
 from workbench.backends.hf import encode_prompts
 from workbench.config import ConfigError, TrialConfig
 from workbench.cache import cache_root
-from workbench.trial.checkpoint import ensure_embedded_checkpoint
+from workbench.registry import GENERATION_BACKENDS
+from workbench.trial.model_sources import load_policy, model_source
 from workbench.trial.tasks import Task
+
+__all__ = ["Policy", "autocast_on", "count_parameters", "load_policy", "resolve_device", "resolve_dtype"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -36,16 +38,6 @@ def resolve_dtype(name: str) -> torch.dtype:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def load_policy(path: str | Path, device: torch.device, dtype: torch.dtype):
-    """`from_pretrained` a causal LM and its tokenizer from a local directory, ready for sampling."""
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
-    return model, tokenizer
 
 
 def autocast_on(device: torch.device, model, setting: str) -> bool:
@@ -66,8 +58,9 @@ class Policy:
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (sampling, scoring,
             torch.backends.cudnn.allow_tf32 = True  # evaluation) on the tensor cores, as every GPU trainer runs them
-        path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
-        self.model, self.tokenizer = load_policy(path, device, resolve_dtype(cfg.model.dtype))
+        source = model_source(cfg.model)
+        path = source.checkpoint(cfg, task)
+        self.model, self.tokenizer = source.load(path, device, resolve_dtype(cfg.model.dtype))
         self.device, self.path = device, str(path)
         self.chat = cfg.task.chat_template
         """Prompts are framed by the tokenizer's chat template (`task.chat_template`)."""
@@ -99,15 +92,9 @@ class Policy:
         self.sample = make_sampler(self.model, cfg.generation.decode, cache_root(cfg.model))
         """The trainer-side decoder (`generation.decode`): `sample(tokenizer, prompt_ids, *, max_new_tokens,
         temperature, greedy, generator) -> Samples`, used for hf-backend rollouts and for evaluation."""
-        self.engine = None
-        """The vLLM engine when `generation.backend` is `vllm` (the hf backend samples with `self.model`)."""
-        if cfg.generation.backend == "vllm":
-            from workbench.backends.vllm import VllmSampler  # an optional dependency, imported only when asked for
-
-            prompts = [e.prompt for e in task.train[:2000] + task.eval]
-            longest = max(len(p) for p in self.encode(prompts))
-            dtype = next(self.model.parameters()).dtype
-            self.engine = VllmSampler(self.path, cfg, longest + self.max_new_tokens + 16, dtype, device, self.model)
+        self.engine = GENERATION_BACKENDS.lookup(cfg.generation.backend).start(cfg, self, task)
+        """The engine that samples the rollouts, as the generation backend started it (`vllm`: a colocated vLLM
+        engine); `None` where the trainer's own decoder samples them with `self.model` (`hf`)."""
 
     def precision(self):
         """The context of this policy's sampling, no-grad scoring and evaluation (`generation_autocast`)."""

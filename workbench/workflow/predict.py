@@ -7,12 +7,12 @@ into `analysis.json` as a `workbench.prediction.Prediction` (`prediction`), whic
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from analysis import destination
 from analysis.bottom_line import bottom_line
 from analysis.report import OUTPUT_FILES, analyze, write_report
+from analysis.result import Analysis, dumps
 
 
 def analysis_json(
@@ -26,14 +26,14 @@ def analysis_json(
     target: float | None,
     estimator: str | None,
     bar: bool,
-) -> tuple[dict, Path]:
+) -> tuple[Analysis, Path]:
     """Fit the study `name` and write its `analysis.json`; returns the analysis and the file's path."""
     folder = destination.prepare(out, name, tracking_uri, ["analysis.json"], force)
     result, _, _ = analyze(
         name, tracking_uri, whatif_mu=whatif_mu, bootstrap=bootstrap, target=target, estimator=estimator, bar=bar
     )
     path = folder / "analysis.json"
-    path.write_text(json.dumps(result, indent=1, default=float))
+    path.write_text(dumps(result))
     return result, path
 
 

@@ -15,6 +15,7 @@ from analysis import recommend as rec
 from analysis.data import load_study, reaccount, retarget
 from analysis.pipeline import is_async
 from analysis.report import analyze_data
+from analysis.result import Recommendation
 
 
 def from_study(
@@ -26,7 +27,7 @@ def from_study(
     train_seconds: float | None,
     split: tuple[int, int] | None,
     target: float | None,
-) -> dict:
+) -> Recommendation:
     data = load_study(name, tracking_uri)
     if target is not None:
         data = retarget(data, target)
@@ -46,7 +47,7 @@ def from_probe(
     gen_seconds: float | None,
     train_seconds: float | None,
     split: tuple[int, int] | None,
-) -> dict:
+) -> Recommendation:
     client = tracking.client(tracking_uri)
     try:
         run = client.get_run(run_id)

@@ -28,6 +28,7 @@ from workbench.workflow.probe import against_sweep, lr_sweep, sweep_units
 from analysis import predictions
 from analysis.models import MODELS, probe_lr, probe_prediction
 from analysis.report import analyze
+from analysis.result import Analysis, ModelSummary, Optimum, Point
 
 
 def check_model(name: str | None) -> None:
@@ -36,7 +37,7 @@ def check_model(name: str | None) -> None:
         raise ConfigError(f"--model: {name!r} is not a registered model ({', '.join(MODELS)}, or best)")
 
 
-def fit_study(ctx: StudyContext, bootstrap: int) -> tuple[optuna.Study, dict]:
+def fit_study(ctx: StudyContext, bootstrap: int) -> tuple[optuna.Study, Analysis]:
     """The study, checked to be one whose optimum can be predicted and run, and its analysis (`bootstrap` refits)."""
     study = open_for_verify(ctx)
     result, _, _ = analyze(ctx.spec.name, ctx.tracking_uri, whatif_mu=[], bootstrap=bootstrap)
@@ -47,7 +48,7 @@ def run(
     ctx: StudyContext,
     study: optuna.Study,
     prediction: Prediction,
-    result: dict,
+    result: Analysis,
     threads: int | None = None,
     force: bool = False,
 ) -> Verification:
@@ -56,9 +57,9 @@ def run(
     return run_prediction(ctx, study, prediction, predictions.measured(result), threads=threads, force=force)
 
 
-def fitted(result: dict) -> Prediction | None:
+def fitted(result: Analysis) -> Prediction | None:
     """The fit's predicted optimum, as the analysis wrote it (None: the fit found none)."""
-    return Prediction.from_json(result["prediction"]) if result.get("prediction") else None
+    return result.prediction
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class ModelChoice:
     """The model asked for (a registered name, or `best`)."""
     fitted: tuple[str, ...]
     """The models the analysis fitted to this study, best first."""
-    summary: dict[str, Any] | None = None
+    summary: ModelSummary | None = None
     """The chosen model's entry in the analysis (None: it was not fitted)."""
     prediction: Prediction | None = None
     """What runs: its optimum, or with `ridge` the simplest point of its flat ridge; None: nothing runs."""
@@ -79,66 +80,61 @@ class ModelChoice:
     not selected."""
 
     @property
-    def optimum(self) -> dict[str, Any]:
-        return self.summary["optimum"] if self.summary else {}
+    def optimum(self) -> Optimum | None:
+        """Its optimum: a point, or the reason it refuses one."""
+        return self.summary.optimum if self.summary else None
 
     @property
     def loco(self) -> float:
         """Its leave-one-configuration-out median |log error|."""
-        return self.summary.get("loco", {}).get("median_abs_log_error", math.nan) if self.summary else math.nan
+        return self.summary.loco_error if self.summary else math.nan
 
     @property
-    def ridge_point(self) -> dict[str, Any] | None:
-        return self.optimum.get("ridge_point")
+    def ridge_point(self) -> Point | None:
+        return self.summary.optimum.ridge_point if self.summary else None
 
     @property
     def selected(self) -> bool:
         """It beats all three null predictors out of sample (`analysis.null_models.skill`)."""
-        return _selected(self.summary) if self.summary else False
+        return self.summary.selected if self.summary else False
 
 
-def _selected(summary: dict[str, Any]) -> bool:
-    return bool(summary.get("skill", {}).get("selected"))
-
-
-def _best(models: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+def _best(models: tuple[ModelSummary, ...]) -> tuple[ModelSummary | None, str | None]:
     """`--model best`: the first selected model by leave-one-configuration-out error (the analysis ranks them so);
     where none is selected, the first by that error, with a warning."""
     if not models:
         return None, None
-    chosen = next((m for m in models if _selected(m)), None)
+    chosen = next((m for m in models if m.selected), None)
     if chosen is not None:
         return chosen, None
     return models[0], (
         f"no model is selected (none beats the constant, lr-only and nearest null predictors out of sample):"
-        f" best falls back to the first by leave-one-configuration-out error, {models[0]['model']}, whose"
+        f" best falls back to the first by leave-one-configuration-out error, {models[0].model}, whose"
         " prediction has shown no skill beyond a trivial guess"
     )
 
 
-def choose_model(result: dict, name: str, ridge: bool, batch_size: int) -> ModelChoice:
+def choose_model(result: Analysis, name: str, ridge: bool, batch_size: int) -> ModelChoice:
     """The optimum of model `name` at the study's batch size; with `ridge`, the simplest point of its flat ridge where
     it refuses one for that reason. `best`: the first model selected against the null predictors (it beats all three
     out of sample, `analysis.null_models.skill`) by leave-one-configuration-out error, the report's ranking; where
     none is selected, the first by that error, with a `warning` (a verification still measures its point; the user
     sees that the prediction has no demonstrated skill). A model named that is not selected gets a warning too."""
     check_model(name)
-    models = result.get("models") or []
+    models = result.models
     if name == "best":
         chosen, warning = _best(models)
     else:
-        chosen = next((m for m in models if m["model"] == name), None)
-        words = (chosen or {}).get("skill", {}).get("words")
-        warning = f"{name} is {words}" if chosen is not None and not _selected(chosen) and words else None
-    fitted = tuple(m["model"] for m in models)
+        chosen = next((m for m in models if m.model == name), None)
+        words = chosen.skill.words if chosen is not None and chosen.skill is not None else None
+        warning = f"{name} is {words}" if chosen is not None and not chosen.selected and words else None
+    fitted = tuple(m.model for m in models)
     if chosen is None:
         return ModelChoice(name, fitted)
-    opt, point = chosen["optimum"], None
-    if "refused" not in opt:
-        point = opt
-    elif ridge and opt.get("ridge_point") is not None:
-        point = opt["ridge_point"]
-    prediction = predictions.of_model(chosen, point, batch_size, ridge=point is not opt) if point is not None else None
+    opt = chosen.optimum
+    point = opt.point or (opt.ridge_point if ridge else None)
+    on_ridge = opt.point is None
+    prediction = predictions.of_model(chosen, point, batch_size, ridge=on_ridge) if point is not None else None
     return ModelChoice(name, fitted, chosen, prediction, warning)
 
 
@@ -168,7 +164,7 @@ class StudyProbe:
 def probe_study(
     ctx: StudyContext,
     study: optuna.Study,
-    result: dict,
+    result: Analysis,
     steps: int,
     sweep: bool | None = None,
     threads: int | None = None,

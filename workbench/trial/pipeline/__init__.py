@@ -36,7 +36,7 @@ handling), `trainer` (a trainer's shard, its step report, gradient averaging, th
 torchrun launch), `driver` (rank 0's loop).
 """
 
-from workbench.trial.pipeline.driver import train_async
+from workbench.trial.pipeline.driver import PipelineSource
 from workbench.trial.pipeline.generator import PipelineError
 
-__all__ = ["PipelineError", "train_async"]
+__all__ = ["PipelineError", "PipelineSource"]

@@ -1,16 +1,17 @@
-"""The first trainer's loop (rank 0, the trial's own process): start the generators and the other trainers, train
-on its shard in lockstep with them, publish the weights, evaluate with the generators paused, log the run."""
+"""The first trainer's batch source (rank 0, the trial's own process; the loop is `trial.loop.train`'s): start the
+generators and the other trainers, train on its shard in lockstep with them, publish the weights, evaluate with the
+generators paused."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-from workbench import progress, seeds, tracking
+from workbench import seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
@@ -18,23 +19,11 @@ from workbench.trial.pipeline.distributed import Fabric, LaunchedWiring, launche
 from workbench.trial.pipeline.generator import PipelineError, process_threads
 from workbench.trial.pipeline.local import LocalWiring
 from workbench.trial.pipeline.trainer import LAG_BINS, Shard, StepReport, average_gradients, go, shard_config
-from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import (
-    Evaluations,
-    StepRecord,
-    TrialResult,
-    WallClock,
-    budget_bar,
-    budget_left,
-    compute_metrics,
-    devices_in_use,
-    final_metrics,
-    mismatch_metrics,
-    train_metrics,
-    working_seconds,
-)
-from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
-from workbench.trial.strategies import StrategyContext, make_strategy
+from workbench.trial.policy import Policy
+from workbench.trial.record import WallClock, devices_in_use, mismatch_metrics
+from workbench.trial.replay import Rollout
+from workbench.trial.source import Draw, Parts
+from workbench.trial.step import train_step
 from workbench.trial.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -155,169 +144,146 @@ def _histogram(bins: np.ndarray) -> dict[str, int]:
     return {str(i): int(n) for i, n in enumerate(bins) if n}
 
 
-def train_async(
-    cfg: TrialConfig, task: Task, run: tracking.RunLogger, observer=None, on_eval=None, show_progress: bool = False
-) -> TrialResult:
-    """One asynchronous trial (the package's docstring) to its budget; the run records what a synchronous trial's
-    does, plus `pipeline/*`. Batch diagnostics (loss, ratios) are the first trainer's shard's; counts, ages and
-    compute are summed over all trainers. Started by torchrun (`distributed`), this process is rank 0 and the
-    others are already running; else it spawns them (`local`)."""
-    t_start = time.perf_counter()
-    W, T = cfg.pipeline.generators, cfg.pipeline.trainers
-    torch.set_num_threads(process_threads(cfg))
-    launch = launched()
-    fabric = Fabric(launch, cfg) if launch is not None else None
-    policy = Policy(
-        fabric.cfg if fabric else place(cfg, "trainer", 0), task
-    )  # builds (and caches) the embedded checkpoint before any other process looks for it
-    run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), "pipeline": "async"})
-    shard_cfg = shard_config(cfg)
-    optimizer = make_optimizer(policy.model, cfg.lr)
-    lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-    strategy = make_strategy(
-        shard_cfg,
-        StrategyContext(
-            task,
-            policy.tokenizer,
-            lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size),
-            policy.max_new_tokens,
-        ),
-    )
-    meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
-    account, updates = _Account(), 0
-    bar = budget_bar(cfg, show_progress)
-    clock = WallClock(devices_in_use(policy.device, process_threads(cfg), W + T))  # starts with the first rollouts in
-    evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, clock)
-    wiring = LaunchedWiring(fabric, cfg, policy.model) if fabric else LocalWiring(cfg, policy.model)
-    weights, pause, working = wiring.weights, wiring.pause, wiring.working
-    generators, trainers, group = wiring.generators, wiring.trainers, wiring.group
-    shard: Shard | None = None
-    try:
-        wiring.start()
-        run.set_tags(
+class PipelineSource:
+    """The asynchronous batch source (the package's docstring): generators in other processes feed this trainer's
+    shard; the trainers train in lockstep and sum their step reports; the weights are published after each step;
+    evaluations pause the generators. Batch diagnostics (loss, ratios) are this, the first, trainer's shard's;
+    counts, ages and compute are summed over all trainers. Started by torchrun (`distributed`), this process is
+    rank 0 and the others are already running; else it spawns them (`local`)."""
+
+    def __init__(self, cfg: TrialConfig):
+        self.full = cfg
+        self.cfg = shard_config(cfg)
+        self.W, self.T = cfg.pipeline.generators, cfg.pipeline.trainers
+        self.tags = {"pipeline": "async"}
+        self.account = _Account()
+        self.launch = launched()
+        self.fabric = Fabric(self.launch, cfg) if self.launch is not None else None
+
+    def policy(self, task: Task) -> Policy:
+        torch.set_num_threads(process_threads(self.full))
+        # builds (and caches) the embedded checkpoint before any other process looks for it
+        return Policy(self.fabric.cfg if self.fabric else place(self.full, "trainer", 0), task)
+
+    def clock(self, policy: Policy):
+        clock = WallClock(devices_in_use(policy.device, process_threads(self.full), self.W + self.T))
+        return clock, clock  # starts with the first rollouts in; a curve row's seconds are the pipeline's wall time
+
+    @contextmanager
+    def running(self, parts: Parts):
+        self.p, cfg, fabric = parts, self.full, self.fabric
+        wiring = LaunchedWiring(fabric, cfg, parts.policy.model) if fabric else LocalWiring(cfg, parts.policy.model)
+        self.wiring, self.shard = wiring, None
+        try:
+            wiring.start()
+            self._announce()
+            self.arrivals = _Arrivals(wiring.generators, cfg.pipeline.stall_timeout_s)
+            self.shard = Shard(
+                wiring.inbox,
+                parts.strategy,
+                np.random.default_rng(seeds.replay_draws(cfg.seed)),
+                self._check,
+                self.arrivals.arrived,
+            )
+            self.gate = average_gradients(self.T, wiring.group) if self.T > 1 else parts.strategy.gate
+            yield
+        finally:
+            wiring.close()  # stop the generators first: then the inbox's thread
+            if self.shard is not None:
+                self.shard.close()
+
+    def _announce(self) -> None:
+        generators, trainers, fabric = self.wiring.generators, self.wiring.trainers, self.fabric
+        self.p.run.set_tags(
             {
                 "pipeline.generator_pids": ",".join(map(str, generators.pids)),
-                **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if T > 1 else {}),
+                **({"pipeline.trainer_pids": ",".join(map(str, trainers.pids))} if self.T > 1 else {}),
                 **(
-                    {"pipeline.launch": f"torchrun, {launch.world} processes, backend {fabric.backend}"}
+                    {"pipeline.launch": f"torchrun, {self.launch.world} processes, backend {fabric.backend}"}
                     if fabric
                     else {}
                 ),
             }
         )
         log.info(
-            f"pipeline: async, {W} generator(s) (pids {', '.join(map(str, generators.pids))}), {T} trainer(s)"
+            f"pipeline: async, {self.W} generator(s) (pids {', '.join(map(str, generators.pids))}), {self.T} trainer(s)"
             + (f", launched by torchrun ({fabric.backend})" if fabric else "")
         )
 
-        arrivals = _Arrivals(generators, cfg.pipeline.stall_timeout_s)
+    def _died(self) -> None:
+        self.wiring.generators.check()
+        self.wiring.trainers.check()
 
-        def died() -> None:
-            generators.check()
-            trainers.check()
+    def _check(self) -> None:
+        self._died()
+        self.arrivals.check()
 
-        def check() -> None:
-            died()
-            arrivals.check()
+    def evaluate(self, step: int, last: bool = False) -> None:
+        pause, working = self.wiring.pause, self.wiring.working
+        pause.set()  # evaluation time is nobody's generation: wait (on the clock) until no generator samples
+        while any(working[:]):
+            self._check()
+            time.sleep(0.005)
+        try:
+            self.p.evaluations(step, last)  # off the clock
+        finally:
+            pause.clear()
+            self.arrivals.resume()
 
-        shard = Shard(
-            wiring.inbox, strategy, np.random.default_rng(seeds.replay_draws(cfg.seed)), check, arrivals.arrived
-        )
-        gate = average_gradients(T, group) if T > 1 else strategy.gate
+    def begin(self) -> None:
+        self.arrivals.start(self.W)
+        self.shard.first_chunk()  # the generators' start-up, off the clock
 
-        def evaluate(step: int, last: bool = False) -> None:
-            pause.set()  # evaluation time is nobody's generation: wait (on the clock) until no generator samples
-            while any(working[:]):
-                check()
-                time.sleep(0.005)
-            try:
-                evaluations(step, last)  # off the clock
-            finally:
-                pause.clear()
-                arrivals.resume()
+    def more(self, step: int, budget_left: bool) -> bool:
+        return _collective(self._died, go, budget_left, self.T, self.wiring.group)
 
-        with progress.bar_safe_logging(show_progress), bar:
-            evaluate(0)
-            arrivals.start(W)
-            shard.first_chunk()  # the generators' start-up, off the clock
-            clock.begin()
-            step = 0
-            while _collective(died, go, budget_left(cfg, step, meter, evaluations.rows), T, group):
-                mine = StepReport()
-                batch, fresh = shard.next_batch(step, mine, lambda: meter.timed("train"))
-                with meter.timed("train"):
-                    obj, grad_norm, applied = _collective(
-                        died, train_step, policy, optimizer, batch, shard_cfg, step, gate
-                    )
-                mine.add_batch(batch, step)
-                report = _collective(died, mine.summed, T, group)
-                t0 = time.perf_counter()
-                weights.publish(policy.model, step + 1, check)
-                account.publish_s += time.perf_counter() - t0
-                account.add(report)
-                v = report.values
-                meter.seconds["gen"] += v["busy_s"] + v["slowdown_s"]  # an emulated slower generator's cost included
-                meter.gen_tokens += int(v["gen_tokens"])
-                meter.prefill_tokens += int(v["prefill_tokens"])
-                meter.train_tokens += int(v["train_tokens"])
-                for r in batch:
-                    r.uses += 1
-                updates += int(applied)
-                metrics = train_metrics(obj, grad_norm, batch, step, lr_schedule.get_last_lr()[0])
-                lr_schedule.step()
-                units_before = meter.units
-                meter.step(int(v["fresh"]), cfg.batch_size)
-                trained = report.age.sum()
-                metrics.update(
-                    {
-                        **compute_metrics(meter, updates),
-                        "replay/buffer_size": strategy.size(),
-                        "replay/fresh": v["fresh"],
-                        "replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / trained,
-                        **strategy.metrics(),
-                        **account.metrics(meter, W, T, clock(), clock.startup, clock.devices),
-                    }
-                )
-                if v["fresh"]:
-                    metrics.update(
-                        {
-                            "train/reward_mean": v["reward_sum"] / v["fresh"],
-                            tracking.POLICY_ENTROPY: v["entropy_sum"] / max(v["gen_tokens"], 1),
-                            "train/completion_length": v["gen_tokens"] / v["fresh"],
-                            "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
-                        }
-                    )
-                metrics.update(mismatch_metrics(fresh))  # vLLM generators: this shard's fresh rollouts
-                run.log_metrics(metrics, step)
-                if observer:
-                    observer(StepRecord(step, fresh, batch, metrics["train/loss"], metrics))
-                step += 1
-                bar.update(meter.units - units_before if cfg.budget.compute_units is not None else 1)
-                last = not budget_left(cfg, step, meter, evaluations.rows)
-                if evaluations.due(step, last):
-                    evaluate(step, last)
-            pipeline_wall = clock.stop()
-    finally:
-        wiring.close()  # stop the generators first: then the inbox's thread
-        if shard is not None:
-            shard.close()
+    def draw(self, step: int) -> Draw:
+        mine = StepReport()
+        batch, fresh = self.shard.next_batch(step, mine, lambda: self.p.meter.timed("train"))
+        return Draw(fresh, batch, mine)
 
-    evals = evaluations.rows
-    final = final_metrics(cfg, evals, meter, step, updates, time.perf_counter() - t_start)
-    final["final/eval_seconds"] = evaluations.seconds
-    final.update(
-        {
-            f"final/pipeline_{k.split('/', 1)[1]}": v
-            for k, v in account.metrics(meter, W, T, pipeline_wall, clock.startup, clock.devices).items()
-        }
-    )
-    final.update(working_seconds(clock))
-    run.log_metrics(final, step)
-    run.log_text(
-        json.dumps(
-            {"age_counts": _histogram(account.totals.age), "lag_push_counts": _histogram(account.totals.lag_push)}
-        ),
-        tracking.AGES_ARTIFACT,
-    )
-    run.log_text(json.dumps(evals), tracking.CURVE_ARTIFACT)
-    return TrialResult(run.run_id, final, evals)
+    def train(self, step: int, batch: list[Rollout]) -> tuple[float, float, bool]:
+        p = self.p
+        return _collective(self._died, train_step, p.policy, p.optimizer, batch, self.cfg, step, self.gate)
+
+    def trained(self, step: int, draw: Draw) -> tuple[int, int]:
+        mine, meter = draw.state, self.p.meter
+        mine.add_batch(draw.batch, step)
+        self.report = report = _collective(self._died, mine.summed, self.T, self.wiring.group)
+        t0 = time.perf_counter()
+        self.wiring.weights.publish(self.p.policy.model, step + 1, self._check)
+        self.account.publish_s += time.perf_counter() - t0
+        self.account.add(report)
+        v = report.values
+        meter.seconds["gen"] += v["busy_s"] + v["slowdown_s"]  # an emulated slower generator's cost included
+        meter.gen_tokens += int(v["gen_tokens"])
+        meter.prefill_tokens += int(v["prefill_tokens"])
+        meter.train_tokens += int(v["train_tokens"])
+        return int(v["fresh"]), self.full.batch_size
+
+    def _pipeline(self) -> dict[str, float]:
+        clock = self.p.clock
+        return self.account.metrics(self.p.meter, self.W, self.T, clock(), clock.startup, clock.devices)
+
+    def metrics(self, step: int, draw: Draw) -> dict[str, float]:
+        report = self.report
+        v = report.values
+        metrics = {"replay/age_mean": float(report.age @ np.arange(LAG_BINS)) / report.age.sum(), **self._pipeline()}
+        if v["fresh"]:
+            metrics.update(
+                {
+                    "train/reward_mean": v["reward_sum"] / v["fresh"],
+                    tracking.POLICY_ENTROPY: v["entropy_sum"] / max(v["gen_tokens"], 1),
+                    "train/completion_length": v["gen_tokens"] / v["fresh"],
+                    "pipeline/lag_push_mean": v["lag_push_sum"] / v["fresh"],
+                }
+            )
+        metrics.update(mismatch_metrics(draw.fresh))  # vLLM generators: this shard's fresh rollouts
+        return metrics
+
+    def final(self) -> dict[str, float]:
+        return {f"final/pipeline_{k.split('/', 1)[1]}": v for k, v in self._pipeline().items()}
+
+    def histograms(self) -> dict[str, dict[str, int]]:
+        totals = self.account.totals
+        return {"age_counts": _histogram(totals.age), "lag_push_counts": _histogram(totals.lag_push)}
