@@ -14,7 +14,6 @@ A study worker keeps its runs in-process (`tracking.RunLogger`): it imports MLfl
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import queue
 import sys
 import signal
@@ -23,6 +22,7 @@ import time
 from typing import Any
 
 from workbench import tracking
+from workbench.processes import SPAWN
 
 REPLY_TIMEOUT = 600.0
 """Seconds to wait for the helper's answer before calling it hung."""
@@ -119,9 +119,8 @@ class RunProcess:
         tags: dict[str, str] | None = None,
         outage_s: float = 300.0,
     ):
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(
+        self._conn, child = SPAWN.Pipe()
+        self._proc = SPAWN.Process(
             target=_serve,
             args=(child, tracking_uri, experiment, run_name, parent_run_id, tags, outage_s),
             name="workbench-mlflow",

@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+from workbench import faults
+from workbench.faults import disk_full as disk_full  # the study asks here whether its stores are full
+from workbench.faults import unreachable
+
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- names
@@ -221,8 +225,17 @@ class RunLogger:
         self._params: dict[str, str] = {}
         self._tags: dict[str, str] = {}
         self._last_flush = time.monotonic()
-        self._down_since: float | None = None
-        """When the server stopped answering (None: it answers)."""
+        self._patience = faults.Patience(
+            unreachable,
+            outage_s,
+            pause_s=RETRY_S,
+            max_pause_s=RETRY_S,
+            from_try=True,
+            warn=self._down,
+            give_up=self._unavailable,
+            back=self._back,
+        )
+        """The outage's clock (`patience.down_since`: when the server stopped answering; None: it answers)."""
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._params.update({k: _param_value(v) for k, v in params.items()})
@@ -250,7 +263,7 @@ class RunLogger:
         passes `outage_s`."""
         while self._params or self._tags or self._metrics:
             now = time.monotonic()
-            if self._down_since is not None and not wait and now - self._last_flush < RETRY_S:
+            if self._patience.down_since is not None and not wait and now - self._last_flush < RETRY_S:
                 return
             self._last_flush = now
             if wait:
@@ -261,36 +274,29 @@ class RunLogger:
 
     def _try(self, fn) -> bool:
         """`fn()` once: whether it returned (a failure is counted into the outage, which raises once too long)."""
-        now = time.monotonic()
-        try:
-            fn()
-        except Exception as err:
-            if not unreachable(err):  # the server answered: a refusal is not an outage
-                raise
-            self._down_since = self._down_since or now
-            if now - self._down_since >= self.outage_s:
-                raise TrackingUnavailable(
-                    f"the tracking server at {redact_url(self.tracking_uri)} did not answer for"
-                    f" {now - self._down_since:.0f} s (tracking.outage_s {self.outage_s:g});"
-                    f" the last error: {_first_line(err)}"
-                ) from None
-            if self._down_since == now:
-                log.warning(
-                    f"tracking: the server at {redact_url(self.tracking_uri)} did not answer ({_first_line(err)});"
-                    f" holding this run's points and trying again every {RETRY_S:g} s, for up to {self.outage_s:g} s"
-                )
-            return False
-        if self._down_since is not None:
-            log.warning(
-                f"tracking: the server answers again after {now - self._down_since:.0f} s; the held points are sent"
-            )
-            self._down_since = None
-        return True
+        return self._patience.attempt(fn)[0]
 
     def _tolerant(self, fn) -> None:
         """`fn()` until it returns, through an outage of up to `outage_s`."""
-        while not self._try(fn):
-            time.sleep(RETRY_S)
+        self._patience.call(fn)
+
+    def _down(self, err: BaseException) -> None:
+        line = faults.one_line(err, 300, typed=True)
+        log.warning(
+            f"tracking: the server at {redact_url(self.tracking_uri)} did not answer ({line});"
+            f" holding this run's points and trying again every {RETRY_S:g} s, for up to {self.outage_s:g} s"
+        )
+
+    def _unavailable(self, err: BaseException, lasted: float) -> TrackingUnavailable:
+        return TrackingUnavailable(
+            f"the tracking server at {redact_url(self.tracking_uri)} did not answer for"
+            f" {lasted:.0f} s (tracking.outage_s {self.outage_s:g});"
+            f" the last error: {faults.one_line(err, 300, typed=True)}"
+        )
+
+    @staticmethod
+    def _back(lasted: float) -> None:
+        log.warning(f"tracking: the server answers again after {lasted:.0f} s; the held points are sent")
 
     def _batch(self) -> None:
         """One `log_batch` of the oldest held points; they are dropped from what is held only once it returned."""
@@ -347,48 +353,6 @@ class StoresFull(RuntimeError):
 
 EXIT_STORES_FULL = 3
 """A study worker's (and `study run`'s) exit code when a store's disk is full."""
-FULL = ("database or disk is full", "no space left on device", "disk full", "disk quota exceeded")
-
-
-def disk_full(err: BaseException | None) -> bool:
-    """Whether `err` (or what caused it) says a disk is full (SQLite's SQLITE_FULL, ENOSPC, EDQUOT)."""
-    while err is not None:
-        if getattr(err, "errno", None) in (28, 122) or any(f in str(err).lower() for f in FULL):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-TRANSIENT_CODES = {"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"}
-"""MLflow error codes that say "not now" rather than "no"."""
-
-
-def unreachable(err: BaseException) -> bool:
-    """Whether `err` says the tracking store did not answer (a connection refused or reset, a timeout, a 5xx after
-    MLflow's own retries, a database that is restarting or locked), not that it refused what was sent, nor that
-    its disk is full (that stops a study: `StoresFull`)."""
-    if disk_full(err):
-        return False
-    if isinstance(err, (ConnectionError, TimeoutError, OSError)):
-        return True
-    name, text = type(err).__name__, str(err)
-    if name == "OperationalError":  # SQLAlchemy: the database went away, or is locked
-        return True
-    if name == "MlflowException":
-        code = getattr(err, "error_code", "")
-        return (
-            code in TRANSIENT_CODES
-            or "API request to" in text
-            or "Max retries exceeded" in text
-            or "Connection refused" in text
-            or "database is locked" in text
-        )
-    return False
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 class RunStopped(Exception):
@@ -454,7 +418,7 @@ def run_exists(tracking_uri: str, run_id: str) -> bool:
     try:
         client(tracking_uri).get_run(run_id)
     except MlflowException as err:
-        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(err).lower():
+        if faults.missing(err):
             return False
         raise
     return True

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
+from workbench import faults
 from workbench import progress
 from workbench.backends import aot
 from workbench.backends.hf import Samples, assemble, distinct_prompts, left_pad, pick, uniform_noise
@@ -372,7 +373,7 @@ class StaticDecoder:
 
     def _give_up(self, err: Exception) -> None:
         log.warning(
-            f"generation.decode: compiling the decode step failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); decoding eagerly"
+            f"generation.decode: compiling the decode step failed ({faults.one_line(err, typed=True)}); decoding eagerly"
         )
         self.compiled = False
 

@@ -21,6 +21,7 @@ from typing import Callable
 import optuna
 from optuna.trial import TrialState
 
+from workbench import faults
 from workbench import interrupts, progress, tracking
 from workbench.config import ConfigError
 from workbench.study import attrs, failfast, lr_sweep
@@ -46,17 +47,10 @@ def run_study(
     here is a `ConfigError` before the study is created; `failfast.verdict` tells how the run ended."""
     check_study(ctx.spec)
     workers = max(workers, 1)
-    groups = kind = None
-    if devices is not None:
-        groups, kind = split_devices(devices, workers, per_trial(ctx.spec.base)), detect_kind()
     study = create_or_load(ctx)
-    cores = os.cpu_count() or 1
-    threads = max(1, cores // workers)
-    if groups and kind == "cpu":
-        threads = cores = len(groups[0])  # a worker's trials (the baseline's too) use its cores only
-    placed = f" on {kind} {' | '.join(','.join(map(str, g)) for g in groups)}" if groups else ""
+    launch = _Launch(ctx, n_trials, workers, devices, show_progress)
     log.info(
-        f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {threads} thread(s){placed};"
+        f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {launch.threads} thread(s){launch.placed};"
         f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}"
     )
     _requeue(study, ctx.spec)
@@ -64,9 +58,64 @@ def run_study(
     # The baseline gets every core only where it runs alone (its mu or target still to measure); in a calibrated
     # study the other workers start at once, and a baseline on every core beside them oversubscribes the cores
     # (measured: a 2-thread baseline beside a 1-thread worker on 2 cores ran 3.7x slower, 492 s a seed against 130 s).
-    alone = not calibrated(study) and _baseline_pending(study)
+    launch.alone = alone = not calibrated(study) and _baseline_pending(study)
 
-    def spawn(k: int) -> subprocess.Popen:
+    def stopped() -> failfast.Stop | None:
+        return failfast.check(study, ctx.spec)
+
+    def baseline_known() -> bool:
+        return calibrated(study) or not _baseline_pending(study)
+
+    procs: list[subprocess.Popen] = []
+    bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
+    # A scheduler's or `kill`'s SIGTERM stops the workers as Ctrl-C does (they run in their own sessions, so
+    # without this they would outlive the driver).
+    previous = interrupts.interrupt_on(signal.SIGTERM)
+    try:
+        with progress.bar_safe_logging(show_progress), bar:
+            procs = [launch.spawn(0)]
+            if alone:
+                # The first worker runs the baseline alone with every core (its measured mu is the study's
+                # reference, its curve may set the target); the others start once both are known, so no core is
+                # oversubscribed.
+                log.info(
+                    f"running the on-policy baseline first with {launch.cores} thread(s) (it sets the study's"
+                    " reference mu)"
+                )
+                _watch(study, procs, bar, poll, until=baseline_known, stopped=stopped)
+            if stopped() is None:  # a failed baseline stops the trials that depend on it
+                procs += [launch.spawn(k) for k in range(1, workers)]
+            _watch(study, procs, bar, poll, stopped=stopped)
+    except KeyboardInterrupt:
+        log.warning("interrupted: stopping workers (run `workbench study run` again to resume)")
+        _stop(procs)
+        log_to_parent_run(ctx.tracking_uri, study)
+        raise
+    finally:
+        interrupts.restore(signal.SIGTERM, previous)
+    _summarise(ctx, study, n_trials)
+    return study
+
+
+class _Launch:
+    """Where the local workers run (their device groups, cores and threads) and the command that starts worker k:
+    `workbench study worker`, the same path a worker on another machine takes."""
+
+    def __init__(self, ctx: StudyContext, n_trials: int, workers: int, devices, show_progress: bool):
+        self.ctx, self.n_trials, self.devices, self.show_progress = ctx, n_trials, devices, show_progress
+        self.groups = self.kind = None
+        if devices is not None:
+            self.groups, self.kind = split_devices(devices, workers, per_trial(ctx.spec.base)), detect_kind()
+        self.cores = os.cpu_count() or 1
+        self.threads = max(1, self.cores // workers)
+        if self.groups and self.kind == "cpu":
+            self.threads = self.cores = len(self.groups[0])  # a worker's trials (the baseline's too) use its cores
+        self.placed = f" on {self.kind} {' | '.join(','.join(map(str, g)) for g in self.groups)}" if self.groups else ""
+        self.alone = False
+        """The baseline runs first, alone, on every core (and every device)."""
+
+    def spawn(self, k: int) -> subprocess.Popen:
+        ctx, first_alone = self.ctx, self.alone and k == 0
         cmd = [
             sys.executable,
             "-m",
@@ -79,58 +128,26 @@ def run_study(
             "--tracking-uri",
             ctx.tracking_uri,
             "--n-trials",
-            str(n_trials),
+            str(self.n_trials),
             "--threads",
-            str(threads),
+            str(self.threads),
             "--baseline-threads",
-            str(cores if alone and k == 0 else threads),
-            *(["--quiet"] if show_progress else []),
+            str(self.cores if first_alone else self.threads),
+            *(["--quiet"] if self.show_progress else []),
         ]  # the bar reports their trials
         env = None
-        if groups:
-            cmd += ["--devices", ",".join(map(str, groups[k]))]
-            if alone and k == 0:  # the baseline's seeds side by side over every device while it runs alone
-                cmd += ["--baseline-devices", ",".join(map(str, devices))]
-            env = {**os.environ, **worker_env(groups[k], kind)}
+        if self.groups:
+            cmd += ["--devices", ",".join(map(str, self.groups[k]))]
+            if first_alone:  # the baseline's seeds side by side over every device while it runs alone
+                cmd += ["--baseline-devices", ",".join(map(str, self.devices))]
+            env = {**os.environ, **worker_env(self.groups[k], self.kind)}
         # Own session: a terminal's Ctrl-C reaches the driver only, which forwards exactly one SIGINT.
         return subprocess.Popen(cmd, start_new_session=True, env=env)
 
-    def stopped() -> failfast.Stop | None:
-        return failfast.check(study, ctx.spec)
 
-    procs: list[subprocess.Popen] = []
-    bar = progress.bar(n_trials, f"study {ctx.spec.name}", "trials", show_progress)
-    # A scheduler's or `kill`'s SIGTERM stops the workers as Ctrl-C does (they run in their own sessions, so
-    # without this they would outlive the driver).
-    previous = interrupts.interrupt_on(signal.SIGTERM)
-    try:
-        with progress.bar_safe_logging(show_progress), bar:
-            procs = [spawn(0)]
-            if alone:
-                # The first worker runs the baseline alone with every core (its measured mu is the study's
-                # reference, its curve may set the target); the others start once both are known, so no core is
-                # oversubscribed.
-                log.info(
-                    f"running the on-policy baseline first with {cores} thread(s) (it sets the study's reference mu)"
-                )
-                _watch(
-                    study,
-                    procs,
-                    bar,
-                    poll,
-                    until=lambda: calibrated(study) or not _baseline_pending(study),
-                    stopped=stopped,
-                )
-            if stopped() is None:  # a failed baseline stops the trials that depend on it
-                procs += [spawn(k) for k in range(1, workers)]
-            _watch(study, procs, bar, poll, stopped=stopped)
-    except KeyboardInterrupt:
-        log.warning("interrupted: stopping workers (run `workbench study run` again to resume)")
-        _stop(procs)
-        log_to_parent_run(ctx.tracking_uri, study)
-        raise
-    finally:
-        interrupts.restore(signal.SIGTERM, previous)
+def _summarise(ctx: StudyContext, study: optuna.Study, n_trials: int) -> None:
+    """The study's trials summarised into its MLflow parent run, ended FINISHED (every trial done) or FAILED; a
+    tracking server that does not answer leaves it for the next `study run`."""
     log.info(f"study {ctx.spec.name}: workers done; summarising its trials into the MLflow parent run")
     try:
         log_to_parent_run(ctx.tracking_uri, study)
@@ -142,14 +159,13 @@ def run_study(
                 "FINISHED" if done(study) >= n_trials + lr_sweep.extensions(study) else "FAILED",
             )
     except Exception as err:
-        if not tracking.unreachable(err):
+        if not faults.unreachable(err):
             raise
         # the trials are in the Optuna storage; the summary is written again by the next `study run`
         log.warning(
             f"the study's MLflow parent run was not updated: the tracking server at"
-            f" {tracking.redact_url(ctx.tracking_uri)} did not answer ({str(err).splitlines()[0][:200]})"
+            f" {tracking.redact_url(ctx.tracking_uri)} did not answer ({faults.one_line(err)})"
         )
-    return study
 
 
 def _watch(

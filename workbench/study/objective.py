@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from workbench import faults
 from workbench import knobs, stats, tracking
 from workbench.compute import to_target, units
 from workbench.config import ConfigError
@@ -247,10 +248,32 @@ class StudyObjective:
             tags[tracking.ARM] = arm
         if trial.user_attrs.get(attrs.EXTENDS) is not None:
             tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
+        run = self._trial_run(trial, params, seeds, configs, tags, arm=arm, is_baseline=is_baseline)
+        if extra_metrics:
+            run.log_metrics(extra_metrics, step=0)
+        try:
+            with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
+                results = self._train_seeds(trial, run, configs, tags, pool, which, arm=arm, is_baseline=is_baseline)
+                summary = self._record(trial, run, configs, results, mu, seeds)
+        except TrialStopped as err:
+            raise optuna.TrialPruned(str(err)) from None
+        except BaseException as err:
+            self._failed(trial, err)
+            raise
+        values = [summary[name] for name in spec.objectives]
+        trial.set_user_attr(attrs.SUMMARY, summary)
+        log.info(
+            f"trial {trial.number} done: {fmt_params(params)} -> "
+            + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values))
+        )
+        return values[0] if len(values) == 1 else values
+
+    def _trial_run(self, trial, params, seeds, configs, tags, *, arm, is_baseline) -> tracking.RunLogger:
+        """The trial's MLflow run (a child of the study's), its knobs, seeds and baseline flag logged."""
         try:
             run = tracking.RunLogger(
-                ctx.tracking_uri,
-                spec.name,
+                self.ctx.tracking_uri,
+                self.ctx.spec.name,
                 run_name=f"trial {trial.number}" + (f" ({arm})" if arm else ""),
                 parent_run_id=self.study.user_attrs[attrs.PARENT_RUN],
                 tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
@@ -270,79 +293,75 @@ class StudyObjective:
                 tracking.PARAM_BASELINE: is_baseline,
             }
         )
-        if extra_metrics:
-            run.log_metrics(extra_metrics, step=0)
+        return run
+
+    def _train_seeds(self, trial, run, configs, tags, pool, which, *, arm, is_baseline) -> list[TrialResult]:
+        """One seed run per config, in the worker's slots (`pool`) or in this process; the first seed reports to
+        the pruner."""
+        spec = self.ctx.spec
+        seed_runs = [
+            dict(
+                parent_run_id=run.run_id,
+                run_name=f"trial {trial.number} seed {cfg.seed}",
+                tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
+            )
+            for cfg in configs
+        ]
+        hooks = [
+            _reporting(
+                trial,
+                i,
+                len(configs),
+                cfg.budget.compute_units,
+                self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
+                if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute"))
+                else None,
+            )
+            for i, cfg in enumerate(configs)
+        ]
+        if pool is None:
+            return [run_trial(cfg, on_eval=hook, **kw) for cfg, kw, hook in zip(configs, seed_runs, hooks)]
         try:
-            with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
-                seed_runs = [
-                    dict(
-                        parent_run_id=run.run_id,
-                        run_name=f"trial {trial.number} seed {cfg.seed}",
-                        tags={**tags, tracking.KIND: tracking.KIND_SEED, tracking.SEED: str(cfg.seed)},
-                    )
-                    for cfg in configs
-                ]
-                hooks = [
-                    _reporting(
-                        trial,
-                        i,
-                        len(configs),
-                        cfg.budget.compute_units,
-                        self._pruning_hook(trial, cfg.eval.target_accuracy, cfg.budget.compute_units, cfg.eval.metric)
-                        if (i == 0 and spec.pruner and not arm and not (is_baseline and spec.pruner == "compute"))
-                        else None,
-                    )
-                    for i, cfg in enumerate(configs)
-                ]
-                if pool is not None:
-                    try:
-                        results = pool.run(list(zip(configs, seed_runs)), hooks)
-                    finally:
-                        if which == "baseline":  # its devices go to the other workers now
-                            self.pools.pop("baseline").close()
-                else:
-                    results = [run_trial(cfg, on_eval=hook, **kw) for cfg, kw, hook in zip(configs, seed_runs, hooks)]
-                mu = self._reference_mu(mu, results, run)
-                target = self._target(configs[0].eval.target_accuracy, results, run, configs[0].eval.metric)
-                per_seed = [
-                    {
-                        **seed_values(
-                            r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric
-                        ),
-                        "seed": cfg.seed,
-                    }
-                    for r, cfg in zip(results, configs)
-                ]
-                summary = aggregate(per_seed)
-                trial.set_user_attr(attrs.PER_SEED, per_seed)
-                trial.set_user_attr(attrs.SEEDS, seeds)
-                trial.set_user_attr(attrs.CENSORED_SEEDS, int(summary["censored_seeds"]))
-                trial.set_user_attr(attrs.REFERENCE_MU, mu)
-                run.log_metrics({f"{tracking.STUDY_METRIC}{k}": v for k, v in summary.items()}, step=0)
-                run.log_text(json.dumps(per_seed, indent=1), tracking.PER_SEED_ARTIFACT)
-        except TrialStopped as err:
-            raise optuna.TrialPruned(str(err)) from None
-        except KeyboardInterrupt:
+            return pool.run(list(zip(configs, seed_runs)), hooks)
+        finally:
+            if which == "baseline":  # its devices go to the other workers now
+                self.pools.pop("baseline").close()
+
+    def _record(self, trial, run, configs, results, mu, seeds) -> dict[str, float]:
+        """The seeds' values at the study's target and mu, recorded on the Optuna trial and the MLflow run."""
+        spec = self.ctx.spec
+        mu = self._reference_mu(mu, results, run)
+        target = self._target(configs[0].eval.target_accuracy, results, run, configs[0].eval.metric)
+        per_seed = [
+            {
+                **seed_values(r, target, mu, cfg.batch_size, spec.estimator, cfg.budget.compute_units, cfg.eval.metric),
+                "seed": cfg.seed,
+            }
+            for r, cfg in zip(results, configs)
+        ]
+        summary = aggregate(per_seed)
+        trial.set_user_attr(attrs.PER_SEED, per_seed)
+        trial.set_user_attr(attrs.SEEDS, seeds)
+        trial.set_user_attr(attrs.CENSORED_SEEDS, int(summary["censored_seeds"]))
+        trial.set_user_attr(attrs.REFERENCE_MU, mu)
+        run.log_metrics({f"{tracking.STUDY_METRIC}{k}": v for k, v in summary.items()}, step=0)
+        run.log_text(json.dumps(per_seed, indent=1), tracking.PER_SEED_ARTIFACT)
+        return summary
+
+    def _failed(self, trial: optuna.Trial, err: BaseException) -> None:
+        """Record why the trial failed (Ctrl-C, a full disk, a configuration that cannot run, a crash)."""
+        if isinstance(err, KeyboardInterrupt):
             trial.set_user_attr(attrs.FAIL_REASON, tracking.STATUS_INTERRUPTED)
             trial.set_user_attr(attrs.INTERRUPTED, True)
-            raise
-        except BaseException as err:
-            reason = tracking.failure_reason(err)
-            if tracking.disk_full(err):  # nothing more can be written: the worker stops after this trial
-                self.stores_full = True
-                raise
-            trial.set_user_attr(attrs.FAIL_REASON, reason)
-            if isinstance(err, ConfigError):  # a configuration that cannot run: it stops the study (failfast)
-                trial.set_user_attr(attrs.CONFIG_ERROR, str(err))
-            log.warning(f"trial {trial.number} failed: {reason}")
-            raise
-        values = [summary[name] for name in spec.objectives]
-        trial.set_user_attr(attrs.SUMMARY, summary)
-        log.info(
-            f"trial {trial.number} done: {fmt_params(params)} -> "
-            + ", ".join(f"{n} {v:.4g}" for n, v in zip(spec.objectives, values))
-        )
-        return values[0] if len(values) == 1 else values
+            return
+        reason = tracking.failure_reason(err)
+        if faults.disk_full(err):  # nothing more can be written: the worker stops after this trial
+            self.stores_full = True
+            return
+        trial.set_user_attr(attrs.FAIL_REASON, reason)
+        if isinstance(err, ConfigError):  # a configuration that cannot run: it stops the study (failfast)
+            trial.set_user_attr(attrs.CONFIG_ERROR, str(err))
+        log.warning(f"trial {trial.number} failed: {reason}")
 
     def _reference_mu(self, mu: float | None, results: list[TrialResult], run: tracking.RunLogger) -> float:
         """The study's reference mu; the first trial to finish without one sets it (median measured mu)."""

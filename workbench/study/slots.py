@@ -17,7 +17,6 @@ its worker, also when the worker is killed (`interrupts.die_with_parent`).
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -27,13 +26,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from workbench import interrupts, tracking
-from workbench.study.limits import Watch, kill_tree, out_of_memory
+from workbench import interrupts, processes, tracking
+from workbench.faults import out_of_memory
+from workbench.processes import SPAWN, kill_tree  # spawned: nothing forked from a worker running Optuna's heartbeat
+from workbench.study.limits import Watch
 from workbench.trial.loop import TrialStopped
 
 log = logging.getLogger(__name__)
 
-CONTEXT = mp.get_context("spawn")  # nothing forked from a worker that runs threads (Optuna's heartbeat)
 BEAT_S = 1.0
 """How often a slot tells its worker that its seed made progress (a training step), at most."""
 
@@ -71,8 +71,8 @@ class _Stop:
     """The worker's word to a slot: stop the running seed at its next evaluation, for a reason."""
 
     def __init__(self):
-        self.flag = CONTEXT.Event()
-        self.text = CONTEXT.Array("c", 400)
+        self.flag = SPAWN.Event()
+        self.text = SPAWN.Array("c", 400)
 
     def set(self, reason: str) -> None:
         self.text.value = reason.encode()[:399]
@@ -90,11 +90,7 @@ def _serve(conn, slot: Slot, stop: _Stop) -> None:
     """A slot process: confine to the slot, then run the seeds it is sent until told to end (or its worker dies)."""
     interrupts.die_with_parent()
     interrupts.name_process("wb-slot")  # what `ps` and `top` show for it (and what the fault tests look for)
-    if slot.kind == "cuda":
-        if slot.visible is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = slot.visible
-    elif hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, slot.devices)
+    processes.confine(slot.kind, slot.devices, slot.visible)
     # A terminal's Ctrl-C reaches the worker, which ends a running seed with SIGTERM (its run ends KILLED, as a
     # seed run in the worker itself would on Ctrl-C); SIGINT alone would reach this process twice from a terminal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -160,9 +156,9 @@ class SlotPool:
 
     @staticmethod
     def _spawn(slot: Slot) -> tuple[Any, Any, Any]:
-        parent, child = CONTEXT.Pipe()
+        parent, child = SPAWN.Pipe()
         stop = _Stop()
-        proc = CONTEXT.Process(
+        proc = SPAWN.Process(
             target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True
         )
         proc.start()
@@ -314,8 +310,5 @@ class SlotPool:
                 conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
-        for proc, _, _ in self._procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
+        processes.stop([proc for proc, _, _ in self._procs], wait_s=30)
         self._procs = []

@@ -17,15 +17,15 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-import time
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
 import optuna
 
+from workbench import faults
 from workbench.config import ConfigError
-from workbench.tracking import disk_full, redact_url
+from workbench.tracking import redact_url
 
 DEFAULT_HEARTBEAT = 10
 DEFAULT_GRACE = 30
@@ -35,45 +35,16 @@ the error is raised."""
 log = logging.getLogger(__name__)
 
 
-def _lost_connection(err: BaseException) -> bool:
-    """SQLAlchemy's word that the database did not answer (refused, reset, restarting, locked), not that it refused
-    the statement."""
-    from sqlalchemy import exc
-
-    if disk_full(err):  # not an outage: the study stops (`tracking.StoresFull`)
-        return False
-    while err is not None:  # Optuna wraps a failed commit's error in its StorageInternalError
-        if isinstance(err, (exc.OperationalError, exc.InterfaceError)) or (
-            isinstance(err, exc.DBAPIError) and bool(getattr(err, "connection_invalidated", False))
-        ):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def _patient(method, outage_s: float):
-    """`method`, retried with back-off (0.5 s doubling to 8 s) while the database does not answer, up to
-    `outage_s`; a statement the database refuses is raised at once."""
+    """`method`, each call retried with back-off (0.5 s doubling to 8 s) while the database does not answer
+    (`faults.lost_connection`), up to `outage_s`; a statement the database refuses is raised at once."""
 
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        start, pause = time.monotonic(), 0.5
-        while True:
-            try:
-                return method(*args, **kwargs)
-            except Exception as err:
-                waited = time.monotonic() - start
-                if not _lost_connection(err) or waited >= outage_s:
-                    raise
-                if pause == 0.5:
-                    log.warning(
-                        f"storage: the database did not answer ({str(err).splitlines()[0][:200]}); trying again"
-                        f" for up to {outage_s:g} s"
-                    )
-                time.sleep(pause)
-                pause = min(pause * 2, 8.0)
+    def warn(err: BaseException) -> None:
+        log.warning(
+            f"storage: the database did not answer ({faults.one_line(err)}); trying again for up to {outage_s:g} s"
+        )
 
-    return call
+    return faults.patiently(method, faults.lost_connection, outage_s, pause_s=0.5, max_pause_s=8.0, warn=warn)
 
 
 def _heartbeat_in_one_line(record):
@@ -86,7 +57,7 @@ def _heartbeat_in_one_line(record):
         try:
             return record(*args, **kwargs)
         except Exception as err:
-            log.warning(f"storage: a heartbeat was not recorded ({str(err).splitlines()[0][:200]})")
+            log.warning(f"storage: a heartbeat was not recorded ({faults.one_line(err)})")
 
     return call
 
@@ -199,7 +170,7 @@ def open_storage(
             serialize_sqlite(storage.engine)
         return storage
     except Exception as err:  # connection refused, bad driver, bad URL: one clear line, password removed
-        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        detail = faults.one_line(err, limit=None)  # cut once the password is out: no part of it is left
         password = urlsplit(url).password
         if password:
             detail = detail.replace(password, "***")

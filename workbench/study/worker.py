@@ -22,6 +22,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from workbench import faults
 from workbench import interrupts, tracking
 from workbench.study import attrs, failfast, lr_sweep
 from workbench.study.context import StudyContext, calibrated, load_existing
@@ -134,7 +135,7 @@ def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_tr
     try:
         return _trials(ctx, study, objective, n_trials)
     except Exception as err:
-        if tracking.disk_full(err) or objective.stores_full:
+        if faults.disk_full(err) or objective.stores_full:
             raise tracking.StoresFull(stores_full(ctx)) from None
         raise
 

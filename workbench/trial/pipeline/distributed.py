@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workbench import faults
 from workbench import interrupts
 from workbench.config import ConfigError, TrialConfig
 from workbench.trial.pipeline.devices import place
@@ -262,7 +263,7 @@ class GuardedStore:
             try:
                 return method(*args, **kwargs)
             except dist.DistError as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                first = faults.one_line(e, None)
                 raise PipelineError(
                     f"pipeline: the launch's store at {self.address} is gone ({first}): its launcher"
                     " (torchrun on the first machine) exited, or the network is cut"
@@ -637,7 +638,7 @@ def run_peer(cfg: TrialConfig, launch: Launch) -> int:
     except SystemExit as e:  # a generator that failed has told rank 0 through its inbox (the same line)
         error = None if not e.code else (outboxes[0].error or f"exit code {e.code}")
     except Exception as e:  # noqa: BLE001 - one line, here and to rank 0
-        error = f"{type(e).__name__}: {e}".splitlines()[0]
+        error = faults.one_line(e, None, typed=True)
     orphaned = not _stopped(stop) and not fabric.rank0_moving()  # the trial is gone, not told to stop
     if orphaned:
         error = None  # a failure of rank 0's, not this process's

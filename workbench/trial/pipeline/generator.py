@@ -12,10 +12,13 @@ from typing import Callable
 
 import torch
 
+from workbench import faults
 from workbench import interrupts, seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
-from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+from workbench import processes
+from workbench.processes import SPAWN
+from workbench.trial.pipeline.weights import SharedWeights
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout
 from workbench.trial.rollouts import PromptStream, generate_groups
@@ -197,48 +200,57 @@ def run_generator(
             working[worker] = 0
             published = weights.latest()
             parts = split_groups(fresh, len(inboxes), chunks)
-            paused_after = 0.0
             chunks += 1
-            waited = 0.0  # on full inboxes, except while the trainer evaluates (then it is a pause)
-            for t, (inbox, part) in enumerate(zip(inboxes, parts)):
-                chunk = Chunk(worker, [to_wire(r) for r in part], version, published)
-                if t == 0:
-                    chunk.generated_tokens, chunk.prefill_tokens, chunk.entropy_sum = (
-                        samples.generated_tokens,
-                        samples.prefill_tokens,
-                        samples.entropy_sum,
-                    )
-                    chunk.busy_s, chunk.sync_s, chunk.blocked_s, chunk.paused_s, chunk.slowdown_s = (
-                        busy_s,
-                        sync_s,
-                        blocked_s,
-                        paused_s,
-                        slowdown_s,
-                    )
-                while not stop.is_set():
-                    t1 = time.perf_counter()
-                    try:
-                        inbox.put(("chunk", chunk), timeout=POLL_S)
-                        break
-                    except queue_errors.Full:
-                        if not alive():
-                            return
-                    finally:
-                        if pause.is_set():
-                            paused_after += time.perf_counter() - t1
-                        else:
-                            waited += time.perf_counter() - t1
+            sent = [Chunk(worker, [to_wire(r) for r in part], version, published) for part in parts]
+            first = sent[0]  # the chunk's costs travel with the first trainer's part
+            first.generated_tokens, first.prefill_tokens, first.entropy_sum = (
+                samples.generated_tokens,
+                samples.prefill_tokens,
+                samples.entropy_sum,
+            )
+            first.busy_s, first.sync_s, first.blocked_s, first.paused_s, first.slowdown_s = (
+                busy_s,
+                sync_s,
+                blocked_s,
+                paused_s,
+                slowdown_s,
+            )
+            dealt = _deal(sent, inboxes, stop, pause, alive)
+            if dealt is None:
+                return
+            waited, paused_after = dealt
             sync_s = 0.0
             blocked_s, paused_s = waited, paused_after  # reported with the next chunk
     except BaseException as e:  # noqa: BLE001 - reported to the trainer, which ends the trial with it
         try:
-            inboxes[0].put(("error", f"generator {worker}", f"{type(e).__name__}: {e}".splitlines()[0]), timeout=1.0)
+            inboxes[0].put(("error", f"generator {worker}", faults.one_line(e, None, typed=True)), timeout=1.0)
         except Exception:  # noqa: BLE001 - the trainer notices the exit code instead
             pass
         raise SystemExit(1)
     finally:
         for inbox in inboxes:
             inbox.cancel_join_thread()  # never block this process's exit on chunks no trainer will read
+
+
+def _deal(chunks: list[Chunk], inboxes, stop, pause, alive: Callable[[], bool]) -> tuple[float, float] | None:
+    """Put each trainer's chunk in its inbox, waiting while one is full: (seconds blocked on full inboxes, seconds
+    waited while the trainer evaluated: a pause), or None when the trainer is gone."""
+    waited = paused_after = 0.0
+    for inbox, chunk in zip(inboxes, chunks):
+        while not stop.is_set():
+            t1 = time.perf_counter()
+            try:
+                inbox.put(("chunk", chunk), timeout=POLL_S)
+                break
+            except queue_errors.Full:
+                if not alive():
+                    return None
+            finally:
+                if pause.is_set():
+                    paused_after += time.perf_counter() - t1
+                else:
+                    waited += time.perf_counter() - t1
+    return waited, paused_after
 
 
 def describe_exit(code: int) -> str:
@@ -253,7 +265,7 @@ class Processes:
         self.procs: list = []
 
     def start(self, target, args: tuple, name: str) -> None:
-        p = CONTEXT.Process(target=target, name=name, daemon=True, args=args)
+        p = SPAWN.Process(target=target, name=name, daemon=True, args=args)
         p.start()
         self.procs.append(p)
 
@@ -273,19 +285,13 @@ class Processes:
     def end(self, drain=()) -> None:
         """Wait up to `JOIN_S` for them to exit (emptying the queues in `drain`, so none waits on a full pipe), then
         terminate, then kill."""
-        deadline = time.monotonic() + JOIN_S
-        while any(p.is_alive() for p in self.procs) and time.monotonic() < deadline:
+
+        def empty() -> None:
             for q in drain:
                 try:
                     while True:
                         q.get_nowait()
                 except (queue_errors.Empty, OSError, EOFError, ValueError):
                     pass
-            time.sleep(0.05)
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(1.0)
-            if p.is_alive():
-                p.kill()
-            p.join(1.0)
+
+        processes.stop(self.procs, JOIN_S, terminate_s=1.0, while_waiting=empty if drain else None)

@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 
 from workbench.config import TrialConfig
+from workbench.processes import SPAWN
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import Processes, generator_main
 from workbench.trial.pipeline.trainer import collective_timeout, free_port, join_group, trainer_main
-from workbench.trial.pipeline.weights import CONTEXT, SharedWeights
+from workbench.trial.pipeline.weights import SharedWeights
 
 
 class LocalWiring:
@@ -27,10 +28,10 @@ class LocalWiring:
         self.cfg = cfg
         W, T = cfg.pipeline.generators, cfg.pipeline.trainers
         self.weights = SharedWeights(model)
-        self.inboxes = [CONTEXT.Queue(maxsize=cfg.pipeline.queue_chunks * W) for _ in range(T)]
+        self.inboxes = [SPAWN.Queue(maxsize=cfg.pipeline.queue_chunks * W) for _ in range(T)]
         self.inbox = self.inboxes[0]
-        self.stop, self.pause = CONTEXT.Event(), CONTEXT.Event()
-        self.working = CONTEXT.Array("b", W)  # per generator: 1 while it samples (run_generator)
+        self.stop, self.pause = SPAWN.Event(), SPAWN.Event()
+        self.working = SPAWN.Array("b", W)  # per generator: 1 while it samples (run_generator)
         self.generators, self.trainers = Processes("generator"), Processes("trainer")
         self.group = None
         """The trainers' process group (the default one here), for T > 1."""

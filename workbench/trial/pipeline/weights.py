@@ -6,10 +6,13 @@ from contextlib import contextmanager
 from typing import Callable
 
 import torch
-import torch.multiprocessing as mp
+import torch.multiprocessing  # noqa: F401  (shares tensors between processes: its picklers for them, registered)
 
-CONTEXT = mp.get_context("spawn")
-"""Every process of the pipeline is a spawn child: no state forked from a parent that runs threads."""
+from workbench.processes import SPAWN
+
+CONTEXT = SPAWN
+"""Every process of the pipeline is a spawn child (`workbench.processes.SPAWN`): no state forked from a parent that
+runs threads."""
 LOCK_POLL_S = 0.2
 """While waiting for the weights' lock, how often to look whether a peer died (a process killed while it holds the
 lock never releases it)."""
