@@ -35,9 +35,7 @@ from workbench.trial.record import (
     working_seconds,
 )
 from workbench.trial.replay import Rollout
-from workbench.trial.source import BatchSource, Parts
-from workbench.trial.step import make_lr_schedule, make_optimizer, rescore
-from workbench.trial.strategies import StrategyContext, make_strategy
+from workbench.trial.source import BatchSource, Parts, Replica
 from workbench.trial.tasks import Task, load_task
 
 __all__ = ["StepRecord", "TrialResult", "TrialStopped", "run_trial"]
@@ -112,17 +110,8 @@ def train(
     t_start = time.perf_counter()
     policy = source.policy(task)
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), **source.tags})
-    optimizer = make_optimizer(policy.model, cfg.lr)
-    lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-    strategy = make_strategy(
-        source.cfg,
-        StrategyContext(
-            task,
-            policy.tokenizer,
-            lambda rs: rescore(policy, rs, source.cfg.train.micro_batch_size),
-            policy.max_new_tokens,
-        ),
-    )
+    replica = Replica.around(policy, task, cfg, source.cfg)
+    optimizer, lr_schedule, strategy = replica.optimizer, replica.lr_schedule, replica.strategy
     meter = ComputeMeter(cfg.batch_size, count_parameters(policy.model), cfg.compute.mu)
     bar = budget_bar(cfg, show_progress)
     clock, curve_clock = source.clock(policy)

@@ -16,8 +16,32 @@ from workbench.config import TrialConfig
 from workbench.trial.policy import Policy
 from workbench.trial.record import Evaluations, WallClock
 from workbench.trial.replay import Rollout
-from workbench.trial.strategies import Strategy
+from workbench.trial.step import make_lr_schedule, make_optimizer, rescore
+from workbench.trial.strategies import Strategy, StrategyContext, make_strategy
 from workbench.trial.tasks import Task
+
+
+@dataclass
+class Replica:
+    """What trains one replica of the policy: its optimizer, lr schedule and the strategy holding its rollouts (the
+    loop's, and each further trainer's of a pipeline)."""
+
+    optimizer: Any
+    lr_schedule: Any
+    strategy: Strategy
+
+    @classmethod
+    def around(cls, policy: Policy, task: Task, cfg: TrialConfig, strategy_cfg: TrialConfig) -> "Replica":
+        """`strategy_cfg`: the configuration the strategy sees (a pipeline trainer's shard of the batch)."""
+        optimizer = make_optimizer(policy.model, cfg.lr)
+        lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
+        context = StrategyContext(
+            task,
+            policy.tokenizer,
+            lambda rs: rescore(policy, rs, strategy_cfg.train.micro_batch_size),
+            policy.max_new_tokens,
+        )
+        return cls(optimizer, lr_schedule, make_strategy(strategy_cfg, context))
 
 
 @dataclass

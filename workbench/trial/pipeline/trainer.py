@@ -27,8 +27,8 @@ from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, batch_stats
-from workbench.trial.step import make_lr_schedule, make_optimizer, rescore, train_step
-from workbench.trial.strategies import StrategyContext, make_strategy
+from workbench.trial.source import Replica
+from workbench.trial.step import train_step
 from workbench.trial.tasks import load_task
 
 LAG_BINS = 64
@@ -339,17 +339,8 @@ def run_trainer(cfg: TrialConfig, rank: int, inbox, stop, alive, group=None) -> 
         task = load_task(cfg.task)
         policy = Policy(cfg, task)
         shard_cfg = shard_config(cfg)
-        optimizer = make_optimizer(policy.model, cfg.lr)
-        lr_schedule = make_lr_schedule(optimizer, cfg.lr_warmup_steps)
-        strategy = make_strategy(
-            shard_cfg,
-            StrategyContext(
-                task,
-                policy.tokenizer,
-                lambda rs: rescore(policy, rs, shard_cfg.train.micro_batch_size),
-                policy.max_new_tokens,
-            ),
-        )
+        replica = Replica.around(policy, task, cfg, shard_cfg)
+        optimizer, lr_schedule, strategy = replica.optimizer, replica.lr_schedule, replica.strategy
 
         def check() -> None:
             if stop.is_set() or not alive():
