@@ -15,7 +15,8 @@ from support.toy import toy_spec
 
 from workbench.cli import build_parser, parse_args
 from workbench.config import ConfigError, TrialConfig, build_config, flatten, load_config, trial_keys
-from workbench.config_names import FOREIGN, closest_key, model_keys, section_docs, unknown_key
+from workbench.config_names import FOREIGN, KeyDoc, closest_key, model_keys, section_docs, unknown_key, with_choices
+from workbench.registry import REGISTRIES, STRATEGIES
 from workbench.study.spec import StudySpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,9 +206,28 @@ def test_workbench_config_lists_every_key_with_its_default_and_doc(tmp_path):
         "replay.rlep.m",
     }
     assert listed["generation.decode"]["choices"] == ["auto", "compiled", "static", "hf"]  # a fixed set: its values
-    for key in ("generation.backend", "model.source", "replay.strategy", "task.name"):  # registered names, not a set
-        assert listed[key]["choices"] == [] and "registered" in listed[key]["doc"], key
+    registries = {r.field: r for r in REGISTRIES}
+    assert set(registries) == {"replay.strategy", "objective.name", "task.name", "generation.backend", "model.source"}
+    for key, registry in registries.items():  # a registry's names, as they are registered when the command runs
+        assert listed[key]["choices"] == sorted(registry) and "registered" in listed[key]["doc"], key
+    assert listed["model.source"]["type"] == "directory | embedded | null"  # unset: what model.path implies
+    assert {"hf", "vllm"} <= set(listed["generation.backend"]["choices"])
     assert "`hf`" in listed["generation.backend"]["doc"] and "`vllm`" in listed["generation.backend"]["doc"]
+
+
+def test_a_registry_backed_key_takes_its_registered_names_as_choices_like_a_literal_field():
+    keys = [
+        KeyDoc("model.source", None, "str | null", "a registered model source"),
+        KeyDoc("task.name", "arithmetic", "str", "a registered task"),
+        KeyDoc("batch_size", 128, "int", "rollouts per step"),
+    ]
+    listed = with_choices(keys, {"model.source": ["embedded", "wheel", "directory"], "task.name": {"arithmetic"}})
+    assert [(k.key, k.type, k.choices) for k in listed] == [
+        ("model.source", "directory | embedded | wheel | null", ("directory", "embedded", "wheel")),  # null kept
+        ("task.name", "arithmetic", ("arithmetic",)),
+        ("batch_size", "int", ()),  # not registry-backed: as it was
+    ]
+    assert [k.doc for k in listed] == [k.doc for k in keys] and listed[0].default is None
 
 
 def test_workbench_config_text_shows_resolved_values_and_what_changed(tmp_path):
@@ -233,6 +253,7 @@ def test_workbench_config_text_shows_resolved_values_and_what_changed(tmp_path):
     assert "  replay.capacity = 64  (default 128)  [int | null]" in lines  # resolved: the strategy's default, B
     assert "  objective.eps_high = 0.28  (default 0.2)  [float]" in lines
     assert "  batch_size = 64  (default 128)  [int]" in lines
+    assert f"  replay.strategy = uniform  [{' | '.join(sorted(STRATEGIES))}]" in lines  # the registered strategies
     assert not any(line.startswith("  objective.eps_low") or line.startswith("  lr =") for line in lines)
 
 

@@ -7,6 +7,7 @@ answer an unknown name with "did you mean".
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import types
 import typing
@@ -186,6 +187,21 @@ class KeyDoc:
 
 PLACEHOLDER = "<name>"
 """The part of a key that names an entry of a mapping (a study's `search_space.<name>.low`)."""
+
+
+def with_choices(keys: Iterable[KeyDoc], choices: dict[str, Iterable[str]]) -> list[KeyDoc]:
+    """`keys`, those named in `choices` (`{key: names}`: a registry's, which the field's type cannot spell) given
+    those names as their allowed values the way a `Literal` field has them: as `choices` and as its `type` (`null`
+    kept where the field takes it)."""
+    out = []
+    for k in keys:
+        if k.key not in choices:
+            out.append(k)
+            continue
+        names = tuple(sorted(choices[k.key]))
+        null = ("null",) if "null" in k.type.split(" | ") else ()
+        out.append(dataclasses.replace(k, choices=names, type=" | ".join(names + null)))
+    return out
 
 
 def model_keys(model: type[BaseModel], prefix: str = "") -> list[KeyDoc]:

@@ -99,3 +99,6 @@ samples a trial's rollouts: the optional package each needs and the engine it st
 MODEL_SOURCES: Registry = Registry("model.source", "workbench.trial.model_sources")
 """Model sources (`workbench.trial.model_sources`): `ModelSource` classes, where a trial's starting model comes from
 (the local directory `from_pretrained` loads, built or unpacked once where it is not one already)."""
+
+REGISTRIES: tuple[Registry, ...] = (STRATEGIES, OBJECTIVES, TASKS, GENERATION_BACKENDS, MODEL_SOURCES)
+"""Every registry, each naming the config key its entries are chosen by (`Registry.field`)."""

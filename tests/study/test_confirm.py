@@ -70,3 +70,24 @@ def test_confirm_can_name_the_trials_a_question_needs_instead_of_the_best_k():
             ConfigError, match=r"^--trials: .* is not a complete trial of the study \(complete: 0, 1, 2\)"
         ):
             named_trials(study, bad)
+
+
+def test_confirm_says_a_fixed_model_source_gives_every_seed_the_one_model(tmp_path):
+    """A source that is not `seeded` (here one without `model.path`, as a model shipped in a package) starts every
+    seed from its one model: `model.init_seed` does not vary it."""
+    from workbench.registry import MODEL_SOURCES
+    from workbench.trial.model_sources import ModelSource
+
+    class Packaged(ModelSource):
+        pass
+
+    MODEL_SOURCES.register("packaged_for_test")(Packaged)
+    try:
+        base = load_spec(toy_spec(tmp_path, seeds=4)).base
+        spec = load_spec(toy_spec(tmp_path, seeds=4, base={**base, "model": {"source": "packaged_for_test"}}))
+        assert warm_start_line(spec, [4, 5], set(range(4))) == (
+            "fresh seeds 4-5: every seed starts from the one model of model.source packaged_for_test, so confirm"
+            " replicates over training's randomness only, not over the starting model"
+        )
+    finally:
+        MODEL_SOURCES.pop("packaged_for_test")

@@ -123,8 +123,38 @@ def test_seeds_per_checkpoint_refuses_a_fixed_model(tmp_path):
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     base = {**{k: v for k, v in TOY.items() if k != "threads"}, "model": {"path": str(model_dir)}}
-    with pytest.raises(ConfigError, match="seeds_per_checkpoint: varies the embedded model"):
+    with pytest.raises(ConfigError, match="^seeds_per_checkpoint: .* base.model.source directory is a fixed model$"):
         load_spec(toy_spec(tmp_path, base=base, seeds_per_checkpoint=2))
+
+
+@pytest.fixture
+def fixed_and_seeded_sources():
+    """Two model sources without `model.path`, registered for one test: one fixed model, one built from a seed."""
+    from workbench.registry import MODEL_SOURCES
+    from workbench.trial.model_sources import ModelSource
+
+    class Packaged(ModelSource):  # a model shipped in a package: the same one for every seed
+        pass
+
+    class Grown(ModelSource):
+        seeded = True
+
+    MODEL_SOURCES.register("packaged_for_test")(Packaged)
+    MODEL_SOURCES.register("grown_for_test")(Grown)
+    yield
+    MODEL_SOURCES.pop("packaged_for_test")
+    MODEL_SOURCES.pop("grown_for_test")
+
+
+def test_seeds_per_checkpoint_asks_the_model_source_not_model_path(tmp_path, fixed_and_seeded_sources):
+    """Whether the model varies with `model.init_seed` is the source's `seeded`, whether or not `model.path` is set."""
+    no_threads = {k: v for k, v in TOY.items() if k != "threads"}
+    fixed = {**no_threads, "model": {**TOY["model"], "source": "packaged_for_test"}}
+    with pytest.raises(ConfigError, match="base.model.source packaged_for_test is a fixed model$"):
+        load_spec(toy_spec(tmp_path, base=fixed, seeds_per_checkpoint=2))
+    grown = {**no_threads, "model": {**TOY["model"], "source": "grown_for_test"}}
+    spec = load_spec(toy_spec(tmp_path, base=grown, seeds_per_checkpoint=2))
+    assert [spec.trial_config(spec.baseline_params(), seed=s).model.init_seed for s in range(4)] == [0, 0, 1, 1]
 
 
 def test_an_asynchronous_studys_on_policy_baseline_is_the_queue(tmp_path):

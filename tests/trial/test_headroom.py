@@ -12,6 +12,32 @@ from workbench.trial.headroom import TEMPERATURES, has_headroom, readings
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_readings_start_from_the_model_the_trials_source_gives(monkeypatch):
+    """No `model.path`: the checkpoint read is the one the trial's model source gives, loaded by that source."""
+    from workbench.config import build_config
+    from workbench.registry import MODEL_SOURCES
+    from workbench.trial.checkpoint import SHIPPED
+    from workbench.trial.model_sources import ModelSource
+
+    tiny, loaded = sorted(SHIPPED.glob("tiny-llama-*"))[0], []
+
+    class Packaged(ModelSource):  # a model that is not a directory at model.path (a package's, say)
+        @classmethod
+        def checkpoint(cls, cfg, task):
+            return tiny
+
+        @classmethod
+        def load(cls, path, device, dtype):
+            loaded.append(Path(path))
+            return super().load(path, device, dtype)
+
+    monkeypatch.setitem(MODEL_SOURCES, "packaged_for_headroom", Packaged)
+    cfg = build_config({"task": {"n_eval": 4}, "model": {"source": "packaged_for_headroom"}})
+    assert cfg.model.path is None
+    start = readings(cfg, (0.0,), k=1)
+    assert loaded == [tiny] and set(start) == {0.0} and 0.0 <= start[0.0] <= 1.0
+
+
 def test_the_rule():
     assert has_headroom(0.65, {0.0: 0.384, 0.5: 0.24})
     assert not has_headroom(0.17, {0.0: 0.02, 0.5: 0.257, 1.0: 0.037})  # a demo_prob-like target reached at T 0.5

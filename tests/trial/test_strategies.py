@@ -112,6 +112,28 @@ def test_positive_bias_batches_hold_the_configured_share_of_successes(tracking_u
     assert any(rec.metrics["replay/pool_correct"] >= need for rec in records)
 
 
+def test_the_rlep_pool_is_keyed_by_the_model_the_trials_source_gives(monkeypatch, tmp_path):
+    """No `model.path`: the pool is built from (and cached under) the checkpoint of the trial's model source."""
+    from pathlib import Path
+
+    from workbench.registry import MODEL_SOURCES
+    from workbench.trial.model_sources import ModelSource
+    from workbench.trial.strategies import rlep_pool
+
+    class Packaged(ModelSource):
+        @classmethod
+        def checkpoint(cls, cfg, task):
+            return tmp_path / "unpacked-model"
+
+    monkeypatch.setitem(MODEL_SOURCES, "packaged_for_rlep", Packaged)
+    monkeypatch.setattr(rlep_pool, "build_once", lambda final, build: final)  # where it would build, not a build
+    cfg = build_config(
+        toy_dict(replay={"strategy": "rlep"}, model={"source": "packaged_for_rlep", "cache_dir": str(tmp_path)})
+    )
+    path = rlep_pool.ensure_pool(cfg, load_task(cfg.task))
+    assert path == Path(tmp_path) / "rlep" / f"pool-{rlep_pool.pool_key(cfg, str(tmp_path / 'unpacked-model'))}.jsonl"
+
+
 def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri, tmp_path):
     cfg = build_config(
         toy_dict(

@@ -82,7 +82,8 @@ class Config(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.config import TrialConfig, build_config, trial_keys
-        from workbench.config_names import model_keys, section_docs, unknown_key
+        from workbench.config_names import model_keys, section_docs, unknown_key, with_choices
+        from workbench.registry import REGISTRIES
 
         prefixes = [k for k in args.keys if "=" not in k]
         overrides = [k for k in args.keys if "=" in k] + (args.set or [])
@@ -96,7 +97,9 @@ class Config(Command):
             keys, sections = model_keys(StudySpec), section_docs(StudySpec)
             values = defaults = {k.key: "required" if k.required else k.default for k in keys}
         else:
-            keys, sections = trial_keys(), section_docs(TrialConfig)
+            # a registry-backed key (replay.strategy, model.source ...) lists the names registered now
+            keys = with_choices(trial_keys(), {r.field: r.keys() for r in REGISTRIES})
+            sections = section_docs(TrialConfig)
             defaults, values = _config_values(build_config()), _config_values(load_config(args.config, overrides))
         for p in prefixes:
             if not any(k.key == p or k.key.startswith(f"{p}.") for k in keys):

@@ -33,6 +33,7 @@ from workbench.study.context import StudyContext, calibrated, load_existing
 from workbench.study.preflight import check_study
 from workbench.study.placement import arm_objective
 from workbench.study.spec import StudySpec, fmt_params
+from workbench.trial.model_sources import model_source
 
 log = logging.getLogger(__name__)
 CONFIRM = "confirm"
@@ -83,10 +84,10 @@ def warm_start_line(spec: StudySpec, fresh: list[int], selection: set[int]) -> s
     seed shares one checkpoint, so a confirmation replicates over training's randomness only."""
     cfg = spec.trial_config({}, 0)  # seed 0 starts from the base config's warm start
     head = f"fresh seed{'s' if len(fresh) > 1 else ''} {_span(fresh)}"
-    if cfg.model.path is not None:
+    if not model_source(cfg.model).seeded:
         return (
-            f"{head}: every seed starts from the one model at model.path, so confirm replicates over training's"
-            " randomness only, not over the starting model"
+            f"{head}: every seed starts from the one model of model.source {cfg.model.source_name}, so confirm"
+            " replicates over training's randomness only, not over the starting model"
         )
     base = cfg.model.init_seed
     if spec.seeds_per_checkpoint is None:

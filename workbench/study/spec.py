@@ -174,9 +174,9 @@ class StudySpec(BaseModel):
     seeds: list[int] | int = Field(1, validate_default=True)
     """Seeds per configuration: a count (0..n-1) or a list. The trial's value aggregates them (median)."""
     seeds_per_checkpoint: int | None = Field(None, ge=1)
-    """Warm starts as a second dimension of replication (the embedded model only). `null`: every seed starts from
-    the base config's checkpoint (`model.init_seed`), so seeds resample training's randomness but never the
-    starting model. `k`: seeds 0..k-1 start from warm start `model.init_seed`, seeds k..2k-1 from warm start
+    """Warm starts as a second dimension of replication (a seeded model source only, `ModelSource.seeded`: the
+    embedded model). `null`: every seed starts from the base config's checkpoint (`model.init_seed`), so seeds
+    resample training's randomness but never the starting model. `k`: seeds 0..k-1 start from warm start `model.init_seed`, seeds k..2k-1 from warm start
     `model.init_seed + 1`, and so on (each built once per machine, ~90 s on one core): arms compared on a seed share its
     checkpoint, and `study confirm`'s fresh seeds (right above the selection seeds) start from checkpoints no
     selection run used when the selection seeds fill whole blocks of k."""
@@ -429,10 +429,15 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
     if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
         raise ConfigError("pruner: compute needs the compute_to_target objective")
-    if spec.seeds_per_checkpoint is not None and build_config(spec.base).model.path is not None:
-        raise ConfigError(
-            "seeds_per_checkpoint: varies the embedded model's warm start; base.model.path is a fixed model"
-        )
+    if spec.seeds_per_checkpoint is not None:
+        from workbench.trial.model_sources import model_source  # torch: loaded by validating, not by importing
+
+        model = build_config(spec.base).model
+        if not model_source(model).seeded:
+            raise ConfigError(
+                "seeds_per_checkpoint: varies a seeded model's warm start (model.init_seed, the embedded model);"
+                f" base.model.source {model.source_name} is a fixed model"
+            )
     for knob, dim in spec.search_space.items():
         for value in dim.probe_values():
             params = probe_point(spec, knob, value)

@@ -89,6 +89,7 @@ def greedy_accuracy(model, tokenizer, task: Task, max_new_tokens: int, limit: in
     return sum(rewards) / len(rewards)
 
 
+@torch.enable_grad()  # whatever the caller's grad mode (a reading under no_grad may build the checkpoint first)
 def warm_start(model, tokenizer, task: Task, cfg: ModelConfig) -> tuple[int, float]:
     """Supervised phase on partly correct demonstrations, stopped near a target held-out accuracy.
 

@@ -13,41 +13,42 @@ import torch
 from workbench.backends.hf import encode_prompts, sample
 from workbench.config import TrialConfig
 from workbench.seeds import evaluation as evaluation_seed
-from workbench.trial.checkpoint import ensure_embedded_checkpoint
-from workbench.trial.tasks import load_task
+from workbench.trial.model_sources import model_source, starting_checkpoint
+from workbench.trial.policy import resolve_dtype
+from workbench.trial.tasks import Task, load_task
 
 TEMPERATURES = (0.0, 0.25, 0.5, 0.75, 1.0)
 """The decoding temperatures read: 0 is greedy."""
 
 
-@torch.no_grad()
 def readings(cfg: TrialConfig, temperatures=TEMPERATURES, k: int = 2) -> dict[float, float]:
-    """Held-out accuracy of the trial's starting checkpoint (the embedded warm start, or `model.path`) at each
+    """Held-out accuracy of the trial's starting checkpoint (from its model source, `model.source`) at each
     temperature: greedy at 0, else the mean reward of `k` samples per prompt (sampled pass@1)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     task = load_task(cfg.task)
-    path = cfg.model.path or ensure_embedded_checkpoint(cfg.model, cfg.task, task)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    path = starting_checkpoint(cfg, task)  # with gradients on: a source may train it first (the embedded warm start)
+    # loaded as a trial loads it (its source's `load`, in the trainer's weights' dtype), on the CPU
+    model, tokenizer = model_source(cfg.model).load(path, torch.device("cpu"), resolve_dtype(cfg.model.dtype))
+    model.eval()
     prompts = encode_prompts(tokenizer, [e.prompt for e in task.eval], chat=cfg.task.chat_template)
     generator = torch.Generator().manual_seed(evaluation_seed(cfg.seed))
-    out: dict[float, float] = {}
-    for t in temperatures:
-        reps = 1 if t == 0 else k
-        total = 0.0
-        for _ in range(reps):
-            done = sample(
-                model,
-                tokenizer,
-                prompts,
-                max_new_tokens=task.max_new_tokens,
-                greedy=t == 0,
-                **({} if t == 0 else {"temperature": t, "generator": generator}),
-            )
-            total += sum(task.reward(x, e, f) for x, e, f in zip(done.texts, task.eval, done.finished))
-        out[t] = total / (reps * len(task.eval))
-    return out
+    return {t: _accuracy(model, tokenizer, task, prompts, t, 1 if t == 0 else k, generator) for t in temperatures}
+
+
+@torch.no_grad()
+def _accuracy(model, tokenizer, task: Task, prompts, t: float, reps: int, generator: torch.Generator) -> float:
+    """Mean held-out reward over `reps` passes at temperature `t` (greedy at 0)."""
+    total = 0.0
+    for _ in range(reps):
+        done = sample(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=task.max_new_tokens,
+            greedy=t == 0,
+            **({} if t == 0 else {"temperature": t, "generator": generator}),
+        )
+        total += sum(task.reward(x, e, f) for x, e, f in zip(done.texts, task.eval, done.finished))
+    return total / (reps * len(task.eval))
 
 
 def has_headroom(target: float, start: dict[float, float]) -> bool:

@@ -25,7 +25,7 @@ import torch
 from workbench import seeds
 from workbench.config import TrialConfig, build_config
 from workbench.cache import build_once, cache_root
-from workbench.trial.checkpoint import ensure_embedded_checkpoint
+from workbench.trial.model_sources import starting_checkpoint
 from workbench.trial.policy import Policy
 from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import make_optimizer, train_step
@@ -66,8 +66,8 @@ def pool_key(cfg: TrialConfig, checkpoint: str) -> str:
 
 def ensure_pool(cfg: TrialConfig, task: Task) -> Path:
     """The cached pool for this config (built once, atomically, under a lock); its path."""
-    checkpoint = cfg.model.path or str(ensure_embedded_checkpoint(cfg.model, cfg.task, task))
-    final = cache_root(cfg.model) / "rlep" / f"pool-{pool_key(cfg, str(checkpoint))}.jsonl"
+    checkpoint = str(starting_checkpoint(cfg, task))  # the model the seed run starts from, from its source
+    final = cache_root(cfg.model) / "rlep" / f"pool-{pool_key(cfg, checkpoint)}.jsonl"
     return build_once(final, lambda tmp: build_pool(cfg, task, tmp))
 
 
