@@ -26,14 +26,15 @@ and refuses, with the reason, when the minimum lies on a flat ridge or at the ed
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
 from workbench import knobs
+from workbench.prediction import LrOptimum, ProbePrediction, ProbeStability, SweepPoint
 
 from analysis import phases
 from analysis.theory import objective_J, shifted_power_law_sigma_bar_sq
@@ -622,99 +623,103 @@ def probe_prediction(
     mu: float,
     group_size: int,
     batch_size: int,
-) -> dict:
-    """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, the within-group correlation,
-    rho) turned into `probe_optimum` at accounting ratio `mu`, with c = group_correlation·(G - 1), rho clipped to [0, 1], and the
-    prediction's stability over the draws (`stability`: the share of draws at the same point, the 95% range of x
-    and y over the draws). Refused when the point lies outside that range (on the split task, 96 probe steps put it at
-    x 12, y 1 while all 50 draws put it at on-policy: the fresh signal barely above its noise correction)."""
+) -> ProbePrediction:
+    """A probe's measurements (`workbench.trial.probe.ProbeResult`: horizon terms and their bootstrap draws, the
+    within-group correlation, rho) turned into `probe_optimum` at accounting ratio `mu`, with c =
+    group_correlation·(G - 1), rho clipped to [0, 1], and the prediction's stability over the draws
+    (`ProbeStability`: the share of draws at the same point, the 95% range of x and y over the draws). Refused when
+    the point lies outside that range (on the split task, 96 probe steps put it at x 12, y 1 while all 50 draws put
+    it at on-policy: the fresh signal barely above its noise correction)."""
     if not (math.isfinite(rho) and math.isfinite(mu) and mu > 0):
-        return {"refused": f"rho ({rho:.3g}) or mu ({mu:.3g}) not measured"}
+        return ProbePrediction(refused=f"rho ({rho:.3g}) or mu ({mu:.3g}) not measured")
     c = max(group_correlation, 0.0) * (group_size - 1) if math.isfinite(group_correlation) else 0.0
     rho = min(max(rho, 0.0), 1.0)
-    out = {**probe_optimum(horizon, c, rho, mu, batch_size), "c": c, "rho": rho, "mu": mu}
+    out = ProbePrediction.from_json({**probe_optimum(horizon, c, rho, mu, batch_size), "c": c, "rho": rho, "mu": mu})
     points = [(d["x"], round(d["y"], 2)) for d in (probe_optimum(h, c, rho, mu, batch_size) for h in draws) if "x" in d]
-    if "x" in out and points:
-        xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
-        out["stability"] = st = {
-            "draws": len(draws),
-            "same_point": sum(p == (out["x"], round(out["y"], 2)) for p in points) / len(draws),
-            "x_95": [float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))],
-            "y_95": [float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))],
-        }
-        outside = not (
-            st["x_95"][0] <= out["x"] <= st["x_95"][1] and st["y_95"][0] - 0.01 <= out["y"] <= st["y_95"][1] + 0.01
+    if not (out.has_point and points):
+        return out
+    xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    st = ProbeStability(
+        draws=len(draws),
+        same_point=sum(p == (out.x, round(out.y, 2)) for p in points) / len(draws),
+        x_95=(float(np.quantile(xs, 0.025)), float(np.quantile(xs, 0.975))),
+        y_95=(float(np.quantile(ys, 0.025)), float(np.quantile(ys, 0.975))),
+    )
+    out = replace(out, stability=st)
+    if not st.covers(out.x, out.y) and out.refused is None:
+        out = replace(
+            out,
+            refused=f"unstable: the point (x {out.x:g}, y {out.y:.3g}) lies outside its own replicates' 95% range"
+            f" (x {st.x_95[0]:g} to {st.x_95[1]:g}, y {st.y_95[0]:.3g} to {st.y_95[1]:.3g};"
+            f" {st.same_point:.0%} of {len(draws)} at the point): the measurements do not pin the optimum",
         )
-        if outside and "refused" not in out:
-            out["refused"] = (
-                f"unstable: the point (x {out['x']:g}, y {out['y']:.3g}) lies outside its own replicates' 95% range"
-                f" (x {st['x_95'][0]:g} to {st['x_95'][1]:g}, y {st['y_95'][0]:.3g} to {st['y_95'][1]:.3g};"
-                f" {st['same_point']:.0%} of {len(draws)} at the point): the measurements do not pin the optimum"
-            )
     return out
 
 
-def lr_optimum(points: list[dict]) -> dict:
-    """The best learning rate from the probe's on-policy sweep (`workbench.trial.lr_sweep`: dicts with lr,
-    compute_to_target, censored): the vertex of the parabola in log lr through the cheapest run and its two
-    neighbours, with the compute there. A censored neighbour enters at its budget, a lower bound on its compute, so
-    the vertex is then an upper bound on lr* (`bounded_by_censored`). Refused, with the reason, when no run reached
-    the target, when the cheapest run is at an edge of the sweep, or when the three points do not curve upward.
+def lr_optimum(points: Sequence[SweepPoint]) -> LrOptimum:
+    """The best learning rate from the probe's on-policy sweep (`workbench.trial.lr_sweep`'s `SweepPoint`s): the
+    vertex of the parabola in log lr through the cheapest run and its two neighbours, with the compute there. A
+    censored neighbour enters at its budget, a lower bound on its compute, so the vertex is then an upper bound on
+    lr* (`bounded_by_censored`). Refused, with the reason, when no run reached the target, when the cheapest run is
+    at an edge of the sweep, or when the three points do not curve upward.
 
     Why not `extended_lr`'s form, C ∝ 1/(lam(1 - lam/lam_max))? On the default task's on-policy runs (lr 2.5e-5,
     5e-5, 1e-4: 1, 0.65, 0.56 of the first's compute) the first two points put lam_max at 5.4x the first lr, which
     predicts 1e-4 1.24x worse than 5e-5; it is 0.86x. The return of a larger learning rate fades more gently than
     that form's wall (Adam's step does not scale with the gradient's size), so the sweep interpolates locally."""
-    rows = sorted(points, key=lambda p: p["lr"])
-    reached = [p for p in rows if not p["censored"]]
+    rows = sorted(points, key=lambda p: p.lr)
+    reached = [p for p in rows if not p.censored]
     if not reached:
-        return {"refused": "no run of the learning-rate sweep reached the target"}
-    i = rows.index(min(reached, key=lambda p: p["compute_to_target"]))
+        return LrOptimum(refused="no run of the learning-rate sweep reached the target")
+    cheapest = min(reached, key=lambda p: p.compute_to_target)
+    i = rows.index(cheapest)
     if i in (0, len(rows) - 1):
         edge = "largest" if i == len(rows) - 1 else "smallest"
-        return {
-            "lr": rows[i]["lr"],
-            "compute": rows[i]["compute_to_target"],
-            "refused": f"the cheapest run is at the sweep's {edge} learning rate ({rows[i]['lr']:.3g}): the sweep does not bound lr*",
-        }
+        return LrOptimum(
+            lr=cheapest.lr,
+            compute=cheapest.compute_to_target,
+            refused=f"the cheapest run is at the sweep's {edge} learning rate ({cheapest.lr:.3g}): the sweep does not"
+            " bound lr*",
+        )
     three = rows[i - 1 : i + 2]
-    u = np.log([p["lr"] for p in three])
-    v = np.log([p["budget"] if p["censored"] else p["compute_to_target"] for p in three])
+    u = np.log([p.lr for p in three])
+    v = np.log([p.budget if p.censored else p.compute_to_target for p in three])
     c2, c1, c0 = np.polyfit(u - u[1], v, 2)
     if c2 <= 0:
-        return {
-            "lr": rows[i]["lr"],
-            "compute": rows[i]["compute_to_target"],
-            "refused": "the sweep's three cheapest points do not curve upward",
-        }
+        return LrOptimum(
+            lr=cheapest.lr,
+            compute=cheapest.compute_to_target,
+            refused="the sweep's three cheapest points do not curve upward",
+        )
     vertex = float(np.clip(-c1 / (2 * c2), u[0] - u[1], u[2] - u[1]))
-    return {
-        "lr": float(math.exp(u[1] + vertex)),
-        "compute": float(math.exp(c0 + c1 * vertex + c2 * vertex**2)),
-        "bounded_by_censored": any(p["censored"] for p in three),
-        "points": len(rows),
-    }
+    return LrOptimum(
+        lr=float(math.exp(u[1] + vertex)),
+        compute=float(math.exp(c0 + c1 * vertex + c2 * vertex**2)),
+        bounded_by_censored=any(p.censored for p in three),
+        points=len(rows),
+    )
 
 
-def probe_lr(predicted: dict, sweep: list[dict] | None, lr: float) -> dict:
+def probe_lr(predicted: ProbePrediction, sweep: Sequence[SweepPoint] | None, lr: float) -> ProbePrediction:
     """A probe's predicted point (`probe_prediction`) with its learning rate and compute. With the on-policy sweep
     (`workbench.trial.lr_sweep`), lr = on-policy's lr* (`lr_optimum`) x the point's lr_factor and the compute is
     relative_compute x the sweep's compute at lr* (the sweep and its lr* are kept even when the probe refused a point);
     without one, the trial's `lr` stands in for on-policy's lr*, which
     is right only if it was tuned (the probe cannot tell). An unbounded sweep falls back to its cheapest run's lr."""
-    out = dict(predicted)
+    out = predicted
     best = lr_optimum(sweep) if sweep else None
     if sweep:
-        out["lr_sweep"], out["lr_optimum"] = sweep, best
-    if "x" not in predicted:
+        out = replace(out, lr_sweep=tuple(sweep), lr_optimum=best)
+    if not predicted.has_point:
         return out
     if not sweep:
-        return out | {"lr": lr * predicted["lr_factor"], "lr_source": "the trial's lr (no sweep)"}
-    if "lr" not in best:
-        return out | {"lr": lr * predicted["lr_factor"], "lr_source": f"the trial's lr ({best['refused']})"}
-    source = "the sweep's cheapest run (" + best["refused"] + ")" if "refused" in best else "the sweep's lr*"
-    return out | {
-        "lr": best["lr"] * predicted["lr_factor"],
-        "lr_source": source,
-        "compute": predicted["relative_compute"] * best["compute"],
-    }
+        return replace(out, lr=lr * predicted.lr_factor, lr_source="the trial's lr (no sweep)")
+    if best.lr is None:
+        return replace(out, lr=lr * predicted.lr_factor, lr_source=f"the trial's lr ({best.refused})")
+    source = "the sweep's cheapest run (" + best.refused + ")" if best.refused else "the sweep's lr*"
+    return replace(
+        out,
+        lr=best.lr * predicted.lr_factor,
+        lr_source=source,
+        compute=predicted.relative_compute * best.compute,
+    )

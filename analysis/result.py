@@ -8,102 +8,27 @@ A paired ratio with how its pairs were counted is a `Comparison`. `analysis.reco
 
 Each type gives `to_json()` (a plain JSON-able dict, the shape `analysis.json` has always had, with `schema_version`
 added), `from_json()` (its inverse: `Analysis.from_json(json.load(f)) .to_json()` gives the file back) and `lines()`
-(what the command line prints of it). Blocks the analysis's other modules build and only its report reads (the
-noise by estimator and by curve, skill or sharpness, the tuned learning rate, the laws, the pipeline) stay plain
-JSON inside the types. Code outside `analysis/` reads the result by attribute only (tests/analysis/test_typed_result.py).
+(what the command line prints of it), as `workbench.prediction.Record`, the frozen JSON block they share with the
+probe's prediction (`workbench.prediction.ProbePrediction`). Blocks the analysis's other modules build and only its
+report reads (the noise by estimator and by curve, skill or sharpness, the tuned learning rate, the laws, the
+pipeline) stay plain JSON inside the types. Code outside `analysis/` reads the result by attribute only
+(tests/analysis/test_typed_result.py).
 """
 
 from __future__ import annotations
 
 import math
-import types
-import typing
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from workbench import censoring, stats
 from workbench.config import ConfigError
-from workbench.prediction import Prediction
+from workbench.prediction import Json, Prediction, Record
+from workbench.prediction import omitted as _omitted
 
 SCHEMA_VERSION = 1
 """`analysis.json`'s `schema_version`: bumped whenever its shape changes; a file of another version is refused in one
 line (`load`), never half read. Files written before the field existed carry none and are refused too."""
-
-Json = Any
-"""A plain JSON block (dicts, lists, numbers, strings) kept as the analysis built it."""
-
-
-def _omitted(default: Any = None) -> Any:
-    """A field left out of the JSON where it is None (the dict had no such key)."""
-    return field(default=default, metadata={"omit_none": True})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, Prediction):
-        return value.to_json()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def _decode(tp: Any, value: Any) -> Any:
-    """`value` (from JSON) as the annotation `tp` says: records and predictions rebuilt, lists as tuples."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        kinds = [a for a in args if a is not type(None)]
-        return _decode(kinds[0], value) if len(kinds) == 1 else value
-    if isinstance(tp, type) and issubclass(tp, Record):
-        return tp.from_json(value)
-    if tp is Prediction:
-        return Prediction.from_json(value)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v) for v in value)
-        return tuple(_decode(a, v) for a, v in zip(args, value))
-    if origin is dict:
-        return {k: _decode(args[1], v) for k, v in value.items()}
-    return value
-
-
-class Record:
-    """What every type here shares: its JSON, read back by its annotations."""
-
-    JSON_ORDER: ClassVar[tuple[str, ...]] = ()
-    """The keys' order in the JSON where it is not the fields' order."""
-
-    def to_json(self) -> dict[str, Any]:
-        """A plain JSON-able dict (tuples as lists, nested types as their JSON)."""
-        by_name = {f.name: f for f in fields(self)}
-        out = {}
-        for name in self.JSON_ORDER or by_name:
-            value = getattr(self, name)
-            if value is None and by_name[name].metadata.get("omit_none"):
-                continue
-            out[name] = _plain(value)
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]):
-        """The record `to_json` wrote (a missing required key: `KeyError`, which `load` reports in one line)."""
-        hints = typing.get_type_hints(cls)
-        kwargs = {f.name: _decode(hints[f.name], data[f.name]) for f in fields(cls) if f.name in data}
-        missing = [
-            f.name
-            for f in fields(cls)
-            if f.name not in kwargs and f.default is MISSING and f.default_factory is MISSING
-        ]
-        if missing:
-            raise KeyError(f"{cls.__name__}: {', '.join(missing)}")
-        return cls(**kwargs)
-
-    def lines(self) -> list[str]:
-        raise NotImplementedError
 
 
 def _fmt(v: float | None, digits: int = 3) -> str:

@@ -1,11 +1,12 @@
-"""A prediction as typed data (`workbench.prediction`): the knobs it runs with, its JSON round trip, its twin."""
+"""A prediction as typed data (`workbench.prediction`): the knobs it runs with, its JSON round trip, its twin; the
+probe's prediction read back from the JSON it has always written, and what `workbench probe` prints of it."""
 
 import json
 import math
 
 import pytest
 
-from workbench.prediction import Measured, Prediction, twin
+from workbench.prediction import LrOptimum, Measured, Prediction, ProbePrediction, SweepPoint, twin
 
 
 def test_a_prediction_runs_at_whole_rollouts_and_a_typed_ratio():
@@ -92,4 +93,70 @@ def test_an_asynchronous_study_runs_a_prediction_as_the_split_that_gives_its_rep
         "replay.capacity": 128,
         "pipeline.generators": 6,
         "lr": 4.74e-5,
+    }
+
+
+RECORDED = {
+    "x": 4.0,
+    "y": 2.0,
+    "relative_compute": 0.62,
+    "lr_factor": 1.25,
+    "near_x": [4.0, 6.0],
+    "near_y": [1.8, 2.4],
+    "at_edge": False,
+    "c": 2.1,
+    "rho": 0.3,
+    "mu": 1.5,
+    "stability": {"draws": 50, "same_point": 0.84, "x_95": [4.0, 6.0], "y_95": [1.9, 2.3]},
+    "lr_sweep": [
+        {"lr": 1e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0, "run_id": "a"},
+        {"lr": 2e-5, "compute_to_target": 40.0, "censored": False, "budget": 90.0, "run_id": "b"},
+        {"lr": 4e-5, "compute_to_target": 60.0, "censored": True, "budget": 60.0, "run_id": "c"},
+    ],
+    "lr_optimum": {"lr": 2.2e-5, "compute": 39.5, "bounded_by_censored": True, "points": 3},
+    "lr": 2.75e-5,
+    "lr_source": "the sweep's lr*",
+    "compute": 24.49,
+    "capacity": 32,
+    "ratio": 2.0,
+    "against_sweep": {
+        "sweep_units": 250.0,
+        "gradient_units": 10.0,
+        "sweep_lr": 2.2e-5,
+        "sweep_compute": 39.5,
+        "claims": True,
+        "probe_compute": 24.49,
+        "probe_path": 34.49,
+        "sweep_path": 39.5,
+        "reason": "claims its point: to reach the target once: ...",
+    },
+}
+"""The `predicted` block of a `probe/probe.json` as `workbench probe` has always written it (`--json` prints it)."""
+
+
+def test_the_probes_prediction_reads_back_the_json_it_has_always_written():
+    p = ProbePrediction.from_json(json.loads(json.dumps(RECORDED)))
+    assert json.dumps(p.to_json()) == json.dumps(RECORDED)  # the same text, key order included
+    assert p.has_point and p.near_x == (4.0, 6.0) and p.stability.covers(p.x, p.y)
+    assert p.lr_sweep[2] == SweepPoint(4e-5, 60.0, True, 60.0, "c") and p.lr_optimum.bounded_by_censored
+    assert p.against_sweep.claims and p.against_sweep.probe_path == 34.49
+    assert p.lines() == [
+        "on-policy lr sweep, compute to target: lr 1e-05: 60, lr 2e-05: 40, lr 4e-05: >60; lr* 2.2e-05 (39.5 units)",
+        "predicted optimum at a tuned lr: x 4, y 2 (capacity 32), lr 2.75e-05 (the sweep's lr*; x1.25 on-policy's),"
+        " 0.62x on-policy's compute (24.5 units); within 5%: x 4-6, y 1.8-2.4",
+        "stability over 50 bootstrap resamples of the probe's groups: the same point in 84%; 95% of draws within"
+        " x 4-6, y 1.9-2.3",
+        "against its lr sweep at equal compute, the probe claims its point: to reach the target once: ...",
+    ]
+    # a refusal keeps what it had: no point, the sweep's edge, none of the keys it never wrote
+    refused = {"refused": "the fresh mean gradient is not resolved", "c": 2.1, "rho": 0.3, "mu": 1.5}
+    back = ProbePrediction.from_json(refused)
+    assert back.to_json() == refused and not back.has_point and back.lines() == [f"no prediction: {refused['refused']}"]
+    edge = LrOptimum.from_json({"lr": 4e-5, "compute": 60.0, "refused": "the cheapest run is at the sweep's largest"})
+    assert edge.lines() == ["no lr*: the cheapest run is at the sweep's largest"] and edge.bounded_by_censored is None
+    assert SweepPoint(1e-5, 60.0, False, 100.0).to_json() == {
+        "lr": 1e-5,
+        "compute_to_target": 60.0,
+        "censored": False,
+        "budget": 100.0,
     }

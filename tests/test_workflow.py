@@ -9,7 +9,7 @@ import pytest
 
 from workbench import knobs
 from workbench.config import ConfigError
-from workbench.prediction import Prediction
+from workbench.prediction import LrOptimum, Prediction, ProbePrediction, SweepPoint
 from workbench.study import attrs
 from workbench.study.context import context
 from workbench.study.spec import load_spec
@@ -140,43 +140,36 @@ def test_the_probes_alignment_has_an_interval_over_its_resampled_groups():
     terms = [{"x": x, "signal": 2.0, "cross": 2.0 / x, "sigma2_bar": 1.0, "mixed": 0.0} for x in range(1, 5)]
     draws = [[{**t, "cross": t["cross"] * f} for t in terms] for f in (0.9, 1.0, 1.1)]
     res = ProbeResult("run", 0.9, 4.0, 2.0, 14, 10.0, 4, horizon=terms, horizon_draws=draws)
-    shares = Probed(None, res, "run", {}, {}).alignment()
+    shares = Probed(None, res, "run", ProbePrediction(), {}).alignment()
     assert [(x, share) for x, share, _ in shares] == [(1, 1.0), (2, 0.5), (4, 0.25)]  # horizons 1, 2, 4 of 1-4
     low, high = shares[1][2]
     assert low == pytest.approx(0.45 + 0.05 * 0.05, rel=1e-6) and high == pytest.approx(0.55 - 0.05 * 0.05, rel=1e-6)
     flat = ProbeResult("run", 0.9, 4.0, 2.0, 14, 10.0, 4, horizon=[{**terms[0], "signal": 0.0}])
-    assert Probed(None, flat, "run", {}, {}).alignment() == []
+    assert Probed(None, flat, "run", ProbePrediction(), {}).alignment() == []
 
 
-SWEEP = [
-    {"lr": 2.5e-5, "compute_to_target": 60.0, "censored": False, "budget": 100.0},
-    {"lr": 5e-5, "compute_to_target": 38.0, "censored": False, "budget": 90.0},
-    {"lr": 1e-4, "compute_to_target": 35.0, "censored": False, "budget": 57.0},
-    {"lr": 2e-4, "compute_to_target": 52.0, "censored": True, "budget": 52.0},
-]
+SWEEP = (
+    SweepPoint(2.5e-5, 60.0, False, 100.0),
+    SweepPoint(5e-5, 38.0, False, 90.0),
+    SweepPoint(1e-4, 35.0, False, 57.0),
+    SweepPoint(2e-4, 52.0, True, 52.0),
+)
 """An on-policy lr sweep as `workbench.workflow.probe.lr_sweep` returns it: 299 units, lr* between 5e-5 and 1e-4."""
 
 
-def _probed(predicted: dict, gradient_units: float) -> Probed:
+def _probed(predicted: ProbePrediction, gradient_units: float) -> Probed:
     res = ProbeResult("run", 0.9, 4.0, 2.0, 14, gradient_units, 4)
     return Probed(None, res, "run", against_sweep(predicted, gradient_units), {})
 
 
 def test_a_probe_whose_point_is_its_sweeps_answer_claims_nothing_beyond_the_sweep_and_counts_its_cost():
-    best = {"lr": 7.9e-5, "compute": 34.0}
+    best = LrOptimum(lr=7.9e-5, compute=34.0)
     on_policy = _probed(
-        {
-            "x": 1.0,
-            "y": 1.0,
-            "lr": 7.9e-5,
-            "relative_compute": 1.0,
-            "compute": 34.0,
-            "lr_sweep": SWEEP,
-            "lr_optimum": best,
-        },
+        ProbePrediction(x=1.0, y=1.0, lr=7.9e-5, relative_compute=1.0, compute=34.0, lr_sweep=SWEEP, lr_optimum=best),
         43.5,
     )
-    assert on_policy.units == pytest.approx(43.5 + 299.0) and not on_policy.against_sweep["claims"]
+    assert on_policy.units == pytest.approx(43.5 + 299.0) and not on_policy.against_sweep.claims
+    assert on_policy.against_sweep.sweep_units == 299.0 and on_policy.against_sweep.gradient_units == 43.5
     assert (
         cost_words(43.5, SWEEP)
         == "43.5 compute units of gradient phase + 299.0 of its 4-run on-policy lr sweep = 342.5 in all"
@@ -185,29 +178,25 @@ def test_a_probe_whose_point_is_its_sweeps_answer_claims_nothing_beyond_the_swee
     line = claim_line(on_policy.against_sweep)
     assert line.startswith("the probe claims nothing beyond its lr sweep: the probe's point is on-policy at lr 7.9e-05")
     assert "43.5 units" in line and "\n" not in line
-    replay = {
-        "x": 4.0,
-        "y": 2.0,
-        "lr": 7.9e-5,
-        "relative_compute": 0.5,
-        "compute": 17.0,
-        "lr_sweep": SWEEP,
-        "lr_optimum": best,
-    }
+    replay = ProbePrediction(
+        x=4.0, y=2.0, lr=7.9e-5, relative_compute=0.5, compute=17.0, lr_sweep=SWEEP, lr_optimum=best
+    )
     dear = _probed(replay, 43.5)  # 43.5 + 17 > 34: the sweep alone reaches the target for less
     assert claim_line(dear.against_sweep).startswith(
         "the probe claims nothing beyond its lr sweep: to reach the target once:"
         " 43.5 units of gradient phase + 17.0 predicted at x 4, y 2 = 60.5"
     )
     cheap = _probed(replay, 10.0)  # 10 + 17 < 34
-    assert cheap.against_sweep["claims"] and claim_line(cheap.against_sweep).startswith(
+    assert cheap.against_sweep.claims and claim_line(cheap.against_sweep).startswith(
         "against its lr sweep at equal compute, the probe claims its point: to reach the target once: 10.0 units"
     )
-    refused = _probed({"refused": "the fresh gradient is not resolved", "lr_sweep": SWEEP, "lr_optimum": best}, 43.5)
+    refused = _probed(
+        ProbePrediction(refused="the fresh gradient is not resolved", lr_sweep=SWEEP, lr_optimum=best), 43.5
+    )
     assert claim_line(refused.against_sweep).startswith(
         "the probe claims nothing beyond its lr sweep: the probe refused a point"
     )
-    unswept = _probed({"x": 4.0, "y": 2.0, "lr": 1e-4, "relative_compute": 0.5}, 43.5)
+    unswept = _probed(ProbePrediction(x=4.0, y=2.0, lr=1e-4, relative_compute=0.5), 43.5)
     assert unswept.units == 43.5 and claim_line(unswept.against_sweep).startswith(
         "the probe claims nothing against tuned on-policy:"
     )

@@ -2,12 +2,14 @@
 flagged, a flat-ridge optimum is refused, and the comparison prefers the model that made the data."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.models import MODELS, ModelFit, compare, fit_model_runs, log_likelihood, optimum, probe_optimum
+from workbench.prediction import ProbePrediction, SweepPoint
 
 MU = 0.85
 GRID = [(x, y) for x in (1, 2, 4, 8, 16) for y in (1, 2, 4) if x >= y]
@@ -226,41 +228,43 @@ def test_lr_optimum_finds_the_vertex_in_log_lr_and_refuses_an_unbounded_sweep():
 
     def run(lr, censored=False):
         c = 40.0 * math.exp(((math.log(lr) - math.log(best)) / width) ** 2)
-        return {"lr": lr, "compute_to_target": c, "censored": censored, "budget": c}
+        return SweepPoint(lr, c, censored, c)
 
     sweep = [run(2.5e-5 * 2**i) for i in range(5)]  # 2.5e-5 .. 4e-4
     got = lr_optimum(sweep)
     assert (
-        "refused" not in got
-        and got["lr"] == pytest.approx(best, rel=1e-6)
-        and got["compute"] == pytest.approx(40.0, rel=1e-6)
+        got.refused is None and got.lr == pytest.approx(best, rel=1e-6) and got.compute == pytest.approx(40.0, rel=1e-6)
     )
-    assert got["bounded_by_censored"] is False
+    assert got.bounded_by_censored is False and got.points == 5
     rising = lr_optimum(sweep[:3])  # 2.5e-5 .. 1e-4: still falling at the largest
-    assert "refused" in rising and "largest" in rising["refused"] and rising["lr"] == 1e-4
-    assert "refused" in lr_optimum([{**p, "censored": True} for p in sweep])
+    assert "largest" in rising.refused and rising.lr == 1e-4
+    assert rising.to_json().keys() == {"lr", "compute", "refused"}  # the JSON it always wrote
+    none = lr_optimum([replace(p, censored=True) for p in sweep])
+    assert none.refused and none.lr is None and none.lines() == [f"no lr*: {none.refused}"]
     # a censored neighbour enters at its budget, a lower bound: flagged
-    capped = sweep[:3] + [{**sweep[3], "censored": True, "budget": 45.0}]
-    assert lr_optimum(capped)["bounded_by_censored"] is True
+    capped = sweep[:3] + [replace(sweep[3], censored=True, budget=45.0)]
+    assert lr_optimum(capped).bounded_by_censored is True
 
 
 def test_probe_lr_scales_on_policys_swept_lr_by_the_points_factor():
     from analysis.models import probe_lr
 
-    predicted = {"x": 4.0, "y": 2.0, "relative_compute": 0.8, "lr_factor": 0.5}
-    sweep = [
-        {"lr": lr, "compute_to_target": c, "censored": False, "budget": 100.0}
-        for lr, c in ((1e-4, 50.0), (2e-4, 40.0), (4e-4, 50.0))
-    ]
+    predicted = ProbePrediction(x=4.0, y=2.0, relative_compute=0.8, lr_factor=0.5)
+    sweep = [SweepPoint(lr, c, False, 100.0) for lr, c in ((1e-4, 50.0), (2e-4, 40.0), (4e-4, 50.0))]
     got = probe_lr(predicted, sweep, lr=1e-5)
     assert (
-        got["lr"] == pytest.approx(1e-4)
-        and got["compute"] == pytest.approx(0.8 * 40.0)
-        and got["lr_source"] == "the sweep's lr*"
+        got.lr == pytest.approx(1e-4)
+        and got.compute == pytest.approx(0.8 * 40.0)
+        and got.lr_source == "the sweep's lr*"
+        and got.lr_sweep == tuple(sweep)
     )
-    assert probe_lr(predicted, None, lr=1e-5)["lr"] == pytest.approx(5e-6)
-    refused = probe_lr({"refused": "why"}, sweep, lr=1e-5)
-    assert "lr" not in refused and refused["lr_optimum"]["lr"] == pytest.approx(2e-4) and len(refused["lr_sweep"]) == 3
+    unswept = probe_lr(predicted, None, lr=1e-5)
+    assert unswept.lr == pytest.approx(5e-6) and unswept.lr_source == "the trial's lr (no sweep)"
+    assert unswept.compute is None and unswept.lr_sweep is None
+    refused = probe_lr(ProbePrediction(refused="why"), sweep, lr=1e-5)
+    assert refused.lr is None and refused.lr_optimum.lr == pytest.approx(2e-4) and len(refused.lr_sweep) == 3
+    unbounded = probe_lr(predicted, sweep[:2], lr=1e-5)  # the cheapest run is the largest lr: its lr stands in
+    assert unbounded.lr == pytest.approx(0.5 * 2e-4) and unbounded.lr_source.startswith("the sweep's cheapest run (")
 
 
 def test_a_probe_point_outside_its_own_replicates_is_refused_as_unstable():
@@ -270,10 +274,13 @@ def test_a_probe_point_outside_its_own_replicates_is_refused_as_unstable():
     steady = probe_prediction(
         biased, [biased] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128
     )
-    assert "refused" not in steady and steady["stability"]["same_point"] == 1.0
+    assert steady.refused is None and steady.stability.same_point == 1.0 and steady.stability.draws == 20
+    assert steady.c == pytest.approx(0.4 * 7) and (steady.rho, steady.mu) == (0.5, 2.0)
     # the replicates all see a strong bias (on-policy); the point estimate a weak one (a long buffer)
     weak = _terms(range(1, 17), bias=0.01)
     strong = _terms(range(1, 17), bias=0.5)
     got = probe_prediction(weak, [strong] * 20, group_correlation=0.4, rho=0.5, mu=2.0, group_size=8, batch_size=128)
-    assert got["stability"]["x_95"][1] < got["x"]
-    assert got["refused"].startswith("unstable") and "outside its own replicates' 95% range" in got["refused"]
+    assert got.stability.x_95[1] < got.x and not got.stability.covers(got.x, got.y)
+    assert got.refused.startswith("unstable") and "outside its own replicates' 95% range" in got.refused
+    unmeasured = probe_prediction(weak, [], group_correlation=0.4, rho=math.nan, mu=2.0, group_size=8, batch_size=128)
+    assert not unmeasured.has_point and unmeasured.to_json() == {"refused": "rho (nan) or mu (2) not measured"}

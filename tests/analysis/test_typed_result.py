@@ -1,5 +1,6 @@
-"""The analysis result is typed (`analysis.result`): `analysis.json` round-trips through the types, another schema
-version is refused in one line, and no module of `workbench/` reads the result by string key."""
+"""The analysis result is typed (`analysis.result`, and the probe's prediction `workbench.prediction.ProbePrediction`):
+`analysis.json` round-trips through the types, another schema version is refused in one line, and no module of
+`workbench/` reads the result or the probe's prediction by string key."""
 
 from __future__ import annotations
 
@@ -15,31 +16,41 @@ import pytest
 from analysis import result as typed
 from analysis.report import analyze_data
 from analysis.result import SCHEMA_VERSION, Analysis, dumps, load
+from workbench import prediction as shared
 from workbench.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 RECORDS = [
-    t for t in vars(typed).values() if isinstance(t, type) and issubclass(t, typed.Record) and t is not typed.Record
+    t
+    for module in (typed, shared)
+    for t in vars(module).values()
+    if isinstance(t, type) and issubclass(t, shared.Record) and t is not shared.Record
 ]
+"""The analysis result's types and the probe's prediction's (`ProbePrediction`, its sweep, lr* and stability)."""
 TYPE_NAMES = {t.__name__ for t in RECORDS}
 KEYS = {f.name for t in RECORDS for f in dataclasses.fields(t)}
-"""Every key of the analysis result and its blocks (the types' fields are its JSON keys)."""
+"""Every key of the analysis result, the probe's prediction and their blocks (the types' fields are their JSON keys)."""
 SHARED = {
     "x", "y", "lr", "mu", "ratio", "seeds", "capacity", "strategy", "metric", "target", "study", "horizon", "notes",
     "compute", "model", "params", "low", "high", "verdict", "baseline", "arm", "trial_number", "compute_to_target",
     "censored_seeds", "ci_low", "ci_high", "replay_ratio", "generators", "trainers", "source", "fit", "title", "knobs",
     "against", "n_points", "variant", "skill", "loco", "rho", "alpha", "tau0", "sigma", "scale", "pairs", "share",
     "workers_per_trainer", "lr_ref", "n_censored", "log_likelihood", "mu_used", "refused", "given", "intervals",
-    "estimator", "pipeline", "target_accuracy", "predicted", "against_sweep", "near_x", "near_y",
+    "estimator", "pipeline", "target_accuracy", "predicted", "budget", "censored", "points", "run_id",
 }  # fmt: skip
-"""Keys that name other things too (a config's `lr`, a spec's `target_accuracy`, a sweep point's `x`, the probe's
-prediction's `predicted`, `refused`, `near_x` and `against_sweep`, which `workbench.trial.probe` records as plain JSON):
-read by string only on a value that is not the analysis result (the taint below decides)."""
+"""Keys that name other things too (a config's `lr` and `budget`, a spec's `target_accuracy` and `points`, a sweep
+point's `x`, a run's `run_id` and `censored`, the `predicted` arm and the block of `probe/probe.json` that
+`workbench.trial.probe.record` writes): read by string only on a value that is neither the analysis result nor the
+probe's prediction (the taint below decides)."""
 DISTINCT = KEYS - SHARED
 """Keys only the analysis result has: a string read of one is an analysis read wherever it is."""
-SOURCES = {"analyze", "analyze_data", "analysis_json", "fit_study", "choose_model", "load"}
-"""Calls that return the analysis result (or a part of it): what is assigned from them is the result."""
+SOURCES = {
+    "analyze", "analyze_data", "analysis_json", "fit_study", "choose_model", "load",
+    "probe_prediction", "probe_lr", "lr_optimum", "against_sweep",
+}  # fmt: skip
+"""Calls that return the analysis result (or a part of it) or the probe's prediction: what is assigned from them is
+the result."""
 
 
 def _root(node: ast.AST) -> str | None:
@@ -154,12 +165,18 @@ def annotated(a: "Analysis", cfg: dict):
 
 def anywhere(d):
     return d["measured_ratio_nearest_predicted_to_empirical"]  # 5: a key only the analysis has
+
+def probed(horizon, draws, sweep, lr, p: "ProbePrediction"):
+    o = probe_lr(probe_prediction(horizon, draws, 0.1, 0.2, 2.0, 8, 16), sweep, lr)
+    print(o.x, p.against_sweep.claims)  # fine
+    print(o["x"], p.get("refused"))  # 6, 7: the probe's prediction by string key
+    return sweep[0]["lr"], sweep[0]["lr_sweep"]  # 8: a key only the probe's prediction has
 """
 
 
 def test_the_rule_catches_a_planted_string_key_read():
     found = violations(PLANTED)
-    assert [int(v.split(":")[1]) for v in found] == [7, 9, 11, 15, 18], found
+    assert [int(v.split(":")[1]) for v in found] == [7, 9, 11, 15, 18, 23, 23, 24], found
 
 
 def test_the_analysis_json_of_a_study_round_trips_through_the_types(study):

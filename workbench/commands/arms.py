@@ -129,14 +129,14 @@ def _verify_probe(args: argparse.Namespace, ctx, study, result) -> int:
     print(
         f"probe: {res.steps} steps ({cost_words(res.compute_units, sweep)}), MLflow run {p.run_id}; at the study's mu {p.mu:.3g}:"
         + (
-            f" x {o['x']:g}, y {o['y']:.3g}, lr {o['lr']:.3g} ({o['lr_source']}), {o['relative_compute']:.2f}x on-policy's compute"
-            if "x" in o
+            f" x {o.x:g}, y {o.y:.3g}, lr {o.lr:.3g} ({o.lr_source}), {o.relative_compute:.2f}x on-policy's compute"
+            if o.has_point
             else ""
         )
     )
     print(f"  {claim_line(p.against_sweep)}")
     if p.prediction is None:
-        print(f"  no prediction: {o['refused']}")
+        print(f"  no prediction: {o.refused}")
         return 0
     v = verify.run(ctx, study, p.prediction, result, threads=args.threads, force=args.force)
     print(

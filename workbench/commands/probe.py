@@ -104,9 +104,9 @@ def _print_measured(probed) -> None:
 
     res, cfg = probed.measured, probed.config
     g = res.growth
-    c = probed.predicted.get("c", math.nan)
+    c = probed.predicted.c if probed.predicted.c is not None else math.nan
     print(
-        f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.get('lr_sweep'))}), {res.probes} probes;"
+        f"probe: {res.steps} steps at x {res.x:g}, y {res.y:g} ({cost_words(res.compute_units, probed.predicted.lr_sweep)}), {res.probes} probes;"
         f" MLflow run {probed.run_id} in {tracking.redact_url(cfg.tracking.uri)}"
     )
     print(
@@ -140,37 +140,7 @@ def _print_measured(probed) -> None:
 
 
 def _print_predicted(probed) -> None:
-    """What the measurements predict: the lr sweep, the optimum at a tuned lr, its stability, or the refusal."""
-    from workbench.workflow.probe import claim_line
-
-    p = probed.recorded["predicted"]
-    if "lr_sweep" in p:
-        best = p["lr_optimum"]
-        print(
-            "  on-policy lr sweep, compute to target: "
-            + ", ".join(
-                f"lr {q['lr']:.3g}: {'>' if q['censored'] else ''}{q['compute_to_target']:.3g}" for q in p["lr_sweep"]
-            )
-            + (
-                f"; no lr*: {best['refused']}"
-                if "refused" in best
-                else f"; lr* {best['lr']:.3g} ({best['compute']:.3g} units)"
-            )
-        )
-    if "x" in p:
-        print(
-            f"  {'best point measured' if 'refused' in p else 'predicted optimum'} at a tuned lr: x {p['x']:.3g}, y {p['y']:.3g}"
-            f" (capacity {p['capacity']}), lr {p['lr']:.3g} ({p['lr_source']}; x{p['lr_factor']:.2f} on-policy's),"
-            f" {p['relative_compute']:.2f}x on-policy's compute"
-            + (f" ({p['compute']:.3g} units)" if "compute" in p else "")
-            + f"; within 5%: x {p['near_x'][0]:g}-{p['near_x'][1]:g}, y {p['near_y'][0]:.3g}-{p['near_y'][1]:.3g}"
-        )
-    if "stability" in p:
-        st = p["stability"]
-        print(
-            f"  stability over {st['draws']} bootstrap resamples of the probe's groups: the same point in {st['same_point']:.0%};"
-            f" 95% of draws within x {st['x_95'][0]:g}-{st['x_95'][1]:g}, y {st['y_95'][0]:.3g}-{st['y_95'][1]:.3g}"
-        )
-    if "refused" in p:
-        print(f"  no prediction: {p['refused']}")
-    print(f"  {claim_line(probed.against_sweep)}")
+    """What the measurements predict: the lr sweep, the optimum at a tuned lr, its stability, or the refusal, and
+    what it claims against its sweep alone (`workbench.prediction.ProbePrediction.lines`)."""
+    for line in probed.predicted.lines():
+        print(f"  {line}")

@@ -6,6 +6,7 @@ every prediction (docs/theory.md, "The probe"; regime B: at a fixed learning rat
 the effective noise nears its floor), so the probe measures it directly: on-policy runs at lr x 1, 2, 4 (the trial's
 lr), extended by doubling or halving while the cheapest run is at an edge of the sweep, each stopped at a budget
 just above the best so far (a run that needs more than that is not the optimum, and is recorded censored).
+Each run is a `workbench.prediction.SweepPoint`, the type the probe's prediction holds its sweep as;
 `analysis.models.lr_optimum` locates the best learning rate from these points.
 """
 
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from workbench.compute import units
 from workbench.config import TrialConfig, build_config
 from workbench.estimators import DEFAULT_ESTIMATOR, curve_summary, readings
+from workbench.prediction import SweepPoint
 from workbench.trial.loop import run_trial
 
 log = logging.getLogger(__name__)
@@ -27,18 +28,6 @@ FACTORS = (1.0, 2.0, 4.0)
 MAX_POINTS = 6
 HEADROOM = 1.5
 """A later run's budget: HEADROOM x the cheapest compute to target so far (the first run's: the trial's budget)."""
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    lr: float
-    compute_to_target: float
-    censored: bool
-    budget: float
-    run_id: str
-
-    def summary(self) -> dict:
-        return asdict(self)
 
 
 def on_policy_config(overrides: dict[str, Any], lr: float, budget: float) -> TrialConfig:

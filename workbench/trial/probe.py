@@ -39,6 +39,7 @@ import torch
 
 from workbench import knobs, noise, progress, seeds, tracking
 from workbench.config import TrialConfig, build_config
+from workbench.prediction import ProbePrediction
 from workbench.trial import rollout_gradients
 from workbench.trial.loop import TrialResult, run_trial
 from workbench.trial.policy import Policy
@@ -225,12 +226,12 @@ def _pooled(samples) -> tuple[list[noise.AgeNoise], dict[int, float], list[dict]
     return pooled, {age: float(np.mean(v)) for age, v in sorted(kappas.items())}, _horizon(samples)
 
 
-def record(res: ProbeResult, uri: str, predicted: dict) -> dict:
+def record(res: ProbeResult, uri: str, predicted: ProbePrediction) -> dict:
     """Log a probe's measurements and prediction to its MLflow run (`probe/*` metrics and `probe/probe.json`);
-    returns what was logged (the summary without the bootstrap draws, with `predicted`)."""
+    returns what was logged (the summary without the bootstrap draws, with `predicted` as its JSON)."""
     out = res.summary()
     out.pop("horizon_draws")
-    out["predicted"] = predicted
+    out.update(predicted=predicted.to_json())  # as JSON: the log and `workbench probe --json` print it
     client = tracking.client(uri)
     for key in ("mu", "group_correlation", "rho"):
         client.log_metric(res.run_id, f"probe/{key}", float(out[key]))

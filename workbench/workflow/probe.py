@@ -11,13 +11,14 @@ where its point is the sweep's own answer or does not beat it, it claims nothing
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
 import numpy as np
 
 from workbench import knobs
 from workbench.config import TrialConfig
+from workbench.prediction import AgainstSweep, ProbePrediction, SweepPoint
 from workbench.trial.lr_sweep import run_lr_sweep
 from workbench.trial.probe import ProbeResult, probe_config, record, run_probe
 
@@ -37,21 +38,21 @@ class Probed:
     """What the run measured (mu, sigma²(tau), kappa, the within-group correlation, rho, the horizon terms and their bootstrap draws)."""
     run_id: str
     """The probe trial's MLflow run."""
-    predicted: dict[str, Any]
+    predicted: ProbePrediction
     """The predicted optimum (`analysis.models.probe_lr`: x, y, relative compute, lr and its source, the sweep), with
-    the capacity it runs at; or `refused` and why."""
+    the capacity it runs at and how it fares against its sweep alone; or `refused` and why."""
     recorded: dict[str, Any]
-    """What was logged to the probe's MLflow run (`workbench.trial.probe.record`)."""
+    """What was logged to the probe's MLflow run (`workbench.trial.probe.record`), as JSON."""
 
     @property
-    def against_sweep(self) -> dict[str, Any] | None:
+    def against_sweep(self) -> AgainstSweep | None:
         """The prediction against its sweep alone at equal compute (`analysis.null_models.probe_against_sweep`)."""
-        return self.predicted.get("against_sweep")
+        return self.predicted.against_sweep
 
     @property
     def units(self) -> float:
         """The probe's cost in compute units: its gradient phase and its lr sweep's runs."""
-        return self.measured.compute_units + sweep_units(self.predicted.get("lr_sweep"))
+        return self.measured.compute_units + sweep_units(self.predicted.lr_sweep)
 
     def alignment(self, horizons=(1, 2, 4, 8, 16, 32, 64)) -> list[tuple[int, float, tuple[float, float] | None]]:
         """At each of `horizons` the probe measured, g_0·g_bar_x / |g_0|² (how much of a horizon-x batch's mean
@@ -69,19 +70,20 @@ class Probed:
         return out
 
 
-def sweep_units(sweep: list[dict] | None) -> float:
+def sweep_units(sweep: Sequence[SweepPoint] | None) -> float:
     """The compute units an on-policy lr sweep's runs were given (each run's budget)."""
-    return float(sum(p["budget"] for p in sweep or []))
+    return float(sum(p.budget for p in sweep or []))
 
 
-def against_sweep(predicted: dict[str, Any], gradient_units: float) -> dict[str, Any]:
+def against_sweep(predicted: ProbePrediction, gradient_units: float) -> ProbePrediction:
     """`predicted` (`analysis.models.probe_lr`'s, with its sweep where one ran) with `against_sweep`: whether its point
     beats on-policy at the sweep's lr* once the probe's gradient phase (`gradient_units`) is paid
-    (`analysis.null_models.probe_against_sweep`)."""
-    return predicted | {"against_sweep": probe_against_sweep(predicted, gradient_units)}
+    (`analysis.null_models.probe_against_sweep`, which reads the prediction's JSON)."""
+    against = probe_against_sweep(predicted.to_json(), gradient_units)
+    return replace(predicted, against_sweep=AgainstSweep.from_json(against))
 
 
-def cost_words(gradient_units: float, sweep: list[dict] | None) -> str:
+def cost_words(gradient_units: float, sweep: Sequence[SweepPoint] | None) -> str:
     """The probe's cost in words: its gradient phase's compute units, and with a sweep the sweep's and the sum (a
     prediction priced by the sweep costs both)."""
     if not sweep:
@@ -93,25 +95,18 @@ def cost_words(gradient_units: float, sweep: list[dict] | None) -> str:
     )
 
 
-def claim_line(against: dict[str, Any]) -> str:
-    """One line: what the probe claims against its null (`against_sweep`'s verdict). Where it does not beat the sweep
-    alone (its point is on-policy at the sweep's lr*, it refused a point, or its gradient phase costs more than its
-    point saves), it claims nothing beyond its lr sweep; with no sweep, nothing against tuned on-policy."""
-    reason = against["reason"]
-    if against["claims"]:
-        return f"against its lr sweep at equal compute, the probe {reason}"
-    if against.get("sweep_units"):
-        return f"the probe claims nothing beyond its lr sweep: {reason.removeprefix('no claim: ')}"
-    return "the probe claims nothing against tuned on-policy: no on-policy lr sweep ran to compare its point with (--lr-sweep runs one)"
+def claim_line(against: AgainstSweep) -> str:
+    """One line: what the probe claims against its null (`against_sweep`'s verdict, `AgainstSweep.lines`)."""
+    return against.lines()[0]
 
 
 def lr_sweep(
     overrides: dict[str, Any], target: float, mu: float, budget: float, threads: int | None = None
-) -> list[dict]:
+) -> list[SweepPoint]:
     """The on-policy learning-rate sweep of the trial `overrides` describes (`workbench.trial.lr_sweep`), each run read
-    to `target` at `mu`, as plain dicts."""
+    to `target` at `mu`."""
     data = {**overrides, **({"threads": threads} if threads else {})}
-    return [p.summary() for p in run_lr_sweep(data, target, mu, budget, show_progress=False)]
+    return run_lr_sweep(data, target, mu, budget, show_progress=False)
 
 
 def probe(
@@ -144,10 +139,8 @@ def probe(
         )
         sweep = lr_sweep(overrides, sweep_target, res.mu, sweep_units, threads)
     predicted = probe_lr(predicted, sweep, cfg.lr)
-    if "x" in predicted:
-        predicted |= {
-            "capacity": knobs.capacity(predicted["x"], predicted["y"], cfg.batch_size),
-            "ratio": predicted["y"],
-        }
+    if predicted.has_point:
+        capacity = knobs.capacity(predicted.x, predicted.y, cfg.batch_size)
+        predicted = replace(predicted, capacity=capacity, ratio=predicted.y)
     predicted = against_sweep(predicted, res.compute_units)
     return Probed(cfg, res, result.run_id, predicted, record(res, cfg.tracking.uri, predicted))

@@ -12,12 +12,11 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
 from workbench.config import ConfigError
-from workbench.prediction import Prediction
+from workbench.prediction import AgainstSweep, Prediction, ProbePrediction, SweepPoint
 from workbench.study import attrs
 from workbench.study.context import StudyContext
 from workbench.study.verify import Verification, open_for_verify, run_prediction
@@ -146,19 +145,19 @@ class StudyProbe:
     run_id: str
     mu: float
     """The study's reference mu, at which the probe's measurements predict."""
-    predicted: dict[str, Any]
+    predicted: ProbePrediction
     """`analysis.models.probe_lr`'s prediction (with the sweep where one ran), or `refused` and why; `against_sweep`:
     whether it beats the sweep alone at equal compute (`workbench.workflow.probe.against_sweep`)."""
-    sweep: list[dict] | None
+    sweep: list[SweepPoint] | None
     units: float
     """The probe's cost in compute units, its sweep included."""
     prediction: Prediction | None
     """What runs; None where the probe refused a point."""
 
     @property
-    def against_sweep(self) -> dict[str, Any]:
+    def against_sweep(self) -> AgainstSweep:
         """Whether the probe's point beats its sweep alone at equal compute (`analysis.null_models.probe_against_sweep`)."""
-        return self.predicted["against_sweep"]
+        return self.predicted.against_sweep
 
 
 def probe_study(
@@ -188,13 +187,16 @@ def probe_study(
     study_cfg = ctx.spec.trial_config({}, 0)
     budget = study_cfg.budget.compute_units or DEFAULT_SWEEP_UNITS
     points = (
-        lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and "x" in o else None
+        lr_sweep(base, float(study.user_attrs[attrs.TARGET]), mu, budget, threads) if sweeping and o.has_point else None
     )
     o = against_sweep(probe_lr(o, points, cfg.lr), res.compute_units)
     record(res, cfg.tracking.uri, o)
     units = res.compute_units + sweep_units(points)
     prediction = None
-    if "refused" not in o:
+    if o.refused is None:
         base_ctt = next((m.compute_to_target for m in predictions.measured(result) if m.baseline), math.nan)
-        prediction = predictions.of_probe(o, points, run_result.run_id, mu, units, base_ctt, study_cfg.batch_size)
+        sweep_json = [p.to_json() for p in points] if points else None  # `analysis.predictions` reads JSON
+        prediction = predictions.of_probe(
+            o.to_json(), sweep_json, run_result.run_id, mu, units, base_ctt, study_cfg.batch_size
+        )
     return StudyProbe(res, run_result.run_id, mu, o, points, units, prediction)
