@@ -115,3 +115,72 @@ def heartbeat(what: str, logger: logging.Logger, every: float | None = None) -> 
         done.set()
         thread.join()
     logger.info(f"{what}: done in {time.monotonic() - start:.0f} s")
+
+
+class Activity:
+    """What a trial is doing right now, for `watch`: a phase (`begin`: generating, training, evaluating ...) and its
+    count so far (`advance`: tokens decoded, micro-batches trained, prompts evaluated). Set from the hot loops by plain
+    attribute writes (no lock: a reader may see a count one update old, which a progress line can afford)."""
+
+    def __init__(self):
+        self.phase, self.unit, self.done, self.total = "", "", 0, None
+        self.since = time.monotonic()
+
+    def begin(self, phase: str, unit: str = "", total: int | None = None) -> None:
+        self.phase, self.unit, self.done, self.total, self.since = phase, unit, 0, total, time.monotonic()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+
+    def describe(self) -> str:
+        """`generating: 2,304 tokens (192 tokens/s), 12 s`."""
+        took = time.monotonic() - self.since
+        if not self.unit:
+            return f"{self.phase}, {took:.0f} s"
+        of = f"/{self.total:,}" if self.total is not None else ""
+        rate = f" ({self.done / took:,.0f} {self.unit}/s)" if took > 0 and self.total is None and self.done else ""
+        return f"{self.phase}: {self.done:,}{of} {self.unit}{rate}, {took:.0f} s"
+
+
+ACTIVITY = Activity()
+"""The process's current activity (one trial at a time runs in a process)."""
+
+
+class _LastLine(logging.Filter):
+    """Notes when the workbench last printed a line."""
+
+    def __init__(self):
+        super().__init__()
+        self.at = time.monotonic()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.at = time.monotonic()
+        return True
+
+
+@contextmanager
+def watch(logger: logging.Logger, every: float | None = None) -> Iterator[None]:
+    """While the block runs (a trial), a line from `ACTIVITY` on `logger` whenever the workbench printed nothing for
+    `every` seconds (default `LINE_EVERY_S`): a slow step is told from a hung one, in every phase."""
+    every = LINE_EVERY_S if every is None else every
+    last, done = _LastLine(), threading.Event()
+    handlers = {h for name in PACKAGES for h in logging.getLogger(name).handlers}
+    for h in handlers:
+        h.addFilter(last)
+
+    def beat() -> None:
+        while not done.wait(min(1.0, every / 4)):
+            if time.monotonic() - last.at >= every and ACTIVITY.phase:
+                last.at = time.monotonic()  # where no handler prints (a library caller), one line per period
+                logger.info(ACTIVITY.describe())
+
+    thread = threading.Thread(target=beat, name="workbench-activity", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        for h in handlers:
+            h.removeFilter(last)
+        ACTIVITY.begin("")

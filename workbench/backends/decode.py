@@ -452,6 +452,7 @@ class StaticDecoder:
         for t in range(max_new_tokens - 1):
             if bool(finished.all()):
                 break
+            progress.ACTIVITY.advance(n)
             noise = None if shape.greedy else uniform_noise((n, vocab), generator, device)
             index = torch.tensor([t], device=device)
             filled = min(kv.length, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # positions written

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from workbench import progress
 from workbench.backends.base import GenerationBackend, register_backend
 from workbench.backends.head import head_logprobs
 
@@ -152,6 +153,7 @@ def sample(
         tokens.append(token)
         logps.append(logp)
         entropies.append(entropy)
+        progress.ACTIVITY.advance(n)
         if bool(finished.all()) or len(tokens) == max_new_tokens:
             break
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)

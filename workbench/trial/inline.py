@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from workbench import progress
 from workbench import seeds
 from workbench.config import TrialConfig
 from workbench.trial.policy import Policy
@@ -56,6 +57,7 @@ class InlineSource:
 
     def draw(self, step: int) -> Draw:
         p, meter = self.p, self.p.meter
+        progress.ACTIVITY.begin(f"step {step}: generating", "tokens")
         groups = p.strategy.groups(step)
         fresh: list[Rollout] = []
         out = None

@@ -91,7 +91,8 @@ def run_trial(
             source: BatchSource = PipelineSource(cfg)
         else:
             source = InlineSource(cfg)
-        return train(cfg, task, run, source, observer, on_eval, show_progress, inspect)
+        with progress.watch(log):  # a line at least every 10 s, whatever the phase
+            return train(cfg, task, run, source, observer, on_eval, show_progress, inspect)
 
 
 def train(
@@ -108,6 +109,7 @@ def train(
     and the meter around the source's policy, train to the budget evaluating on schedule, log the final metrics,
     the ages and the curve."""
     t_start = time.perf_counter()
+    progress.ACTIVITY.begin("loading the model")
     policy = source.policy(task)
     run.set_tags({tracking.MODEL_PATH: policy.path, tracking.DEVICE: str(policy.device), **source.tags})
     replica = Replica.around(policy, task, cfg, source.cfg)

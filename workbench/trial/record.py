@@ -180,6 +180,7 @@ class Evaluations:
 
     def __call__(self, step: int, last: bool = False) -> None:
         t_eval = time.perf_counter()
+        progress.ACTIVITY.begin(f"evaluation at step {step}: decoding", "tokens")
         with_k, with_demo = self.cfg.eval.samples_at(len(self.rows), last)
         with self.policy.precision():
             res = self.evaluate(self.policy.model, pass_k=with_k, demo_prob=with_demo)

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from workbench import progress
 from workbench.backends.scoring import score
 from workbench.config import TrialConfig
 from workbench.registry import OBJECTIVES
@@ -196,6 +197,7 @@ def train_step(
     micro = cfg.train.micro_batch_size
     prox = _score_frozen(policy, batch, micro) if len(parts) > 1 else None
     outs, norms, applied, offset = [], [], False, 0
+    progress.ACTIVITY.begin(f"step {step}: training", "micro-batches", sum(len(chunks(p, micro)) for p in parts))
     for part in parts:
         policy.model.train()
         optimizer.zero_grad(set_to_none=True)
@@ -217,6 +219,7 @@ def train_step(
                 raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
             done.append(out)
             (out.loss * share if len(pieces) > 1 else out.loss).backward()
+            progress.ACTIVITY.advance()
         outs.append(_accumulate(done, shares))
         if gate is not None and gate(policy.model, step):
             optimizer.zero_grad(set_to_none=True)

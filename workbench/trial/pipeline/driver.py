@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from workbench import progress
 from workbench import seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
@@ -239,6 +240,7 @@ class PipelineSource:
 
     def draw(self, step: int) -> Draw:
         mine = StepReport()
+        progress.ACTIVITY.begin(f"step {step}: waiting for the generators' rollouts")
         batch, fresh = self.shard.next_batch(step, mine, lambda: self.p.meter.timed("train"))
         return Draw(fresh, batch, mine)
 
