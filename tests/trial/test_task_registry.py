@@ -10,14 +10,21 @@ from workbench.registry import TASKS
 from workbench.trial.tasks import Example, Task, load_task
 
 
-@TASKS.register("echo_digit")
 def echo_digit(cfg: TaskConfig) -> Task:
     """A task from outside the package: repeat a digit."""
     examples = [Example(prompt=f"{d}=", demonstration=str(d), answer=str(d)) for d in range(10)] * 4
     return Task("echo_digit", examples[cfg.n_eval :], examples[: cfg.n_eval], 4, lambda c, e: c.strip() == e.answer)
 
 
-def test_a_task_registered_from_outside_the_package_is_loaded_by_name():
+@pytest.fixture
+def registered():
+    """The task registered for one test (other tests see the registry as shipped)."""
+    TASKS.register("echo_digit")(echo_digit)
+    yield
+    TASKS.pop("echo_digit")
+
+
+def test_a_task_registered_from_outside_the_package_is_loaded_by_name(registered):
     cfg = build_config({"task": {"name": "echo_digit", "n_eval": 10}})
     task = load_task(cfg.task)
     assert task.name == "echo_digit" and len(task.eval) == 10 and len(task.train) == 30

@@ -206,6 +206,8 @@ def stop_ids(model: torch.nn.Module | None) -> set[int]:
 
 _ENGINES: dict[tuple, object] = {}
 """This process's engine, by its settings (at most one: another shuts it down first)."""
+_ENGINES_AT_EXIT: list[bool] = []
+"""Whether `shutdown_engines` is registered to run at exit (once, with the first engine)."""
 
 
 def engine(LLM, kwargs: dict) -> tuple[object, bool]:
@@ -215,12 +217,18 @@ def engine(LLM, kwargs: dict) -> tuple[object, bool]:
     if key in _ENGINES:
         return _ENGINES[key], True
     shutdown_engines()
+    if not _ENGINES_AT_EXIT:  # registered with the first engine: a process that never made one does nothing at exit
+        atexit.register(shutdown_engines)
+        _ENGINES_AT_EXIT.append(True)
     _ENGINES[key] = LLM(**kwargs)
     return _ENGINES[key], False
 
 
 def shutdown_engines() -> None:
-    """End the process's engine and give its memory back as far as vLLM can (idempotent)."""
+    """End the process's engine and give its memory back as far as vLLM can (idempotent; nothing without one: a
+    collection at exit would end a torch.distributed process's threads out of order, aborting it)."""
+    if not _ENGINES:
+        return
     while _ENGINES:
         llm = _ENGINES.pop(next(iter(_ENGINES)))
         try:
@@ -238,6 +246,3 @@ def shutdown_engines() -> None:
         pass
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-atexit.register(shutdown_engines)

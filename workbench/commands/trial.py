@@ -7,6 +7,8 @@ import argparse
 import json
 import logging
 import math
+import os
+import sys
 from pathlib import Path
 
 from workbench import progress, tracking
@@ -36,7 +38,13 @@ class Train(Command):
         if launch is not None:
             check_launch(cfg, launch)
             if launch.rank > 0:
-                return run_peer(cfg, launch)
+                code = run_peer(cfg, launch)
+                # A peer's work ends with run_peer: leave without the interpreter's teardown, where a gloo group's
+                # C++ threads, destroyed in whatever order the collector meets them, abort the process ("terminate
+                # called without an active exception": measured on the generator and trainer ranks at exit).
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
         from workbench.run_process import RunProcess
 
         # MLflow loads and creates the run in a helper process while this one imports the model stack

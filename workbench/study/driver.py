@@ -47,8 +47,8 @@ def run_study(
     here is a `ConfigError` before the study is created; `failfast.verdict` tells how the run ended."""
     check_study(ctx.spec)
     workers = max(workers, 1)
+    launch = _Launch(ctx, n_trials, workers, devices, show_progress)  # too few devices: an error before any store
     study = create_or_load(ctx)
-    launch = _Launch(ctx, n_trials, workers, devices, show_progress)
     log.info(
         f"study {ctx.spec.name}: {n_trials} trials, {workers} worker(s) x {launch.threads} thread(s){launch.placed};"
         f" storage {tracking.redact_url(ctx.storage_url)}; MLflow {tracking.redact_url(ctx.tracking_uri)}"
