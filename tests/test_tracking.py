@@ -2,6 +2,8 @@
 
 import pytest
 
+from mlflow import MlflowClient
+
 from workbench import tracking
 
 
@@ -90,3 +92,21 @@ def test_a_sqlite_store_keeps_its_artifacts_beside_the_database_not_in_the_worki
     assert list(store_dir.glob("mlruns/artifacts-here/*/artifacts/curve.json"))
     assert not (elsewhere / "mlruns").exists()
     assert tracking.artifact_location("postgresql://u:p@host/db", "x") is None  # a server store decides its own
+
+
+def test_an_experiment_created_by_another_process_between_the_look_and_the_creation_is_used(tmp_path, monkeypatch):
+    """Two seeds side by side start their runs together in an empty store: one creates the experiment, the other
+    finds it gone missing at its look and taken at its creation (mlflow's UNIQUE constraint): it uses that one."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = tracking.RunLogger(uri, "workbench")
+    looks = []
+    real_get = MlflowClient.get_experiment_by_name
+
+    def late(self, name):  # the other process's creation lands between this look and this creation
+        looks.append(name)
+        return None if len(looks) == 1 else real_get(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late)
+    second = tracking.RunLogger(uri, "workbench")
+    runs = MlflowClient(uri).search_runs([real_get(MlflowClient(uri), "workbench").experiment_id])
+    assert len(looks) == 2 and {r.info.run_id for r in runs} == {first.run_id, second.run_id}

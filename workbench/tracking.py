@@ -208,14 +208,7 @@ class RunLogger:
             os.environ.setdefault(k, v)
         self.client = client(tracking_uri)
         self.tracking_uri = tracking_uri
-        exp = self.client.get_experiment_by_name(experiment)
-        exp_id = (
-            exp.experiment_id
-            if exp
-            else self.client.create_experiment(
-                experiment, artifact_location=artifact_location(tracking_uri, experiment)
-            )
-        )
+        exp_id = self._experiment_id(experiment)
         all_tags = dict(tags or {})
         if parent_run_id:
             all_tags[PARENT_RUN] = parent_run_id
@@ -236,6 +229,22 @@ class RunLogger:
             back=self._back,
         )
         """The outage's clock (`patience.down_since`: when the server stopped answering; None: it answers)."""
+
+    def _experiment_id(self, experiment: str) -> str:
+        """The experiment's id, created if it does not exist; where another process (a seed beside this one) created
+        it between the look and the creation, the id it created."""
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is not None:
+            return exp.experiment_id
+        try:
+            return self.client.create_experiment(
+                experiment, artifact_location=artifact_location(self.tracking_uri, experiment)
+            )
+        except Exception:
+            exp = self.client.get_experiment_by_name(experiment)
+            if exp is None:
+                raise
+            return exp.experiment_id
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._params.update({k: _param_value(v) for k, v in params.items()})
