@@ -154,7 +154,10 @@ def test_a_tracking_server_gone_for_good_mid_study_fails_its_trials_and_stops_th
     trials = optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
     assert len(failed) >= 2 and trials[0].state == optuna.trial.TrialState.COMPLETE
+    # Each failure names the tracking server, except a trial failed by Optuna's heartbeat check (a stale heartbeat
+    # under a loaded machine): that one has no reason of its own and was retried (`RetryHeartbeatStaleTrialCallback`).
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
+    reasons = [(t.number, t.user_attrs.get("fail_reason"), t.number in retried) for t in failed]
     assert all(
-        "tracking server" in t.user_attrs["fail_reason"] or "API request to" in t.user_attrs["fail_reason"]
-        for t in failed
-    ), [t.user_attrs["fail_reason"] for t in failed]
+        ("tracking server" in why or "API request to" in why) if why else stale for _, why, stale in reasons
+    ), (reasons, err[-3000:])
