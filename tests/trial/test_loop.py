@@ -186,6 +186,9 @@ def test_the_curve_a_study_reads_is_measured_at_every_evaluation_the_others_on_t
     assert schedule(6, pass_k_every=1, demo_prob_every=3) == [
         (True, d) for d in [True, False, False, True, False, True]
     ]
+    # a study that reads greedy accuracy alone samples nothing, not even at the first and the last evaluation
+    assert schedule(4, pass_k_every=None) == [(False, False)] * 4
+    assert schedule(4, pass_k_every=None, demo_prob_every=2) == [(False, d) for d in [True, False, True, True]]
     with pytest.raises((ConfigError, ValueError), match="demo_prob_every"):
         build_config(toy_dict(eval={"demo_prob_every": 0}))
 

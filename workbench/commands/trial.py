@@ -278,6 +278,6 @@ class FetchModel(Command):
         print(f"model.path: {path}  ({source.get('weights', '')}; provenance in {path}/workbench_source.json)")
         print(
             f"try: workbench train --set model.path={path} --set task.chat_template=true"
-            " --set task.name=jsonl --set task.path=FILE.jsonl ..."
+            " --set task.name=word_problems --set task.difficulty=1 ..."
         )
         return 0

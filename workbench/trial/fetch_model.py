@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 
 PROVENANCE = "workbench_source.json"
 """The file in a fetched directory that says where its weights came from."""
-FORMAT = 1
-"""The provenance's format: a directory written under another is converted again."""
+FORMAT = 2
+"""The provenance's format: a directory written under another is converted again (2: the tokenizer's EOS and pad
+are the model's, `align_special_tokens`)."""
 GGUF_MAGIC = b"GGUF"
 NEEDS = ("gguf", "accelerate")
 """What transformers needs to read a GGUF file (both pinned in requirements-cpu.txt)."""
@@ -280,6 +281,7 @@ def convert(gguf: Path, out: Path, shown: Path | None = None) -> dict:
         plain = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(settings), dtype=torch.float32)
         plain.load_state_dict(loaded.state_dict(), strict=True)
         plain.generation_config = loaded.generation_config
+        aligned = align_special_tokens(tokenizer, plain.config)
         del loaded
     with progress.heartbeat(f"saving safetensors for {shown or out}", log), _quiet_bars():
         out.mkdir(parents=True, exist_ok=True)
@@ -293,7 +295,26 @@ def convert(gguf: Path, out: Path, shown: Path | None = None) -> dict:
         "parameters": sum(p.numel() for p in plain.parameters()),
         "vocab_size": plain.config.vocab_size,
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "special_tokens": {"bos": tokenizer.bos_token, "eos": tokenizer.eos_token, "pad": tokenizer.pad_token},
+        "special_tokens_aligned": aligned,
     }
+
+
+def align_special_tokens(tokenizer, config) -> dict[str, str]:
+    """Set the tokenizer's EOS and pad tokens to the model config's ids where they differ; what was changed.
+
+    transformers' GGUF reader gives SmolLM2-135M-Instruct's tokenizer `<|im_start|>` as its EOS, while the model's
+    config (read from the same file) and the release's own tokenizer end a turn with `<|im_end|>` (id 2): sampling,
+    which stops at the tokenizer's EOS, would run past every answer to the next `<|im_start|>` or the length limit.
+    """
+    changed = {}
+    for role in ("eos", "pad"):
+        want = getattr(config, f"{role}_token_id", None)
+        if isinstance(want, int) and 0 <= want < len(tokenizer) and getattr(tokenizer, f"{role}_token_id") != want:
+            token = tokenizer.convert_ids_to_tokens(want)
+            setattr(tokenizer, f"{role}_token", token)
+            changed[role] = token
+    return changed
 
 
 # ---------------------------------------------------------------- provenance
