@@ -2,12 +2,15 @@
 at each decoding temperature, before any training (`workbench.trial.headroom.readings`).
 
     python benchmarks/calibrate_word_problems.py MODEL_DIR [--difficulties 1 2 3] [--n-eval 60] [--threads 2]
+        [--csv runs.csv]
 
 A level is usable for RL when greedy accuracy is 10-60% (mixed rewards in most groups); a study's target has
-headroom above the largest reading (no temperature reaches it untrained). Prints one JSON line per level.
+headroom above the largest reading (no temperature reaches it untrained). Prints one JSON line per level; `--csv`
+also writes one row per level and temperature (the per-run table of a calibration).
 """
 
 import argparse
+import csv
 import json
 import time
 
@@ -24,7 +27,9 @@ parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.5, 
 parser.add_argument("--k", type=int, default=2)
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--target", type=float, default=None)
+parser.add_argument("--csv", default=None)
 args = parser.parse_args()
+rows = []
 torch.set_num_threads(args.threads)
 for d in args.difficulties:
     cfg = build_config(
@@ -39,3 +44,12 @@ for d in args.difficulties:
     if args.target is not None:
         out["target_has_headroom"] = has_headroom(args.target, read)
     print(json.dumps(out), flush=True)
+    rows += [
+        {"difficulty": d, "temperature": t, "accuracy": a, "n_eval": args.n_eval, "k": 1 if t == 0 else args.k}
+        for t, a in read.items()
+    ]
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)

@@ -126,3 +126,15 @@ def test_sample_entropy_is_the_mean_per_token_entropy_of_the_samples_whole_or_ch
 def test_eval_temperatures_are_checked_at_the_edge(temperatures, message):
     with pytest.raises(ConfigError, match=f"eval.temperatures: each {message}"):
         build_config(toy_dict(eval={"temperatures": temperatures}))
+
+
+@pytest.mark.parametrize(
+    ("autocast", "decode", "on"),
+    [("bfloat16", "static", True), ("bfloat16", "hf", True), ("bfloat16", "compiled", False), ("auto", "static", False)],
+)
+def test_on_a_cpu_sampling_and_evaluation_run_in_bf16_only_when_asked_and_decoded_eagerly(autocast, decode, on):
+    cfg = build_config(toy_dict(train={"autocast": autocast}, generation={"decode": decode}))
+    policy = Policy(cfg, load_task(cfg.task))
+    assert policy.generation_autocast is on
+    with policy.precision():
+        assert torch.is_autocast_enabled("cpu") is on
