@@ -13,8 +13,8 @@ paying its prompt is printed too).
 
 The ceiling is `torch.mm` throughput measured here at the model's own GEMM shapes (decode rows x hidden, training
 tokens x hidden, against each weight) in the precision each half of the step runs in: the weights' dtype, or
-bfloat16 where the trial runs under bf16 autocast (`train.autocast: bfloat16` trains in bf16; on a CPU generation
-stays float32, as the policy samples; on a GPU both halves run bf16); the floor is each half's FLOPs at the best
+bfloat16 where the trial runs under bf16 autocast (`train.autocast: bfloat16` trains in bf16, and samples in bf16
+too where the policy does: on a GPU, and on a CPU with an eager decoder, `Policy.generation_autocast`); the floor is each half's FLOPs at the best
 shape of its precision. Then each measured step (`--steps` after warm-up, with the configured decoder) against the
 floor at the ceiling measured right after it (the best shape of each precision, `--gemm-seconds`): a shared
 machine's speed drifts by 20-40% over minutes, and a step is judged against the machine's speed of its own moment.
