@@ -306,6 +306,10 @@ def _seed_row(r, number: int, arm: str, baseline: bool, predicted: float) -> dic
         "mu_used": m.get(tracking.FINAL_MU, np.nan),
         "target": float(p["eval.target_accuracy"]),
         "wall_seconds": m.get(tracking.FINAL_WALL_SECONDS, np.nan),
+        # where the wall time went (evaluation is neither generation nor training compute)
+        "gen_seconds": m.get("final/gen_seconds", np.nan),
+        "train_seconds": m.get("final/train_seconds", np.nan),
+        "eval_seconds": m.get("final/eval_seconds", np.nan),
         # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
         "pipeline": p.get("pipeline.mode", "sync"),
         "generators": int(p.get("pipeline.generators", 1)),

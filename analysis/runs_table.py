@@ -6,7 +6,8 @@ Columns: the study, trial and arm; the configuration (strategy, x, y, capacity, 
 warm start (`checkpoint`, the model's init seed); the curve read (`curve`) and its `target`; compute-to-target and the
 censored flag by every estimator (`ctt_<estimator>`, `censored_<estimator>`) at the study's reference mu, with the
 study's own estimator's copy in `compute_to_target`/`censored`; the run's `total_units`; the `mu` it is accounted at
-and the wall-clock `mu_measured` (a diagnostic); wall and device seconds.
+and the wall-clock `mu_measured` (a diagnostic); wall and device seconds, and the wall's generation, training and
+evaluation seconds (evaluation's share of a run's wall time is `eval_seconds / wall_seconds`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def runs_table(data: StudyData) -> pd.DataFrame:
     out["compute_to_target"] = out[f"ctt_{data.estimator}"]
     out["censored"] = out[f"censored_{data.estimator}"]
     out["mu"] = data.reference_mu
-    for column in ("mu_measured", "wall_seconds", "device_seconds"):
+    for column in ("mu_measured", "wall_seconds", "device_seconds", "gen_seconds", "train_seconds", "eval_seconds"):
         out[column] = runs[column] if column in runs else np.nan
     return out.sort_values(["trial_number", "seed"]).reset_index(drop=True)
 
