@@ -213,3 +213,21 @@ def test_auto_compiles_the_decode_step_on_the_cpu_only():
     assert reason is not None and "meta" in reason
     with pytest.raises(ConfigError, match=r"^generation\.decode: compiled is not available here: .* on meta"):
         make_sampler(toy_policy()[0].to("meta"), "compiled", Path("/nonexistent"))
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_decoding_drops_finished_rows_and_gives_the_same_completions(greedy, monkeypatch):
+    model, tok, task = toy_policy()
+    # rows of different lengths: one-digit and three-digit sums finish at different steps
+    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
+    kw = dict(max_new_tokens=task.max_new_tokens, greedy=greedy, temperature=0.8)
+    drops = []
+    real_drop = decode.Rows.drop
+    monkeypatch.setattr(decode.Rows, "drop", lambda self, *a: drops.append(1) or real_drop(self, *a))
+    static = StaticDecoder(model, compiled=False)
+    compacted = static.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+    assert drops, "no row was dropped: the test's rows finished together"
+    monkeypatch.setattr(decode.Rows, "should_drop", lambda self, finished: False)
+    whole = static.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+    _agree(whole, compacted, atol=1e-5)
+    assert len({len(c) for c in whole.completion_ids}) > 1

