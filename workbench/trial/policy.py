@@ -97,7 +97,7 @@ class Policy:
         `train.autocast: bfloat16` (`auto` is off there: the embedded model's step was measured no faster) and an
         eager decoder (`static` or `hf`: the compiled decode step is built for float32). On this project's CPU
         (AVX512-BF16) bf16 decodes SmolLM2-135M's 100 held-out problems greedily in 17 s against 34 s in float32
-        (`benchmarks/real_model_precision.py`)."""
+        (`benchmarks/real_model_decode.py`)."""
         self.engine = GENERATION_BACKENDS.lookup(cfg.generation.backend).start(cfg, self, task)
         """The engine that samples the rollouts, as the generation backend started it (`vllm`: a colocated vLLM
         engine); `None` where the trainer's own decoder samples them with `self.model` (`hf`)."""
