@@ -89,8 +89,9 @@ STRATEGIES: Registry = Registry("replay.strategy", "workbench.trial.strategies")
 OBJECTIVES: Registry = Registry("objective.name", "workbench.trial.objectives")
 """Policy-gradient objectives (`workbench.trial.objectives`): `fn(inp, cfg) -> ObjectiveOutput`."""
 
-TASKS: Registry = Registry("task.name", "workbench.trial.tasks")
-"""Tasks (`workbench.trial.tasks`): `fn(cfg: TaskConfig) -> Task`, the prompts, the held-out set and the checker."""
+TASKS: Registry = Registry("task.name", "workbench.trial.builtin_tasks")
+"""Tasks (`workbench.trial.builtin_tasks`: `tasks`, `word_problems`): `fn(cfg: TaskConfig) -> Task`, the prompts, the
+held-out set and the checker."""
 
 GENERATION_BACKENDS: Registry = Registry("generation.backend", "workbench.backends.builtin")
 """Generation backends (`workbench.backends.builtin`): `GenerationBackend` classes (`workbench.backends.base`), what

@@ -158,6 +158,7 @@ def test_a_tracking_server_gone_for_good_mid_study_fails_its_trials_and_stops_th
     # under a loaded machine): that one has no reason of its own and was retried (`RetryHeartbeatStaleTrialCallback`).
     retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
     reasons = [(t.number, t.user_attrs.get("fail_reason"), t.number in retried) for t in failed]
-    assert all(
-        ("tracking server" in why or "API request to" in why) if why else stale for _, why, stale in reasons
-    ), (reasons, err[-3000:])
+    assert all(("tracking server" in why or "API request to" in why) if why else stale for _, why, stale in reasons), (
+        reasons,
+        err[-3000:],
+    )

@@ -130,7 +130,12 @@ def test_eval_temperatures_are_checked_at_the_edge(temperatures, message):
 
 @pytest.mark.parametrize(
     ("autocast", "decode", "on"),
-    [("bfloat16", "static", True), ("bfloat16", "hf", True), ("bfloat16", "compiled", False), ("auto", "static", False)],
+    [
+        ("bfloat16", "static", True),
+        ("bfloat16", "hf", True),
+        ("bfloat16", "compiled", False),
+        ("auto", "static", False),
+    ],
 )
 def test_on_a_cpu_sampling_and_evaluation_run_in_bf16_only_when_asked_and_decoded_eagerly(autocast, decode, on):
     cfg = build_config(toy_dict(train={"autocast": autocast}, generation={"decode": decode}))

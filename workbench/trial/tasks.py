@@ -285,6 +285,3 @@ def write_sample_jsonl(path: str | Path, n: int = 200, seed: int = 0) -> Path:
             answer = f"{a} {op} {b} = {value}\n#### {value}"
             f.write(json.dumps({"question": question, "answer": answer}) + "\n")
     return p
-
-
-from workbench.trial import word_problems  # noqa: E402,F401  (registers `word_problems`)
