@@ -28,7 +28,13 @@ task = load_task(cfg.task)
 policy = Policy(cfg, task)
 opt = make_optimizer(policy.model, cfg.lr)
 gen = torch.Generator().manual_seed(0)
-prompts = lambda s: [s * 4 + i for i in range(4)]
+
+
+def prompts(step: int) -> list[int]:
+    """The train prompts of a step: 4 a step, in order."""
+    return [step * 4 + i for i in range(4)]
+
+
 for step in range(2):
     fresh, _ = generate_groups(policy, task, prompts(step), cfg.group_size, step, gen, 0)
     train_step(policy, opt, fresh, cfg, step)
