@@ -43,7 +43,7 @@ ways = {"precision": ["fp32", "bf16"], "rows": ["dropped", "kept"]}[args.compare
 drop_rows = decode.Rows.should_drop
 completions = {}
 for way in ways * args.repeats:
-    decode.Rows.should_drop = (lambda self, finished: False) if way == "kept" else drop_rows
+    decode.Rows.should_drop = (lambda self, unfinished, rows: False) if way == "kept" else drop_rows
     bf16 = way != "fp32"
     t0 = time.perf_counter()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):

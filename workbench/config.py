@@ -359,7 +359,7 @@ class EvalConfig(Section):
     the greedy pass@1 of the whole held-out set, which is what compute-to-target reads. 8: a default trial samples
     it at 3 of its 16 evaluations, and its evaluations stay under 10% of its wall time with the demonstrations'
     probability scored at the same ones (docs/performance.md, "Evaluation"). `null`: never, not even at the first and
-    the last (a study that reads greedy accuracy alone; on a 135M model pass@4 costs ~4x the greedy pass)."""
+    the last (a study that reads greedy accuracy alone: pass@k samples k completions of each of its prompts)."""
     demo_prob_every: int | None = Field(None, ge=1)
     """Score the demonstrations' probability at every this-many-th evaluation (and always at the first and the
     last); it costs as much as the greedy pass. `null`: at every evaluation when `metric` is `demo_prob`, else with

@@ -227,7 +227,7 @@ def test_decoding_drops_finished_rows_and_gives_the_same_completions(greedy, mon
     static = StaticDecoder(model, compiled=False)
     compacted = static.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
     assert drops, "no row was dropped: the test's rows finished together"
-    monkeypatch.setattr(decode.Rows, "should_drop", lambda self, finished: False)
+    monkeypatch.setattr(decode.Rows, "should_drop", lambda self, unfinished, rows: False)
     whole = static.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
     _agree(whole, compacted, atol=1e-5)
     assert len({len(c) for c in whole.completion_ids}) > 1

@@ -348,9 +348,9 @@ class Rows:
         self.index: torch.Tensor | None = None
         """The call's row of each row still decoded (None: every row, in order)."""
 
-    def should_drop(self, finished: torch.Tensor) -> bool:
-        rows = finished.shape[0]
-        return self.enabled and rows >= self.MIN_ROWS and 2 * int((~finished).sum()) <= rows
+    def should_drop(self, unfinished: int, rows: int) -> bool:
+        """Whether to drop the finished rows now: `unfinished` of the `rows` decoded still run."""
+        return self.enabled and rows >= self.MIN_ROWS and 2 * unfinished <= rows
 
     def drop(self, kv: KvBuffers, token: torch.Tensor, finished: torch.Tensor):
         keep = (~finished).nonzero().squeeze(1)
@@ -501,9 +501,10 @@ class StaticDecoder:
         live = Rows(n, shape.pad_id, enabled=not self.compiled)
         step = None
         for t in range(max_new_tokens - 1):
-            if bool(finished.all()):
+            unfinished = int((~finished).sum())  # one read of the flags a token (a device sync on a GPU)
+            if unfinished == 0:
                 break
-            if live.should_drop(finished):
+            if live.should_drop(unfinished, finished.shape[0]):
                 kv, token, finished = live.drop(kv, token, finished)
             n = token.shape[0]
             progress.ACTIVITY.advance(n)
