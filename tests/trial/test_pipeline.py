@@ -275,6 +275,9 @@ def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tm
         ("generation.decode", "static"),
     ]:
         args += ["--set", f"{key}={value}"]
+    client = MlflowClient(uri)
+    client.search_experiments()  # the store made here, before the trial starts: two processes migrating one new
+    # sqlite file at once race (alembic: "table _alembic_tmp_experiments already exists")
     proc = start_cli(
         args,
         tmp_path,
@@ -284,16 +287,18 @@ def test_ctrl_c_ends_an_async_trial_and_every_generator_and_the_run_is_killed(tm
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    client = MlflowClient(uri)
     deadline = time.monotonic() + 300
     pids: list[int] = []
-    while time.monotonic() < deadline and not pids:
+    while time.monotonic() < deadline and not pids and proc.poll() is None:
         time.sleep(1)
-        exp = client.get_experiment_by_name("workbench") if os.path.exists(tmp_path / "mlflow.db") else None
+        exp = client.get_experiment_by_name("workbench")
         runs = client.search_runs([exp.experiment_id]) if exp else []
         if runs and "pipeline.generator_pids" in runs[0].data.tags and runs[0].data.metrics.get("compute/units", 0) > 0:
             pids = generator_pids(client, runs[0].info.run_id)
-    assert pids, "the async trial never started training"
+    if not pids:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"the async trial never started training (exit {proc.returncode}); it said:\n{err[-3000:]}")
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group, generators included
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
