@@ -140,37 +140,9 @@ def _curve(client, run_id: str, tmp: str) -> list[dict]:
     except (OSError, MlflowException):
         pass
 
-    def history(key: str) -> dict[int, float]:
-        return {m.step: m.value for m in client.get_metric_history(run_id, key)}
-
-    acc, pass_k = history(tracking.EVAL_ACCURACY), history(tracking.EVAL_PASS_AT_K)
-    mean_k, demo = history(tracking.EVAL_MEAN_AT_K), history(tracking.EVAL_DEMO_PROB)
-    gen, train = history("compute/gen_rollouts"), history("compute/train_rollouts")
-    gen_s, train_s = history("compute/gen_seconds"), history("compute/train_seconds")
-    entropy = history(tracking.EVAL_SAMPLE_ENTROPY)
-    at_t = tuple(name.split("{")[0] for name in (tracking.EVAL_MEAN_AT_K_AT_T, tracking.EVAL_DEMO_PROB_AT_T))
-    by_temperature = {
-        key.removeprefix("eval/"): history(key) for key in client.get_run(run_id).data.metrics if key.startswith(at_t)
-    }
-    if not acc or not gen:
+    rows = tracking.curve_from_history(client, run_id)
+    if not rows:
         raise ConfigError(f"study: run {run_id} has neither its curve artifact nor the metric history to rebuild it")
-    rows = []
-    for step in sorted(acc):
-        before = step - 1
-        rows.append(
-            {
-                "step": step,
-                "accuracy": acc[step],
-                "pass_at_k": pass_k.get(step),
-                "mean_at_k": mean_k.get(step),
-                "demo_prob": demo.get(step),
-                tracking.CURVE_SAMPLE_ENTROPY: entropy.get(step),
-                **{key: values.get(step) for key, values in by_temperature.items()},
-                "gen_rollouts": gen.get(before, 0.0),
-                "train_rollouts": train.get(before, 0.0),
-                "seconds": gen_s.get(before, 0.0) + train_s.get(before, 0.0),
-            }
-        )
     return rows
 
 
@@ -250,9 +222,9 @@ def load_study(name: str, tracking_uri: str) -> StudyData:
     ctt = compute_to_target(curves, target, ref, estimator)
     runs = runs.merge(ctt, on="run_id")
     curves["units"] = units_at(curves, ref)
-    return StudyData(
-        name, ref, target, estimator, runs, curves, pd.DataFrame(entropy_rows), ages, metric, gain_fraction
-    )
+    entropy = pd.DataFrame(entropy_rows, columns=["run_id", "step", "entropy", "units_logged"])  # none: a trainer
+    # that does not log it (a trial command, docs/trainers.md)
+    return StudyData(name, ref, target, estimator, runs, curves, entropy, ages, metric, gain_fraction)
 
 
 def _study_settings(parent: list, trials: list, seeds: list) -> tuple:

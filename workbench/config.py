@@ -441,6 +441,43 @@ class PipelineConfig(Section):
     replaying what it holds. `null`: wait forever."""
 
 
+class TrlConfig(Section):
+    """TRL's own reuse knobs (`trainer.kind: trl`), mapped onto the paper's (x, y) in docs/trainers.md: each
+    completion is trained `num_iterations` times (y), over `steps_per_generation` x `num_iterations` optimizer steps
+    (x). With either above 1 TRL reuses by itself, and the workbench's replay plug-in stays off (replay.ratio 1)."""
+
+    num_iterations: int = Field(1, ge=1)
+    """GRPOConfig.num_iterations: optimizer passes over each generation (TRL's mu, this project's y)."""
+    steps_per_generation: int = Field(1, ge=1)
+    """GRPOConfig.steps_per_generation: optimizer steps one generation is split over."""
+    loss_type: str = "grpo"
+    """GRPOConfig.loss_type (TRL's names: grpo, dapo, dr_grpo, bnpo, ...); `grpo` is the per-sequence mean."""
+
+
+class TrainerConfig(Section):
+    """Who trains the trial (docs/trainers.md, "Bring your own trainer"): the workbench's own GRPO loop, TRL's
+    GRPOTrainer with the workbench's replay buffer as a plug-in, or any command that follows the trial protocol."""
+
+    kind: Literal["workbench", "trl", "command"] = "workbench"
+    command: list[str] | None = None
+    """`kind: command`: the trial's argv. `{key}` is replaced by the trial config's value at that dotted key
+    (`{lr}`, `{replay.ratio}`, `{seed}`), `{python}` by this Python; the command also finds the whole config as JSON
+    at `$WORKBENCH_TRIAL_CONFIG` and its MLflow run at `$MLFLOW_TRACKING_URI` / `$MLFLOW_RUN_ID`."""
+    timeout_s: float | None = Field(None, gt=0)
+    """`kind: command` or `trl`: a trial command still running after this many seconds is stopped and fails."""
+    poll_s: float = Field(2.0, gt=0)
+    """How often the workbench reads what a trial command has reported so far (progress lines, the pruner)."""
+    trl: TrlConfig = TrlConfig()
+
+    @model_validator(mode="after")
+    def _command(self) -> "TrainerConfig":
+        if self.kind == "command" and not self.command:
+            raise ValueError("trainer.command: kind command needs the command to run (a list of arguments)")
+        if self.kind != "command" and self.command:
+            raise ValueError(f"trainer.command: only read with trainer.kind command (it is {self.kind})")
+        return self
+
+
 class TrackingConfig(Section):
     uri: str | None = None
     """MLflow tracking URI. `null`: `$MLFLOW_TRACKING_URI`, else a SQLite store `mlflow.db` in the working
@@ -498,6 +535,8 @@ class TrialConfig(Section):
     compute: ComputeConfig = ComputeConfig()
     eval: EvalConfig = EvalConfig()
     pipeline: PipelineConfig = PipelineConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    """Who trains: the workbench's loop (default), TRL's GRPOTrainer, or a command (docs/trainers.md)."""
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     """Where the trial's MLflow run goes."""
 
@@ -542,6 +581,17 @@ class TrialConfig(Section):
                     f" set there (got {self.replay.ratio:g}); vary pipeline.generators, pipeline.trainers or"
                     " replay.capacity instead"
                 )
+        trl = self.trainer.trl
+        if self.trainer.kind == "trl" and (trl.num_iterations > 1 or trl.steps_per_generation > 1):
+            if self.replay.ratio != 1 or self.replay.capacity != self.batch_size:
+                raise ValueError(
+                    "trainer.trl: TRL's own reuse (num_iterations, steps_per_generation) or the workbench's replay"
+                    " buffer (replay.ratio, replay.capacity), not both"
+                )
+        if self.trainer.kind != "workbench" and self.pipeline.mode == "async":
+            raise ValueError(
+                f"pipeline.mode: async runs the workbench's own trainer, not trainer.kind {self.trainer.kind}"
+            )
         if self.eval.metric == "mean_at_k" and self.eval.pass_k_every != 1:
             raise ValueError("eval.pass_k_every: must be 1 when eval.metric is mean_at_k (every evaluation samples it)")
         return self

@@ -55,6 +55,8 @@ TARGET_ACCURACY = "workbench.target_accuracy"
 `target_accuracy: auto`)."""
 MODEL_PATH = "workbench.model_path"
 DEVICE = "workbench.device"
+TRAINER = "workbench.trainer"
+"""Who trained a seed run: `workbench`, `trl` or `command` (`trainer.kind`)."""
 SAMPLER = "workbench.sampler"
 OBJECTIVE = "workbench.objective"
 STORAGE = "workbench.storage"
@@ -91,6 +93,15 @@ EVAL_DEMO_PROB_AT_T = "eval/demo_prob_t{:g}"
 """The demonstrations' probability at decoding temperature T (`.format(T)`)."""
 COMPUTE_UNITS = "compute/units"
 POLICY_ENTROPY = "policy/entropy"
+# the ledger, cumulative at each step (a trial command reports these too: docs/trainers.md)
+GEN_ROLLOUTS = "compute/gen_rollouts"
+"""Rollouts generated so far."""
+TRAIN_ROLLOUTS = "compute/train_rollouts"
+"""Rollout uses trained on so far (a rollout trained twice counts twice)."""
+DISCARDED_ROLLOUTS = "compute/discarded_rollouts"
+"""Rollouts dropped without ever being trained on (evicted from a full buffer, aged out past the horizon)."""
+GEN_SECONDS = "compute/gen_seconds"
+TRAIN_SECONDS = "compute/train_seconds"
 
 # final metrics of a seed run
 FINAL = "final/"
@@ -395,6 +406,52 @@ def run_lifecycle(run: RunLogger, stopped: str = STATUS_STOPPED) -> Iterator[Run
         raise
     else:
         run.end(STATUS_FINISHED)
+
+
+def curve_from_history(c, run_id: str) -> list[dict[str, float | None]]:
+    """A run's evaluations (the rows of `CURVE_ARTIFACT`) rebuilt from its metric history, by the one rule every
+    trainer logs by (the workbench's own and a trial command: docs/trainers.md): the evaluation after s optimizer
+    steps is logged at step s, and the cumulative ledger after optimizer step i (counting from 0) at step i, so the
+    evaluation at step s reads the ledger at step s - 1 (zero before the first step). `c`: an `MlflowClient`.
+    Empty when the run logged no evaluation or no ledger."""
+
+    def history(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in c.get_metric_history(run_id, key)}
+
+    acc, pass_k = history(EVAL_ACCURACY), history(EVAL_PASS_AT_K)
+    mean_k, demo = history(EVAL_MEAN_AT_K), history(EVAL_DEMO_PROB)
+    gen, train = history(GEN_ROLLOUTS), history(TRAIN_ROLLOUTS)
+    gen_s, train_s = history(GEN_SECONDS), history(TRAIN_SECONDS)
+    entropy = history(EVAL_SAMPLE_ENTROPY)
+    at_t = tuple(name.split("{")[0] for name in (EVAL_MEAN_AT_K_AT_T, EVAL_DEMO_PROB_AT_T))
+    by_temperature = {
+        key.removeprefix("eval/"): history(key) for key in c.get_run(run_id).data.metrics if key.startswith(at_t)
+    }
+    if not acc or not gen:
+        return []
+
+    def before(values: dict[int, float], step: int) -> float:
+        """The latest value logged at a step before `step` (a trainer may log its ledger at fewer steps)."""
+        earlier = [s for s in values if s < step]
+        return values[max(earlier)] if earlier else 0.0
+
+    rows = []
+    for step in sorted(acc):
+        rows.append(
+            {
+                "step": step,
+                "accuracy": acc[step],
+                "pass_at_k": pass_k.get(step),
+                "mean_at_k": mean_k.get(step),
+                "demo_prob": demo.get(step),
+                CURVE_SAMPLE_ENTROPY: entropy.get(step),
+                **{key: values.get(step) for key, values in by_temperature.items()},
+                "gen_rollouts": before(gen, step),
+                "train_rollouts": before(train, step),
+                "seconds": before(gen_s, step) + before(train_s, step),
+            }
+        )
+    return rows
 
 
 def kill_run_tree(tracking_uri: str, run_id: str, reason: str) -> None:

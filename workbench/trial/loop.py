@@ -20,7 +20,8 @@ import torch
 
 from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
-from workbench.config import TrialConfig, flatten
+from workbench.config import ConfigError, TrialConfig, flatten
+from workbench.trial.command import run_command_trial
 from workbench.trial.inline import InlineSource
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (
@@ -70,7 +71,6 @@ def run_trial(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(seeds.torch_global(cfg.seed))
-    task = load_task(cfg.task)
     log.info(
         f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.replay.capacity}"
         f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} objective={cfg.objective.name}"
@@ -85,6 +85,11 @@ def run_trial(
         on_run_created(run_id)
     with tracking.run_lifecycle(run):
         run.log_params(flatten(cfg))
+        if cfg.trainer.kind != "workbench":  # another trainer, by the trial protocol (docs/trainers.md)
+            if observer is not None or inspect is not None:
+                raise ConfigError(f"trainer.kind: {cfg.trainer.kind} trials cannot be observed step by step")
+            return run_command_trial(cfg, run, on_eval)
+        task = load_task(cfg.task)
         if cfg.pipeline.mode == "async":
             from workbench.trial.pipeline import PipelineSource  # spawns processes: loaded only when asked for
 
