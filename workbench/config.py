@@ -450,8 +450,9 @@ class TrlConfig(Section):
     """GRPOConfig.num_iterations: optimizer passes over each generation (TRL's mu, this project's y)."""
     steps_per_generation: int = Field(1, ge=1)
     """GRPOConfig.steps_per_generation: optimizer steps one generation is split over."""
-    loss_type: str = "grpo"
-    """GRPOConfig.loss_type (TRL's names: grpo, dapo, dr_grpo, bnpo, ...); `grpo` is the per-sequence mean."""
+    loss_type: str = "dapo"
+    """GRPOConfig.loss_type (TRL's names: dapo, grpo, dr_grpo, bnpo, ...). TRL's default, `dapo`, is the token mean
+    over the batch, as the workbench's `ppo_clip`; `grpo` is the per-sequence mean."""
 
 
 class TrainerConfig(Section):
@@ -588,6 +589,12 @@ class TrialConfig(Section):
                     "trainer.trl: TRL's own reuse (num_iterations, steps_per_generation) or the workbench's replay"
                     " buffer (replay.ratio, replay.capacity), not both"
                 )
+        if self.trainer.kind == "trl" and self.objective.name != "ppo_clip":
+            raise ValueError(
+                f"objective.name: TRL trains with its own loss (trainer.trl.loss_type), not {self.objective.name}"
+            )
+        if self.trainer.kind == "trl" and self.train.micro_batch_size not in (None, self.batch_size):
+            raise ValueError("train.micro_batch_size: not mapped onto TRL (it trains each batch in one pass)")
         if self.trainer.kind != "workbench" and self.pipeline.mode == "async":
             raise ValueError(
                 f"pipeline.mode: async runs the workbench's own trainer, not trainer.kind {self.trainer.kind}"
