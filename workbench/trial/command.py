@@ -225,8 +225,6 @@ def _result(cfg: TrialConfig, run: tracking.RunLogger, rows: list[dict], wall: f
     measured = measured_mu(logged)
     if measured is not None:
         final[tracking.FINAL_MU_MEASURED] = measured
-    if tracking.DISCARDED_ROLLOUTS in logged:
-        final["final/discarded_rollouts"] = logged[tracking.DISCARDED_ROLLOUTS]
     run.log_metrics(final, steps)
     run.log_text(json.dumps(rows), tracking.CURVE_ARTIFACT)
     return TrialResult(run.run_id, final, rows)

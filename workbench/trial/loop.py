@@ -147,6 +147,9 @@ class _Steps:
         self.p, self.source, self.lr_schedule, self.bar = parts, source, lr_schedule, bar
         self.observer, self.inspect = observer, inspect
         self.step = self.updates = 0
+        self.trained_once = 0
+        """Distinct fresh rollouts trained on at least once (the ledger: generated = this + held untrained +
+        discarded)."""
 
     def run(self) -> None:
         p, source = self.p, self.source
@@ -172,6 +175,7 @@ class _Steps:
         if batch:
             with meter.timed("train"):
                 obj, grad_norm, applied = source.train(step, batch)
+            self.trained_once += sum(r.uses == 0 and r.source == "fresh" for r in batch)
             for r in batch:
                 r.uses += 1
             self.updates += int(applied)
@@ -183,6 +187,9 @@ class _Steps:
             {
                 **compute_metrics(meter, self.updates),
                 "replay/buffer_size": p.strategy.size(),
+                tracking.DISCARDED_ROLLOUTS: meter.gen_rollouts
+                - self.trained_once
+                - sum(r.uses == 0 and r.source == "fresh" for r in p.strategy.held()),
                 "replay/fresh": generated,
                 **p.strategy.metrics(),
                 **source.metrics(step, draw),

@@ -97,6 +97,7 @@ class ReplayGRPOTrainer(LedgerGRPOTrainer):
         self.ledger.step.update(
             {
                 "replay/buffer_size": self.strategy.size(),
+                "train/batch_size": len(batch),
                 "replay/age_mean": stats.age_mean,
                 "replay/age_max": stats.age_max,
                 "replay/uses_mean": stats.uses_mean,

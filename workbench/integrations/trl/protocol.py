@@ -20,7 +20,7 @@ from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
 from workbench.integrations.trl.ledger import Ledger
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import Evaluations, WallClock, budget_left, compute_metrics
+from workbench.trial.record import Evaluations, WallClock, budget_left, compute_metrics, working_seconds
 from workbench.trial.tasks import Task
 
 TRL_PREFIX = "trl/"
@@ -89,6 +89,13 @@ class ProtocolCallback(TrainerCallback):
         if not more:
             self.stopped_by_budget = True
             control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """The `final/*` of the clocks a native trial keeps (the workbench logs the rest from the ledger)."""
+        self.wall.stop()
+        self.run.log_metrics(
+            {"final/eval_seconds": self.evaluations.seconds, **working_seconds(self.wall)}, state.global_step
+        )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """TRL's own step metrics (reward, clip ratios, entropy, ...) as `trl/<name>`, and the native names a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass
 
 import torch
 from datasets import Dataset
@@ -100,8 +101,18 @@ def reward_function(task: Task, tokenizer, examples):
     return reward
 
 
-def run(cfg: TrialConfig, run_id: str) -> None:
-    """Train the trial with TRL, logging the protocol to MLflow run `run_id`."""
+@dataclass
+class Built:
+    """A trial's TRL trainer, ready to `train()`, and what it logs with."""
+
+    trainer: LedgerGRPOTrainer
+    callback: ProtocolCallback
+    ledger: Ledger
+
+
+def build(cfg: TrialConfig, run_id: str, out_dir: str) -> Built:
+    """The trial's TRL trainer (the replay plug-in where the trial replays), logging the protocol to MLflow run
+    `run_id`; TRL's own files (none are saved) under `out_dir`."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()  # "Loading weights" bars in a study's log
@@ -119,32 +130,38 @@ def run(cfg: TrialConfig, run_id: str) -> None:
     callback = ProtocolCallback(cfg, policy, task, ledger, writer)
     rewards = RewardMemory(reward_function(task, tokenizer, examples))
     optimizer = make_optimizer(model, cfg.lr)
-    with tempfile.TemporaryDirectory(prefix="workbench-trl-") as out:
-        common = dict(
-            model=model,
-            reward_funcs=[rewards],
-            args=grpo_config(cfg, task, out, policy.device),
-            train_dataset=data,
-            processing_class=tokenizer,
-            callbacks=[callback],
-            optimizers=(optimizer, make_lr_schedule(optimizer, cfg.lr_warmup_steps)),
+    common = dict(
+        model=model,
+        reward_funcs=[rewards],
+        args=grpo_config(cfg, task, out_dir, policy.device),
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[callback],
+        optimizers=(optimizer, make_lr_schedule(optimizer, cfg.lr_warmup_steps)),
+    )
+    if uses_plugin(cfg):
+        strategy = STRATEGIES.lookup(cfg.replay.strategy)(
+            cfg, StrategyContext(task, tokenizer, _no_rescore, policy.max_new_tokens)
         )
-        if uses_plugin(cfg):
-            strategy = STRATEGIES.lookup(cfg.replay.strategy)(
-                cfg, StrategyContext(task, tokenizer, _no_rescore, policy.max_new_tokens)
-            )
-            trainer: LedgerGRPOTrainer = ReplayGRPOTrainer(
-                **common, strategy=strategy, rewards=rewards, seed=seeds.torch_global(cfg.seed)
-            )
-        else:
-            trainer = LedgerGRPOTrainer(**common)
-        trainer.ledger = ledger
-        trainer.remove_callback(PrinterCallback)  # TRL's log dicts on stdout: the protocol logs them to MLflow
-        _check_prompts(trainer, prompts[:4], examples[:4], tokenizer, chat)
-        writer.set_tags({"workbench.trl_trainer": type(trainer).__name__})
-        log.info(f"TRL {type(trainer).__name__}: B={cfg.batch_size} G={cfg.group_size} lr={cfg.lr:g}")
-        trainer.train()
-    if not callback.stopped_by_budget and cfg.budget.steps is None:
+        trainer: LedgerGRPOTrainer = ReplayGRPOTrainer(
+            **common, strategy=strategy, rewards=rewards, seed=seeds.torch_global(cfg.seed)
+        )
+    else:
+        trainer = LedgerGRPOTrainer(**common)
+    trainer.ledger = ledger
+    trainer.remove_callback(PrinterCallback)  # TRL's log dicts on stdout: the protocol logs them to MLflow
+    _check_prompts(trainer, prompts[:4], examples[:4], tokenizer, chat)
+    writer.set_tags({"workbench.trl_trainer": type(trainer).__name__})
+    return Built(trainer, callback, ledger)
+
+
+def run(cfg: TrialConfig, run_id: str) -> None:
+    """Train the trial with TRL, logging the protocol to MLflow run `run_id`."""
+    with tempfile.TemporaryDirectory(prefix="workbench-trl-") as out:
+        built = build(cfg, run_id, out)
+        log.info(f"TRL {type(built.trainer).__name__}: B={cfg.batch_size} G={cfg.group_size} lr={cfg.lr:g}")
+        built.trainer.train()
+    if not built.callback.stopped_by_budget and cfg.budget.steps is None:
         raise RuntimeError("TRL stopped before the trial's budget was spent")
 
 
