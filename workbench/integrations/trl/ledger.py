@@ -18,6 +18,8 @@ class Ledger:
     """Rollouts in the buffer that no batch has used yet."""
     gen_seconds: float = 0.0
     """Sampling, rewarding and scoring the fresh rollouts."""
+    draw_seconds: float = 0.0
+    """The replay plug-in's own work: the strategy's draw and the batch's collation."""
     step: dict[str, float] = field(default_factory=dict)
     """What the current optimizer step did (fresh, trained, gen seconds, the buffer's metrics), reset at its start."""
 

@@ -87,6 +87,7 @@ class ReplayGRPOTrainer(LedgerGRPOTrainer):
                 f" rows (per_device_train_batch_size must be batch_size)"
             )
         fresh = self._fresh(generation_batch[: groups * G], step) if groups else []
+        t0 = time.perf_counter()
         batch = self.strategy.batch(fresh, step, self.replay_rng)
         first = sum(r.uses == 0 for r in batch)
         for r in batch:
@@ -104,7 +105,9 @@ class ReplayGRPOTrainer(LedgerGRPOTrainer):
                 **self.strategy.metrics(),
             }
         )
-        return self._collate(batch)
+        out = self._collate(batch)
+        self.ledger.draw_seconds += time.perf_counter() - t0
+        return out
 
     def _fresh(self, rows: list[dict], step: int) -> list[Rollout]:
         """Sample, reward and score `rows` (whole groups) with TRL's own code; one `Rollout` each."""

@@ -23,7 +23,7 @@ import torch
 from datasets import Dataset
 from transformers import PrinterCallback
 from transformers.utils import logging as hf_logging
-from trl import GRPOConfig
+from trl import GRPOConfig, GRPOTrainer
 
 from workbench import seeds
 from workbench.backends.hf import encode_prompts
@@ -105,14 +105,15 @@ def reward_function(task: Task, tokenizer, examples):
 class Built:
     """A trial's TRL trainer, ready to `train()`, and what it logs with."""
 
-    trainer: LedgerGRPOTrainer
+    trainer: GRPOTrainer
     callback: ProtocolCallback
     ledger: Ledger
 
 
-def build(cfg: TrialConfig, run_id: str, out_dir: str) -> Built:
+def build(cfg: TrialConfig, run_id: str, out_dir: str, protocol: bool = True) -> Built:
     """The trial's TRL trainer (the replay plug-in where the trial replays), logging the protocol to MLflow run
-    `run_id`; TRL's own files (none are saved) under `out_dir`."""
+    `run_id`; TRL's own files (none are saved) under `out_dir`. Without `protocol`, TRL's stock `GRPOTrainer` on the
+    same model, data, reward and optimizer, and nothing logged (what benchmarks/trl_overhead.py compares with)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     hf_logging.disable_progress_bar()  # "Loading weights" bars in a study's log
@@ -139,6 +140,11 @@ def build(cfg: TrialConfig, run_id: str, out_dir: str) -> Built:
         callbacks=[callback],
         optimizers=(optimizer, make_lr_schedule(optimizer, cfg.lr_warmup_steps)),
     )
+    if not protocol:
+        common["callbacks"] = []
+        trainer = GRPOTrainer(**common)
+        trainer.remove_callback(PrinterCallback)
+        return Built(trainer, callback, ledger)
     if uses_plugin(cfg):
         strategy = STRATEGIES.lookup(cfg.replay.strategy)(
             cfg, StrategyContext(task, tokenizer, _no_rescore, policy.max_new_tokens)
