@@ -460,6 +460,8 @@ class TrainerConfig(Section):
     GRPOTrainer with the workbench's replay buffer as a plug-in, or any command that follows the trial protocol."""
 
     kind: Literal["workbench", "trl", "command"] = "workbench"
+    """`workbench`: this project's GRPO loop. `trl`: TRL's GRPOTrainer, the replay buffer as its plug-in (the `trl`
+    extra). `command`: `trainer.command`, any trainer that logs the trial protocol."""
     command: list[str] | None = None
     """`kind: command`: the trial's argv. `{key}` is replaced by the trial config's value at that dotted key
     (`{lr}`, `{replay.ratio}`, `{seed}`), `{python}` by this Python; the command also finds the whole config as JSON
