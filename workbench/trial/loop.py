@@ -73,7 +73,7 @@ def run_trial(
     torch.manual_seed(seeds.torch_global(cfg.seed))
     log.info(
         f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.replay.capacity}"
-        f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} objective={cfg.objective.name}"
+        f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} {_trainer(cfg)}"
         f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
     )
     if run is None:
@@ -98,6 +98,15 @@ def run_trial(
             source = InlineSource(cfg)
         with progress.watch(log):  # a line at least every 10 s, whatever the phase
             return train(cfg, task, run, source, observer, on_eval, show_progress, inspect)
+
+
+def _trainer(cfg: TrialConfig) -> str:
+    """Who trains, for the trial's first line: the objective of the workbench's loop, or the other trainer."""
+    if cfg.trainer.kind == "trl":
+        return f"trainer=trl loss={cfg.trainer.trl.loss_type}"
+    if cfg.trainer.kind == "command":
+        return "trainer=command"
+    return f"objective={cfg.objective.name}"
 
 
 def train(
