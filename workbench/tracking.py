@@ -144,6 +144,8 @@ def client(uri: str):
     # its "Creating initial tables" noise, and the traceback it logs with every database error it then raises: the
     # workbench says what an error means in one line (a refused write, a full disk, a store away: docs/faults.md)
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    # and SQLAlchemy's "Error closing cursor" traceback when Ctrl-C lands inside a read of a SQLite store
+    logging.getLogger("sqlalchemy.engine").setLevel(logging.CRITICAL)
     return MlflowClient(tracking_uri=uri)
 
 
