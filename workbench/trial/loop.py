@@ -77,26 +77,29 @@ def run_trial(
         f" horizon={cfg.replay.horizon} strategy={cfg.replay.strategy} {_trainer(cfg)}"
         f" budget={cfg.budget.compute_units or '-'} units / {cfg.budget.steps or '-'} steps"
     )
-    if run is None:
-        run = tracking.RunLogger(
-            cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags, outage_s=cfg.tracking.outage_s
-        )
-    run_id = run.run_id  # a run that could not be created raises here, before the trial starts
-    if on_run_created:
-        on_run_created(run_id)
-    with tracking.run_lifecycle(run):
-        run.log_params(flatten(cfg))
-        if cfg.trainer.kind != "workbench":  # another trainer, by the trial protocol (docs/trainers.md)
-            if observer is not None or inspect is not None:
-                raise ConfigError(f"trainer.kind: {cfg.trainer.kind} trials cannot be observed step by step")
-            return run_command_trial(cfg, run, on_eval)
-        if cfg.pipeline.mode == "async":
-            from workbench.trial.pipeline import PipelineSource  # spawns processes: loaded only when asked for
+    with progress.watch(log):  # a line at least every 10 s, whatever the phase, from the run's opening on
+        progress.ACTIVITY.begin("opening the trial's MLflow run")
+        if run is None:
+            run = tracking.RunLogger(
+                cfg.tracking.uri, cfg.tracking.experiment, run_name, parent_run_id, tags, outage_s=cfg.tracking.outage_s
+            )
+        run_id = run.run_id  # a run that could not be created raises here, before the trial starts
+        if on_run_created:
+            on_run_created(run_id)
+        with tracking.run_lifecycle(run):
+            run.log_params(flatten(cfg))
+            if cfg.trainer.kind != "workbench":  # another trainer, by the trial protocol (docs/trainers.md)
+                if observer is not None or inspect is not None:
+                    raise ConfigError(f"trainer.kind: {cfg.trainer.kind} trials cannot be observed step by step")
+                progress.ACTIVITY.begin(f"trial command ({cfg.trainer.kind}) running")
+                return run_command_trial(cfg, run, on_eval)
+            progress.ACTIVITY.begin("starting the trial")
+            if cfg.pipeline.mode == "async":
+                from workbench.trial.pipeline import PipelineSource  # spawns processes: loaded only when asked for
 
-            source: BatchSource = PipelineSource(cfg)
-        else:
-            source = InlineSource(cfg)
-        with progress.watch(log):  # a line at least every 10 s, whatever the phase
+                source: BatchSource = PipelineSource(cfg)
+            else:
+                source = InlineSource(cfg)
             return train(cfg, task, run, source, observer, on_eval, show_progress, inspect)
 
 
