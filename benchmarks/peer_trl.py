@@ -19,7 +19,7 @@ work can be compared (their samples differ: each side draws from its own random 
 which side goes first, so a busy machine slows both alike; the result is the median over pairs of TRL's median step
 over the project's.
 
-Runs in the benchmark environment (TRL is never installed in the main one):
+Runs in the benchmark environment (or the main one, which holds TRL too since `trainer.kind: trl`):
 
     make bench-env && .venv-bench/bin/python benchmarks/peer_trl.py [--pairs 4] [--steps 12] [--threads 2]
 
