@@ -257,9 +257,11 @@ class ObjectiveConfig(Section):
     """The loss a batch is trained with (docs/strategies/objectives.md)."""
 
     name: str = "ppo_clip"
-    """A registered objective: `ppo_clip`, `asymre`, `decoupled_ppo` (AReaL), `tis` (truncated importance sampling)."""
-    eps_low: float = Field(0.2, ge=0, lt=1)
-    """Lower clip of the PPO ratio: the ratio is clipped to [1 - eps_low, 1 + eps_high]."""
+    """A registered objective: `ppo_clip`, `asymre`, `decoupled_ppo` (AReaL), `tis` (truncated importance sampling),
+    `m2po` (second-moment masking), `oapl` (optimal-advantage regression on the lagged policy)."""
+    eps_low: float = Field(0.2, ge=0, le=1)
+    """Lower clip of the PPO ratio: the ratio is clipped to [1 - eps_low, 1 + eps_high] (mu-GRPO's relaxed clip:
+    eps_low 1, eps_high 4, the range [0, 5])."""
     eps_high: float = Field(0.2, ge=0)
     """Upper clip; 0.28 is DAPO's clip-higher."""
     dual_clip: float | None = Field(3.0, gt=1)
@@ -274,6 +276,20 @@ class ObjectiveConfig(Section):
     """`tis`: importance weights pi_theta / pi_behaviour are truncated at this cap C."""
     decoupled_weight_cap: float | None = Field(5.0, gt=0)
     """`decoupled_ppo`: tokens whose behaviour weight pi_prox / pi_behav exceeds this are masked out (`null`: none)."""
+    veto_ratio: float | None = Field(None, gt=0, lt=1)
+    """`ppo_clip`: mu-GRPO's negative-advantage veto (arXiv 2605.17570). In a rollout of negative advantage, the first
+    token whose ratio pi_theta / pi_behaviour has fallen below this, and every token after it, leave the loss: a
+    stale negative sample whose ratio has collapsed no longer pushes the rest of its sequence down. mu-GRPO pairs it
+    with its relaxed clip (eps_low 1, eps_high 4) and a trigger near 1e-4. `null`: off."""
+    m2_threshold: float = Field(0.04, gt=0)
+    """`m2po`: tau, the bound on the mean squared token log-ratio (log pi_theta / pi_behaviour)² of the tokens the
+    trust region governs (Trinity-RFT's `m2_threshold`, 0.04)."""
+    oapl_beta: float = Field(1e-3, gt=0)
+    """`oapl`: beta_2, the scale of the sequence log-ratio regressed onto the optimal advantage (OAPL's release
+    script: 1e-3)."""
+    oapl_value_beta: float = Field(1.0, gt=0)
+    """`oapl`: beta_1, the temperature of the optimal value V* = beta_1 log mean exp(r / beta_1) over the rollout's
+    group (OAPL's release script: 1.0)."""
 
 
 class TrainConfig(Section):
@@ -282,9 +298,9 @@ class TrainConfig(Section):
 
     micro_batch_size: int | None = Field(None, ge=1)
     """Rollouts per forward and backward pass: each optimizer step's rollouts are scored and back-propagated in
-    micro-batches of this many, their gradients accumulated, each micro-batch's token-mean loss weighted by its share
-    of the step's completion tokens, so the gradient is the one-pass token mean (every built-in objective is a token
-    mean). No-grad scoring (the proximal log-probs of several minibatches, RLEP's rescoring) is chunked alike.
+    micro-batches of this many, their gradients accumulated, each micro-batch's loss weighted by its share of the
+    step's completion tokens (of its rollouts for `oapl`, a mean over rollouts), so the gradient is the one-pass
+    gradient (`m2po` chooses its mask per micro-batch, as M2PO's own code does). No-grad scoring (the proximal log-probs of several minibatches, RLEP's rescoring) is chunked alike.
     `null`: a whole step's rollouts at once (128 rollouts of 1k tokens from a 1.5B model do not fit a GPU)."""
     gradient_checkpointing: bool = False
     """Recompute each layer's activations in the backward pass instead of keeping them (transformers'
@@ -305,6 +321,10 @@ class TrainConfig(Section):
     """Mixed precision in the trainer's forward and backward: `bfloat16` runs them under torch.autocast (matmuls
     in bf16, reductions and log-softmax in float32) over float32 weights; `auto`: on CUDA when the weights are
     float32 and the device supports bf16, else off (on a CPU it was measured no faster)."""
+    grad_cosine: bool = True
+    """Log `offpolicy/grad_cosine`, the cosine between this optimizer step's gradient and the previous one's (GAC,
+    arXiv 2603.01501: stale batches give consecutive gradients that stay aligned). Keeps one float32 copy of the
+    gradient (4 bytes a parameter: 0.5 GiB at 135M parameters); `false` for a model where that does not fit."""
 
 
 class BudgetConfig(Section):

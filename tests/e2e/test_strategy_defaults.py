@@ -14,7 +14,7 @@ import yaml
 from support.toy import toy_dict
 
 from workbench.cli import main
-from workbench.registry import STRATEGIES
+from workbench.registry import OBJECTIVES, STRATEGIES
 
 
 @pytest.mark.slow
@@ -40,3 +40,20 @@ def test_every_strategy_trains_with_its_defaults(strategy, tmp_path, capsys):
     assert code == 0, out.err[-3000:]
     result = json.loads(out.out.strip().splitlines()[-1])
     assert result["metrics"]["final/steps"] == 3 and result["metrics"]["final/updates"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_trains_a_replay_trial_with_its_defaults(objective, tmp_path, capsys):
+    """Each registered loss, no setting but its name, on a replaying buffer (y 2: stale rollouts in its batches)."""
+    config = tmp_path / "toy.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 3}, eval={"every": 3})))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [f"objective.name={objective}", "replay.ratio=2", "replay.capacity=64"]
+    code = main(
+        ["train", "--config", str(config), *[a for s in sets for a in ("--set", s)], "--tracking-uri", uri, "--json"]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    result = json.loads(out.out.strip().splitlines()[-1])
+    assert result["metrics"]["final/steps"] == 3 and result["metrics"]["final/updates"] == 3

@@ -67,6 +67,21 @@ def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
     assert max(uses.values()) > 1
     assert result.metrics["final/replay_ratio"] == pytest.approx(12 * cfg.batch_size / total_fresh)
     assert result.metrics["final/steps"] == 12
+    # the ledger, counted here from what was generated and trained: discarded = aged out (born 4+ steps ago) untrained
+    born, trained = {}, set()
+    for rec in records:
+        born.update({r.uid: r.birth_step for r in rec.fresh})
+        trained.update(r.uid for r in rec.batch)
+        m = rec.metrics
+        gone = sum(u not in trained for u, b in born.items() if rec.step - b > 3)
+        assert m["compute/discarded_rollouts"] == gone
+        assert m["compute/trained_once_rollouts"] == len(trained)
+        assert m["compute/gen_rollouts"] == len(born) == len(trained) + m["compute/held_rollouts"] + gone
+    assert any(rec.metrics["compute/discarded_rollouts"] > 0 for rec in records)
+    # the diagnostics: the consecutive-gradient cosine from the second step on, the importance weights' ESS
+    assert "offpolicy/grad_cosine" not in records[0].metrics
+    assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
+    assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
 
 
 def test_compute_budget_stops_the_trial_and_counts_replay_as_cheaper(tracking_uri):

@@ -149,3 +149,102 @@ def test_ratio_stats_report_extremes_second_moment_and_effective_sample_size():
     on_policy = two_rollouts()
     on_policy.behaviour_logprobs = on_policy.logprobs.detach() * on_policy.mask
     assert ratio_stats(on_policy)["ess"] == pytest.approx(1.0) and ratio_stats(on_policy)["log_ratio_m2"] == 0
+
+
+# ---------------------------------------------------------------- the 2026 off-policy losses
+
+
+def test_m2po_masks_the_largest_second_moments_until_tau_and_leaves_the_rest_unclipped():
+    # four tokens of one rollout, advantage +1; log-ratios d = 0.1, 0.2, 0.3, -0.5 (the last moves against A: never
+    # masked). Governed: the first three, d² 0.01, 0.04, 0.09, mean 0.0467 > tau 0.04; the running means in
+    # increasing order are 0.01, 0.025, 0.0467: keep the first two, mask d = 0.3.
+    d = torch.tensor([[0.1, 0.2, 0.3, -0.5]])
+    inp = ObjectiveInput(
+        logprobs=(d + math.log(0.5)).requires_grad_(True),
+        mask=torch.ones(1, 4),
+        behaviour_logprobs=torch.full((1, 4), math.log(0.5)),
+        advantages=torch.tensor([1.0]),
+        rewards=torch.tensor([1.0]),
+        group_mean_rewards=torch.tensor([0.5]),
+    )
+    out = OBJECTIVES["m2po"](inp, ObjectiveConfig(m2_threshold=0.04))
+    kept = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    expected = -(kept * torch.exp(d[0])).sum() / 4  # token mean over all 4 tokens, masked ones included
+    assert out.loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert out.clip_frac == pytest.approx(1 / 4)
+    assert out.stats["m2_before"] == pytest.approx((0.01 + 0.04 + 0.09) / 3, rel=1e-5)
+    assert out.stats["m2_after"] == pytest.approx(0.025, rel=1e-5)
+    out.loss.backward()
+    # unclipped importance sampling: d/dlogp of -exp(d) A / 4 is -exp(d) / 4, beyond 1 +- eps too; masked: 0
+    assert torch.allclose(inp.logprobs.grad, -(kept * torch.exp(d[0]))[None] / 4, atol=1e-6)
+    # a generous tau masks nothing; on-policy (d = 0) nothing either
+    assert OBJECTIVES["m2po"](inp, ObjectiveConfig(m2_threshold=1.0)).clip_frac == 0.0
+
+
+def test_m2po_masks_negative_advantage_tokens_that_fell():
+    # A < 0: governed are tokens whose ratio fell (d < 0); d = -0.4 (d² 0.16 > tau alone) is masked, d = +0.4 is not
+    d = torch.tensor([[-0.4, 0.4]])
+    inp = ObjectiveInput(
+        logprobs=d.clone().requires_grad_(True),
+        mask=torch.ones(1, 2),
+        behaviour_logprobs=torch.zeros(1, 2),
+        advantages=torch.tensor([-1.0]),
+        rewards=torch.tensor([0.0]),
+        group_mean_rewards=torch.tensor([0.5]),
+    )
+    out = OBJECTIVES["m2po"](inp, ObjectiveConfig())
+    assert out.loss.item() == pytest.approx(math.exp(0.4) / 2, rel=1e-6)
+    assert out.stats["m2_before"] == pytest.approx(0.16) and out.stats["m2_after"] == 0.0
+
+
+def test_oapl_regresses_the_scaled_sequence_log_ratio_onto_the_optimal_advantage():
+    # group of 2 rewards (1, 0), beta_1 = 1: V* = log((e + 1) / 2) = 0.6201; targets 1 - V* and -V*
+    inp = two_rollouts()
+    inp.group_rewards = [(1.0, 0.0), (1.0, 0.0)]
+    cfg = ObjectiveConfig(oapl_beta=0.5, oapl_value_beta=1.0)
+    out = OBJECTIVES["oapl"](inp, cfg)
+    v = math.log((math.e + 1) / 2)
+    seq = [math.log(2) + 0.0, math.log(0.5)]  # sum of token log-ratios: log 2 + log 1, and log 0.5 (pad excluded)
+    residuals = [0.5 * seq[0] - (1 - v), 0.5 * seq[1] - (0 - v)]
+    assert out.loss.item() == pytest.approx((residuals[0] ** 2 + residuals[1] ** 2) / 2, rel=1e-6)
+    out.loss.backward()
+    # d/dlogp_t of mean_i (beta Δ_i - target_i)² = 2 beta (beta Δ_i - target_i) / n, the same at every token of i
+    g0, g1 = 2 * 0.5 * residuals[0] / 2, 2 * 0.5 * residuals[1] / 2
+    assert torch.allclose(inp.logprobs.grad, torch.tensor([[g0, g0], [g1, 0.0]]), atol=1e-6)
+    # at a small beta_1 V* approaches the group's best reward; at a large one, its mean
+    from workbench.trial.objectives import optimal_values
+
+    assert optimal_values([(1.0, 0.0)], 0.01).item() == pytest.approx(1.0 - 0.01 * math.log(2), rel=1e-6)
+    assert optimal_values([(1.0, 0.0)], 100.0).item() == pytest.approx(0.5, abs=2e-3)
+
+
+def test_oapl_on_fresh_data_pushes_successes_up_and_failures_down():
+    inp = two_rollouts()
+    inp.behaviour_logprobs = inp.logprobs.detach().clone()
+    inp.group_rewards = [(1.0, 0.0), (1.0, 0.0)]
+    out = OBJECTIVES["oapl"](inp, ObjectiveConfig())
+    out.loss.backward()
+    assert (inp.logprobs.grad[0] < 0).all() and inp.logprobs.grad[1, 0] > 0  # descent raises row 0, lowers row 1
+
+
+def test_negative_veto_drops_the_trigger_and_the_rest_of_a_negative_rollout():
+    # mu-GRPO's relaxed clip [0, 5] and veto at ratio 0.3: row 1 (A < 0) has ratios 1, 0.2, 1 -> tokens 2 and 3
+    # vetoed; row 0 (A > 0) has a ratio 0.2 too but is never vetoed
+    logprobs = torch.log(torch.tensor([[0.2, 1.0, 1.0], [1.0, 0.2, 1.0]])).requires_grad_(True)
+    inp = ObjectiveInput(
+        logprobs=logprobs,
+        mask=torch.ones(2, 3),
+        behaviour_logprobs=torch.zeros(2, 3),
+        advantages=torch.tensor([1.0, -1.0]),
+        rewards=torch.tensor([1.0, 0.0]),
+        group_mean_rewards=torch.tensor([0.5, 0.5]),
+    )
+    cfg = ObjectiveConfig(eps_low=1.0, eps_high=4.0, veto_ratio=0.3, dual_clip=None)
+    out = OBJECTIVES["ppo_clip"](inp, cfg)
+    # surviving terms: row 0: 0.2 + 1 + 1; row 1: -1 (its first token); token mean over 6
+    assert out.loss.item() == pytest.approx(-(2.2 - 1.0) / 6, rel=1e-6)
+    assert out.stats["veto_frac"] == pytest.approx(2 / 6)
+    out.loss.backward()
+    assert logprobs.grad[1, 1] == 0 and logprobs.grad[1, 2] == 0 and logprobs.grad[1, 0] != 0
+    without = OBJECTIVES["ppo_clip"](inp, cfg.model_copy(update={"veto_ratio": None}))
+    assert without.loss.item() == pytest.approx(-(2.2 - 1.0 - 0.2 - 1.0) / 6, rel=1e-6)

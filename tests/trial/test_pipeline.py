@@ -343,6 +343,18 @@ def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_iden
     assert all(len(rec.batch) == 8 for rec in records)  # rank 0's shard: B/T
     m = result.metrics
     assert m["final/train_rollouts"] == 4 * 16  # both shards counted
+    # the ledger of both shards (rank 0's own would count the other shard's trained and held rollouts as discarded)
+    mine = set()
+    for rec in records:
+        mine.update(r.uid for r in rec.batch)
+        ledger = [rec.metrics[f"compute/{k}_rollouts"] for k in ("trained_once", "held", "discarded")]
+        assert sum(ledger) == rec.metrics["compute/gen_rollouts"] and min(ledger) >= 0
+        assert len(mine) < rec.metrics["compute/trained_once_rollouts"] <= rec.metrics["compute/train_rollouts"]
+        assert rec.metrics["compute/held_rollouts"] <= 64  # the two shards' buffers of 32
+    # the diagnostics of the averaged gradient: the cosine from the second step on, the effective sample size
+    assert "offpolicy/grad_cosine" not in records[0].metrics
+    assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
+    assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
     assert m["final/pipeline_mu_d4"] == pytest.approx((m["final/train_rollouts"] / 2) / m["final/gen_rollouts"])
     client = MlflowClient(tracking_uri)
     tags = client.get_run(result.run_id).data.tags

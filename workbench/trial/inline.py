@@ -77,7 +77,7 @@ class InlineSource:
         return Draw(fresh, batch, out)
 
     def train(self, step: int, batch: list[Rollout]) -> tuple[float, float, bool]:
-        return train_step(self.p.policy, self.p.optimizer, batch, self.cfg, step, self.p.strategy.gate)
+        return train_step(self.p.policy, self.p.optimizer, batch, self.cfg, step, self.p.strategy.gate, self.p.cosine)
 
     def trained(self, step: int, draw: Draw) -> tuple[int, int]:
         if draw.batch:

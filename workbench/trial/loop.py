@@ -22,6 +22,7 @@ from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import ConfigError, TrialConfig, flatten
 from workbench.trial.command import run_command_trial
+from workbench.trial.diagnostics import GradientCosine
 from workbench.trial.inline import InlineSource
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (
@@ -32,10 +33,11 @@ from workbench.trial.record import (
     budget_left,
     compute_metrics,
     final_metrics,
+    ledger_metrics,
     train_metrics,
     working_seconds,
 )
-from workbench.trial.replay import Rollout
+from workbench.trial.replay import Rollout, mark_trained, untrained
 from workbench.trial.source import BatchSource, Parts, Replica
 from workbench.trial.tasks import Task, load_task
 
@@ -135,7 +137,8 @@ def train(
     bar = budget_bar(cfg, show_progress)
     clock, curve_clock = source.clock(policy)
     evaluations = Evaluations(cfg, policy, task, run, meter, bar, on_eval, t_start, clock, curve_clock)
-    parts = Parts(cfg, task, run, policy, optimizer, strategy, meter, evaluations, clock)
+    cosine = GradientCosine() if cfg.train.grad_cosine else None
+    parts = Parts(cfg, task, run, policy, optimizer, strategy, meter, evaluations, clock, cosine)
     with source.running(parts), progress.bar_safe_logging(show_progress), bar:
         steps = _Steps(parts, source, lr_schedule, bar, observer, inspect)
         steps.run()
@@ -187,9 +190,8 @@ class _Steps:
         if batch:
             with meter.timed("train"):
                 obj, grad_norm, applied = source.train(step, batch)
-            self.trained_once += sum(r.uses == 0 and r.source == "fresh" for r in batch)
-            for r in batch:
-                r.uses += 1
+            draw.trained_once = mark_trained(batch)
+            self.trained_once += draw.trained_once
             self.updates += int(applied)
             metrics.update(train_metrics(obj, grad_norm, batch, step, self.lr_schedule.get_last_lr()[0]))
             self.lr_schedule.step()
@@ -199,9 +201,7 @@ class _Steps:
             {
                 **compute_metrics(meter, self.updates),
                 "replay/buffer_size": p.strategy.size(),
-                tracking.DISCARDED_ROLLOUTS: meter.gen_rollouts
-                - self.trained_once
-                - sum(r.uses == 0 and r.source == "fresh" for r in p.strategy.held()),
+                **ledger_metrics(meter.gen_rollouts, self.trained_once, untrained(p.strategy.held())),
                 "replay/fresh": generated,
                 **p.strategy.metrics(),
                 **source.metrics(step, draw),

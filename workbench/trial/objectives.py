@@ -1,13 +1,15 @@
 """Policy-gradient objectives, registered by name (`objective.name`).
 
 Each objective takes the current per-token log-probs of a batch (with grad) and the batch's frozen data, and
-returns a scalar loss to minimise plus diagnostics. Token-mean aggregation throughout: every completion token
-of the batch weighs the same.
+returns a scalar loss to minimise plus diagnostics. Token-mean aggregation (every completion token of the batch
+weighs the same), except `oapl`'s regression, a mean over rollouts.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
 import torch
 
 from workbench.config import ObjectiveConfig
@@ -33,6 +35,8 @@ class ObjectiveInput:
     prox_logprobs: torch.Tensor | None = None
     """[n, T] log-probs under the parameters before this batch's first optimizer step (the proximal policy of
     decoupled PPO), when the batch is trained in several minibatch steps; None: the current parameters."""
+    group_rewards: list[tuple[float, ...]] | None = None
+    """The rewards of each rollout's whole group at generation (OAPL's V*); None: each rollout's own reward."""
 
 
 @dataclass
@@ -68,9 +72,21 @@ def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
         }
 
 
-def register_objective(name: str):
-    """Register `fn(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput` under `name` (`objective.name`)."""
-    return OBJECTIVES.register(name)
+def register_objective(name: str, mean: str = "tokens"):
+    """Register `fn(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput` under `name` (`objective.name`).
+    `mean`: what its loss averages over, `tokens` (every completion token weighs the same) or `rollouts`; the trainer
+    weights micro-batches by their share of it (`aggregation`), so micro-batches give the one-pass gradient."""
+
+    def wrap(fn):
+        fn.mean = mean
+        return OBJECTIVES.register(name)(fn)
+
+    return wrap
+
+
+def aggregation(objective) -> str:
+    """What a registered objective's loss averages over: `tokens` or `rollouts`."""
+    return getattr(objective, "mean", "tokens")
 
 
 def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -105,12 +121,26 @@ def ppo_clip(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
         floor = cfg.dual_clip * adv
         dual = (adv < 0) & (surrogate < floor)
         surrogate = torch.where(adv < 0, torch.maximum(surrogate, floor), surrogate)
+    stats = {}
+    if cfg.veto_ratio is not None:
+        vetoed = negative_veto(ratio.detach(), mask, adv, cfg.veto_ratio)
+        surrogate = surrogate * (1 - vetoed)
+        stats["veto_frac"] = float(_token_mean(vetoed, mask))
     loss = -_loss_mean(surrogate, inp)
     with torch.no_grad():
         active = ((ratio < 1 - cfg.eps_low) & (adv < 0)) | ((ratio > 1 + cfg.eps_high) & (adv > 0)) | dual
         clip_frac = float(_token_mean(active.float(), mask))
         ratio_mean = float(_token_mean(ratio, mask))
-    return ObjectiveOutput(loss, ratio_mean, clip_frac, {"dual_clip_frac": float(_token_mean(dual.float(), mask))})
+    return ObjectiveOutput(
+        loss, ratio_mean, clip_frac, {"dual_clip_frac": float(_token_mean(dual.float(), mask)), **stats}
+    )
+
+
+def negative_veto(ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, trigger: float) -> torch.Tensor:
+    """mu-GRPO's veto as a [n, T] 0/1 tensor: in each row of negative advantage, the first completion token whose
+    ratio is below `trigger` and every token after it; 0 elsewhere."""
+    fired = ((ratio < trigger) & mask.bool() & (adv < 0)).float()
+    return (torch.cumsum(fired, dim=1) > 0).float() * mask
 
 
 @register_objective("asymre")
@@ -174,3 +204,77 @@ def truncated_is(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
         truncated = float(_token_mean((w > cfg.tis_cap).float(), mask))
         ratio_mean = float(_token_mean(w, mask))
     return ObjectiveOutput(loss, ratio_mean, truncated)
+
+
+@register_objective("m2po")
+def m2po(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
+    """M2PO (Zheng, Zhao, Chen, arXiv 2510.01161), as Trinity-RFT ships it: token-level importance sampling without a
+    clip, its trust region kept by masking tokens until the second moment of their log-ratios is small.
+
+    With d = log pi_theta / pi_behaviour per token, the tokens the trust region governs are those that move the way
+    their advantage pushes (A > 0 and d > 0, or A < 0 and d < 0). If the mean of d² over them exceeds tau
+    (`m2_threshold`), the ones of largest d² are masked until the mean of the rest is at most tau (the longest
+    prefix in increasing d² whose running mean is <= tau is kept); the other tokens are never masked. Per token:
+    -M * exp(d) * A, token mean over all completion tokens (masked ones count in the denominator). The mask is
+    chosen once per forward pass, over the whole step's batch unless `train.micro_batch_size` splits it (Trinity
+    chooses it over the whole minibatch). d is clamped to +-20 in the forward pass only, as Trinity's."""
+    mask = inp.mask.float()
+    d = (inp.logprobs - inp.behaviour_logprobs) * mask
+    d = d + (torch.clamp(d, -20.0, 20.0) - d).detach()
+    adv = inp.advantages[:, None].to(d.dtype)
+    with torch.no_grad():
+        square = d.detach() ** 2
+        governed = mask.bool() & (((adv > 0) & (d > 0)) | ((adv < 0) & (d < 0)))
+        kept = mask.clone()
+        values = square[governed]
+        m2_before = float(values.mean()) if values.numel() else 0.0
+        if values.numel() and m2_before > cfg.m2_threshold:
+            ordered, order = torch.sort(values.double())
+            running = torch.cumsum(ordered, 0) / torch.arange(1, len(ordered) + 1, dtype=torch.float64)
+            keep = int((running <= cfg.m2_threshold).sum())  # running means rise with each larger d²: a prefix
+            drop = torch.zeros(len(values), dtype=torch.bool)
+            drop[order[keep:]] = True
+            flat = kept[governed]
+            flat[drop] = 0.0
+            kept[governed] = flat
+        left = square[governed & kept.bool()]
+        m2_after = float(left.mean()) if left.numel() else 0.0
+    loss = -_loss_mean(kept * torch.exp(d) * adv, inp)
+    with torch.no_grad():
+        masked = float(_token_mean(mask - kept, mask))
+        ratio_mean = float(_token_mean(torch.exp(d.detach()), mask))
+    return ObjectiveOutput(loss, ratio_mean, masked, {"m2_before": m2_before, "m2_after": m2_after})
+
+
+def optimal_values(group_rewards: list[tuple[float, ...]], beta: float) -> torch.Tensor:
+    """OAPL's V*(x) = beta log mean_j exp(r_j / beta) over each rollout's group (its rollouts from the lagged
+    policy), [n] in float64."""
+    out = []
+    for rewards in group_rewards:
+        r = torch.tensor(rewards, dtype=torch.float64) / beta
+        out.append(beta * (torch.logsumexp(r, 0) - math.log(len(rewards))))
+    return torch.stack(out)
+
+
+@register_objective("oapl", mean="rollouts")
+def oapl(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput:
+    """OAPL (Ritter et al., arXiv 2602.19362; the authors' code): least-squares regression of the scaled sequence
+    log-ratio onto the optimal advantage, no importance weight and no clip; the lagged inference policy is each
+    rollout's behaviour policy (for a replayed rollout, the policy that generated it).
+
+    per rollout i of group x: (beta_2 * sum_t (logp_t - behaviour_logp_t) - (r_i - V*(x)))², V*(x) = beta_1 log mean_j
+    exp(r_j / beta_1) over x's group; mean over rollouts (a sequence mean, not a token mean: the log-ratio is summed
+    over the sequence's tokens, not normalised by its length). beta_2 = `oapl_beta`, beta_1 = `oapl_value_beta`.
+    Micro-batches (`train.micro_batch_size`) are weighted by their share of the rollouts. The mismatch correction's
+    token weights are not applied (OAPL has none)."""
+    mask = inp.mask.float()
+    log_ratio = ((inp.logprobs - inp.behaviour_logprobs) * mask).sum(dim=1)
+    groups = inp.group_rewards if inp.group_rewards is not None else [(float(r),) for r in inp.rewards]
+    values = optimal_values(groups, cfg.oapl_value_beta).to(log_ratio.device, log_ratio.dtype)
+    target = inp.rewards.to(log_ratio.dtype) - values
+    residual = cfg.oapl_beta * log_ratio - target
+    loss = (residual**2).mean()
+    with torch.no_grad():
+        ratio_mean = float(_token_mean(torch.exp((inp.logprobs - inp.behaviour_logprobs) * mask), mask))
+        stats = {"oapl_target_abs": float(target.abs().mean()), "oapl_residual_abs": float(residual.abs().mean())}
+    return ObjectiveOutput(loss, ratio_mean, 0.0, stats)

@@ -253,6 +253,17 @@ def train_metrics(obj, grad_norm: float, batch: list[Rollout], step: int, lr: fl
     }
 
 
+def ledger_metrics(generated: int, trained_once: int, held: int) -> dict[str, float]:
+    """The rollout ledger (summed over a pipeline's trainers): of the `generated` rollouts, `trained_once` have been
+    trained at least once, `held` wait untrained in the buffers, and the rest were discarded untrained (evicted,
+    dropped by a strategy's filter): generated = trained + held + discarded."""
+    return {
+        tracking.TRAINED_ONCE_ROLLOUTS: trained_once,
+        tracking.HELD_ROLLOUTS: held,
+        tracking.DISCARDED_ROLLOUTS: generated - trained_once - held,
+    }
+
+
 def compute_metrics(meter: ComputeMeter, updates: int) -> dict[str, float]:
     """The running compute account (`compute/*`) after a step."""
     return {

@@ -31,6 +31,9 @@ class Rollout:
     """GRPO group advantage, computed once at generation."""
     group_mean_reward: float
     birth_step: int
+    group_rewards: tuple[float, ...] = ()
+    """The rewards of the rollout's whole group at generation, itself included (OAPL's value estimate); empty when
+    the maker did not record them (the loss then reads the rollout's own reward alone)."""
     uses: int = 0
     """Optimizer steps this rollout has been trained in so far."""
     source: str = "fresh"
@@ -43,6 +46,20 @@ class Rollout:
 
     def age(self, step: int) -> int:
         return step - self.birth_step
+
+
+def mark_trained(batch: list[Rollout]) -> int:
+    """One more use of each rollout of a batch that has just been trained; returns how many of the trial's own fresh
+    rollouts were trained for the first time (the ledger's `trained` term)."""
+    first = sum(r.uses == 0 and r.source == "fresh" for r in batch)
+    for r in batch:
+        r.uses += 1
+    return first
+
+
+def untrained(rollouts: list[Rollout]) -> int:
+    """The trial's own fresh rollouts among `rollouts` that no step has trained yet (the ledger's `held` term)."""
+    return sum(r.uses == 0 and r.source == "fresh" for r in rollouts)
 
 
 class FreshCredit:

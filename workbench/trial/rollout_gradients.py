@@ -130,7 +130,7 @@ def _token_weights(policy: Policy, rollouts: list[Rollout], cfg: TrialConfig) ->
     total = logprobs.new_zeros(())
     for i in range(len(rollouts)):
         row = {f.name: getattr(inp, f.name) for f in fields(ObjectiveInput)}
-        row = {name: (v[i : i + 1] if isinstance(v, torch.Tensor) else v) for name, v in row.items()}
+        row = {name: (v[i : i + 1] if isinstance(v, (torch.Tensor, list)) else v) for name, v in row.items()}
         row["logprobs"] = logprobs[i : i + 1]
         total = (
             total + objective(ObjectiveInput(**row), cfg.objective).loss

@@ -73,6 +73,7 @@ def generate_groups(
                     advantage=advantages[j],
                     group_mean_reward=mean_reward,
                     birth_step=step,
+                    group_rewards=tuple(rewards),
                     trainer_logprobs=None if trainer_logprobs is None else trainer_logprobs[i],
                 )
             )

@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 from workbench import tracking
 from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
+from workbench.trial.diagnostics import GradientCosine
 from workbench.trial.policy import Policy
 from workbench.trial.record import Evaluations, WallClock
 from workbench.trial.replay import Rollout
@@ -57,6 +58,8 @@ class Parts:
     meter: ComputeMeter
     evaluations: Evaluations
     clock: WallClock
+    cosine: GradientCosine | None = None
+    """The consecutive-gradient cosine of the trainer that logs (`train.grad_cosine`), or None."""
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Draw:
     fresh: list[Rollout]
     batch: list[Rollout]
     state: Any = None
+    trained_once: int = 0
+    """Of `batch`, the fresh rollouts trained for the first time (set by the loop once it has trained them)."""
 
 
 class BatchSource(Protocol):

@@ -16,7 +16,8 @@ from workbench import progress
 from workbench.backends.scoring import score
 from workbench.config import TrialConfig
 from workbench.registry import OBJECTIVES
-from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, ratio_stats
+from workbench.trial.diagnostics import GradientCosine
+from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, aggregation, ratio_stats
 from workbench.trial.policy import Policy, autocast_on
 from workbench.trial.replay import Rollout
 
@@ -83,6 +84,7 @@ def objective_input(
         advantages=as_tensor([r.advantage for r in batch]),
         rewards=as_tensor([r.reward for r in batch]),
         group_mean_rewards=as_tensor([r.group_mean_reward for r in batch]),
+        group_rewards=[r.group_rewards or (r.reward,) for r in batch],
     )
 
 
@@ -139,6 +141,13 @@ def autocast(policy: Policy, setting: str):
     )
 
 
+def micro_shares(pieces: list[list[Rollout]], mean: str) -> list[float]:
+    """Each micro-batch's weight in the step's loss: its share of the step's completion tokens (a token-mean
+    objective) or of its rollouts (`mean` `rollouts`), so the accumulated gradient is the one-pass gradient."""
+    sizes = [sum(len(r.completion_ids) for r in p) if mean == "tokens" else len(p) for p in pieces]
+    return [s / max(sum(sizes), 1) for s in sizes]
+
+
 def _accumulate(outs: list[ObjectiveOutput], shares: list[float]) -> ObjectiveOutput:
     """One optimizer step's diagnostics from its micro-batches: the loss is the sum of the weighted losses (the
     one-pass token mean), the rest token-weighted means (ratio extremes: their extremes)."""
@@ -186,33 +195,32 @@ def train_step(
     cfg: TrialConfig,
     step: int,
     gate: Callable[[object, int], bool] | None = None,
+    cosine: GradientCosine | None = None,
 ) -> tuple[ObjectiveOutput, float, bool]:
     """The configured objective on `batch`: one optimizer step per minibatch (`objective.minibatches`, default 1).
     Returns the batch's merged diagnostics, the mean gradient norm and whether any step was applied (`gate`,
     called after each backward, may drop a step: its gradients are set to None, so the optimizer skips every
     parameter and its state is untouched). With several minibatches, the log-probs before the first step (the
-    proximal policy of `decoupled_ppo`) are computed once, with one extra forward pass over the batch."""
+    proximal policy of `decoupled_ppo`) are computed once, with one extra forward pass over the batch. `cosine`
+    (where `train.grad_cosine`) reads each applied step's gradient against the previous one: `grad_cosine` in the
+    diagnostics, their mean over the batch's steps."""
     cap = cfg.generation.mismatch_cap if cfg.generation.mismatch_correction == "importance_sampling" else None
     parts = minibatches(batch, cfg.objective.minibatches)
     micro = cfg.train.micro_batch_size
+    objective = OBJECTIVES[cfg.objective.name]
     prox = _score_frozen(policy, batch, micro) if len(parts) > 1 else None
-    outs, norms, applied, offset = [], [], False, 0
+    outs, norms, cosines, applied, offset = [], [], [], False, 0
     progress.ACTIVITY.begin(f"step {step}: training", "micro-batches", sum(len(chunks(p, micro)) for p in parts))
     for part in parts:
         policy.model.train()
         optimizer.zero_grad(set_to_none=True)
         pieces = chunks(part, micro)
-        tokens = sum(len(r.completion_ids) for r in part)
-        shares = (
-            [sum(len(r.completion_ids) for r in piece) / max(tokens, 1) for piece in pieces]
-            if len(pieces) > 1
-            else [1.0]
-        )
+        shares = micro_shares(pieces, aggregation(objective)) if len(pieces) > 1 else [1.0]
         done = []
         for piece, share in zip(pieces, shares):
             with autocast(policy, cfg.train.autocast):
                 inp = objective_input(policy, piece, cap, None if prox is None else prox[offset : offset + len(piece)])
-                out = OBJECTIVES[cfg.objective.name](inp, cfg.objective)
+                out = objective(inp, cfg.objective)
             offset += len(piece)
             out.stats = {**ratio_stats(inp), **(out.stats or {})}
             if not torch.isfinite(out.loss):
@@ -224,10 +232,15 @@ def train_step(
         if gate is not None and gate(policy.model, step):
             optimizer.zero_grad(set_to_none=True)
             continue
+        if cosine is not None and (value := cosine(policy.model)) is not None:
+            cosines.append(value)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip, foreach=True))
         if not math.isfinite(grad_norm):
             raise TrialDiverged(f"gradient norm is {grad_norm} at step {step}")
         optimizer.step()
         norms.append(grad_norm)
         applied = True
-    return _merge(outs), (sum(norms) / len(norms) if norms else 0.0), applied
+    merged = _merge(outs)
+    if cosines:
+        merged.stats = {**(merged.stats or {}), "grad_cosine": sum(cosines) / len(cosines)}
+    return merged, (sum(norms) / len(norms) if norms else 0.0), applied

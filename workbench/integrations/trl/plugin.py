@@ -144,6 +144,7 @@ class ReplayGRPOTrainer(LedgerGRPOTrainer):
                     advantage=float(out["advantages"][i]),
                     group_mean_reward=group_mean,
                     birth_step=step,
+                    group_rewards=tuple(float(x) for x in rewards[i - i % G : i - i % G + G]),
                 )
             )
             self._next_uid += 1

@@ -21,7 +21,7 @@ from workbench.trial.pipeline.generator import PipelineError, process_threads
 from workbench.trial.pipeline.local import LocalWiring
 from workbench.trial.pipeline.trainer import LAG_BINS, Shard, StepReport, average_gradients, go, shard_config
 from workbench.trial.policy import Policy
-from workbench.trial.record import WallClock, devices_in_use, mismatch_metrics
+from workbench.trial.record import WallClock, devices_in_use, ledger_metrics, mismatch_metrics
 from workbench.trial.replay import Rollout
 from workbench.trial.source import Draw, Parts
 from workbench.trial.step import train_step
@@ -246,11 +246,11 @@ class PipelineSource:
 
     def train(self, step: int, batch: list[Rollout]) -> tuple[float, float, bool]:
         p = self.p
-        return _collective(self._died, train_step, p.policy, p.optimizer, batch, self.cfg, step, self.gate)
+        return _collective(self._died, train_step, p.policy, p.optimizer, batch, self.cfg, step, self.gate, p.cosine)
 
     def trained(self, step: int, draw: Draw) -> tuple[int, int]:
         mine, meter = draw.state, self.p.meter
-        mine.add_batch(draw.batch, step)
+        mine.add_batch(draw.batch, step, draw.trained_once, self.p.strategy.held())
         self.report = report = _collective(self._died, mine.summed, self.T, self.wiring.group)
         t0 = time.perf_counter()
         self.wiring.weights.publish(self.p.policy.model, step + 1, self._check)
@@ -281,6 +281,9 @@ class PipelineSource:
                 }
             )
         metrics.update(mismatch_metrics(draw.fresh))  # vLLM generators: this shard's fresh rollouts
+        # the ledger of every trainer's shard (the loop's own reads rank 0's only)
+        totals = self.account.totals.values
+        metrics.update(ledger_metrics(self.p.meter.gen_rollouts, int(totals["trained_once"]), int(v["held_untrained"])))
         return metrics
 
     def final(self) -> dict[str, float]:

@@ -26,7 +26,7 @@ from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench.trial.pipeline.generator import POLL_S, Chunk, PipelineError, from_wire, process_threads
 from workbench.trial.policy import Policy
-from workbench.trial.replay import Rollout, batch_stats
+from workbench.trial.replay import Rollout, batch_stats, mark_trained, untrained
 from workbench.trial.source import Replica
 from workbench.trial.step import train_step
 from workbench.trial.tasks import load_task
@@ -48,6 +48,8 @@ SCALARS = [
     "slowdown_s",
     "chunks",
     "train_tokens",
+    "trained_once",
+    "held_untrained",
 ]
 """What each trainer reports of its step (summed across trainers)."""
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -94,8 +96,11 @@ class StepReport:
         v["chunks"] += 1 if c.busy_s > 0 else 0
         self.lag_push[min(c.published - c.version, LAG_BINS - 1)] += len(rollouts)
 
-    def add_batch(self, batch: list[Rollout], step: int) -> None:
+    def add_batch(self, batch: list[Rollout], step: int, trained_once: int, held: list[Rollout]) -> None:
+        """A trained batch (`trained_once` of its rollouts for the first time) and what its strategy holds after it."""
         self.values["train_tokens"] += sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch)
+        self.values["trained_once"] += trained_once
+        self.values["held_untrained"] = untrained(held)
         for a in batch_stats(batch, step).ages:
             self.age[min(a, LAG_BINS - 1)] += 1
 
@@ -354,7 +359,7 @@ def run_trainer(cfg: TrialConfig, rank: int, inbox, stop, alive, group=None) -> 
             batch, _ = shard.next_batch(step, report, nullcontext)
             train_step(policy, optimizer, batch, shard_cfg, step, gate)
             lr_schedule.step()
-            report.add_batch(batch, step)
+            report.add_batch(batch, step, mark_trained(batch), strategy.held())
             report.summed(world, group)
             step += 1
     except Exception:  # not SystemExit: a trainer told to stop exits at once

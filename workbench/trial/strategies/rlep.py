@@ -118,6 +118,7 @@ class Rlep(Strategy):
             mean = float(np.mean([r.reward for r in members]))
             for r, a in zip(members, advantages):
                 r.advantage, r.group_mean_reward = a, mean
+                r.group_rewards = tuple(m.reward for m in members)
             out.extend(members)
         self.ctx.rescore(out)  # RLEP recomputes old_log_prob for the whole mixed group with the current actor
         self._metrics = {
