@@ -35,6 +35,7 @@ from analysis.result import (
     FitSummary,
     FittedOptimum,
     ModelSummary,
+    LossModels,
     Predicted,
     ProbeVerified,
     Replicate,
@@ -217,6 +218,34 @@ def _models(uniform: pd.DataFrame, mu: float, xb, yb, bootstrap: int, seed: int,
     ]
 
 
+def _by_loss(
+    uniform: pd.DataFrame, mu: float, bounds, bootstrap: int, seed: int, bar: bool = False
+) -> tuple[LossModels, ...] | None:
+    """A study of several losses: every registered model and the null predictors fitted to each loss's uniform runs
+    apart, each with the on-policy baseline's runs (the anchor at y 1, x 1 every loss is compared with; PPO-clip's,
+    which on fresh rollouts every ratio-based loss equals up to its clip). None for a study of one loss."""
+    objectives = sorted(uniform["objective"].unique())
+    if len(objectives) < 2:
+        return None
+    baseline = uniform[uniform["baseline"]]
+    out = []
+    for name in objectives:
+        with phases.phase(f"the models fitted to the {name} runs alone"):
+            runs = pd.concat([baseline, uniform[(uniform["objective"] == name) & ~uniform["baseline"]]])
+            summaries = _models(runs, mu, *bounds, bootstrap, seed, bar)
+            nulls = null_models.against_nulls(runs, summaries, seed=seed) if summaries else None
+        out.append(
+            LossModels(
+                loss_name=name,
+                n_runs=len(runs),
+                n_configurations=runs.groupby(["x", "y", "lr"]).ngroups,
+                models=tuple(ModelSummary.from_json(m) for m in summaries),
+                null_models=nulls,
+            )
+        )
+    return tuple(out)
+
+
 def _laws(data: StudyData, models: tuple[ModelSummary, ...]) -> list[dict]:
     """The paper's laws (`analysis.laws`), each with its verdict, `not testable` ones with the reason; F2's predicted
     minimum uses thm45's fitted rho."""
@@ -301,6 +330,7 @@ def analyze_data(
                 nulls = null_models.against_nulls(uniform, summaries, seed=seed)  # each model's `skill`
                 models = tuple(ModelSummary.from_json(m) for m in summaries)
         block = replace(block, models=models, null_models=nulls)
+        by_loss = _by_loss(uniform, data.reference_mu, _bounds(configs), bootstrap, seed, bar)
         noise = _noise(data)
         with phases.phase(f"the paper's laws ({laws.N_BOOT} bootstrap draws over seeds)"):
             verdicts = _laws(data, models)
@@ -336,6 +366,7 @@ def analyze_data(
             if pipeline
             else None,
             prediction=prediction,
+            by_loss=by_loss,
         )
     return result, data, fit
 

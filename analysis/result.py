@@ -277,6 +277,34 @@ class ModelSummary(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LossModels(Record):
+    """A study of several losses: the compared models and the null predictors fitted to one loss's uniform runs
+    (with the on-policy baseline's, their shared anchor at y 1, x 1)."""
+
+    loss_name: str
+    """Its `objective.name`."""
+    n_runs: int
+    n_configurations: int
+    models: tuple[ModelSummary, ...] = ()
+    null_models: Json = _omitted()
+
+    @property
+    def selected(self) -> tuple[ModelSummary, ...]:
+        """The models that beat every null predictor out of sample."""
+        return tuple(m for m in self.models if m.selected)
+
+    def lines(self) -> list[str]:
+        best = self.models[0] if self.models else None
+        read = (
+            "too few configurations to compare models"
+            if best is None
+            else f"best by LOCO {best.model} ({best.loco_error:.3g}); beats every null: "
+            + (", ".join(m.model for m in self.selected) or "none")
+        )
+        return [f"{self.loss_name}: {self.n_runs} runs, {self.n_configurations} configurations; {read}"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class FitSummary(Record):
     """The report's model (Theorem 4.5's, distinct draws) fitted to uniform replay's runs (`analysis.fit.Fit`)."""
 
@@ -368,7 +396,17 @@ class FittedOptimum(Record):
 _HEAD = ("schema_version", "study", "target_accuracy", "metric", "estimator", "resolution", "noise_by_estimator")
 _NOISE = ("by_reading", "by_checkpoint", "skill_or_sharpness", "skill_or_sharpness_tuned", "reference_mu", "n_runs")
 _COUNTS = ("n_configurations", "n_censored_runs", "variance_form", "noise_model")
-_TAIL = ("configurations", "confirmations", "tuned_lr", "whatif", "laws", "pipeline", "pipeline_mapped", "prediction")
+_TAIL = (
+    "configurations",
+    "confirmations",
+    "tuned_lr",
+    "whatif",
+    "laws",
+    "pipeline",
+    "pipeline_mapped",
+    "prediction",
+    "by_loss",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,6 +438,8 @@ class Analysis(FittedOptimum):
     pipeline: Json = ()
     pipeline_mapped: Json = _omitted()
     prediction: Prediction | None = None
+    by_loss: tuple[LossModels, ...] | None = _omitted()
+    """A study of several losses (`objective.name`): the models and nulls fitted to each loss's runs."""
 
     JSON_ORDER: ClassVar[tuple[str, ...]] = (
         *_HEAD,

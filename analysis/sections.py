@@ -547,6 +547,36 @@ def _models_section(result: Analysis) -> list[str]:
     return lines + [""]
 
 
+def _by_loss_section(result: Analysis) -> list[str]:
+    """A study of several losses: the models and the null predictors fitted to each loss's runs apart."""
+    if not result.by_loss:
+        return []
+    lines = [
+        "## Models per loss",
+        "",
+        "Every registered model and the null predictors fitted to each loss's uniform runs apart (with the on-policy"
+        " baseline's runs, the anchor every loss is compared with), scored out of sample as above: does any loss give"
+        " the model something to predict? A model *beats the nulls* when its leave-one-configuration-out error is"
+        " below every null predictor's with the paired 95% interval (`analysis.null_models`).",
+        "",
+        "| loss | runs | configurations | best model by LOCO (median abs log error) | its verdict against the nulls |"
+        " models that beat every null |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in result.by_loss:
+        best = o.models[0] if o.models else None
+        if best is None:
+            lines.append(f"| `{o.loss_name}` | {o.n_runs} | {o.n_configurations} | too few configurations | - | - |")
+            continue
+        words = best.skill.words if best.skill is not None else "-"
+        selected = ", ".join(f"`{m.model}`" for m in o.selected) or "none"
+        lines.append(
+            f"| `{o.loss_name}` | {o.n_runs} | {o.n_configurations} | `{best.model}` ({_fmt(best.loco_error)}) |"
+            f" {words} | {selected} |"
+        )
+    return lines + [""]
+
+
 def _against(d: dict) -> str:
     if not math.isfinite(d.get("difference", math.nan)):
         return "-"
@@ -839,6 +869,7 @@ def tables(result: Analysis) -> str:
             *_fit_section(result),
             *_models_section(result),
             *skill_section(result),
+            *_by_loss_section(result),
             *_pipeline_section(result),
             *_pareto_section(result),
         ]

@@ -258,3 +258,38 @@ def test_the_report_gives_every_model_its_skill_and_a_section_that_says_which_nu
         assert f"`{m.model}`: {m.skill.words}." in section
         assert m.skill.selected or m.skill.not_beaten
     assert "One learning rate: lr-only is the constant here." in section
+
+
+def test_a_study_of_several_losses_fits_the_models_and_nulls_to_each_loss_apart(study):
+    """Each loss's runs with the baseline's: a section per loss says which model beats the nulls on which loss."""
+    import dataclasses
+
+    import pandas as pd
+
+    from analysis.report import analyze_data
+    from analysis.result import Analysis
+    from analysis.sections import tables
+
+    grid = {(1.0, 1.0): 1.0, (2.0, 2.0): 1.05, (4.0, 2.0): 1.1, (8.0, 4.0): 1.4}
+    clip, other = study(grid, seeds=2, steps=50), study({**grid, (2.0, 2.0): 0.9, (8.0, 4.0): 2.0}, seeds=2, steps=50)
+    clip.runs["objective"] = "ppo_clip"
+    moved = other.runs[~other.runs["baseline"]].assign(
+        objective="oapl", trial_number=lambda r: r["trial_number"] + 10, run_id=lambda r: "oapl-" + r["run_id"]
+    )
+    curves = other.curves[other.curves["run_id"].isin(other.runs.loc[~other.runs["baseline"], "run_id"])]
+    data = dataclasses.replace(
+        clip,
+        runs=pd.concat([clip.runs, moved], ignore_index=True),
+        curves=pd.concat([clip.curves, curves.assign(run_id="oapl-" + curves["run_id"])], ignore_index=True),
+    )
+    result, _, _ = analyze_data(data, whatif_mu=(), bootstrap=2)
+    assert [o.loss_name for o in result.by_loss] == ["oapl", "ppo_clip"]
+    for o in result.by_loss:
+        assert o.n_runs == 4 * 2 and o.n_configurations == 4  # its 3 arms and the baseline, 2 seeds each
+        assert o.models and all(m.skill is not None for m in o.models) and set(o.null_models) == set(null_models.NULLS)
+    section = tables(result).split("## Models per loss")[1].split("\n## ")[0]
+    assert "| `oapl` | 8 | 4 |" in section and "| `ppo_clip` | 8 | 4 |" in section
+    # written and read back with the rest of analysis.json; a study of one loss writes no such block
+    assert Analysis.from_json(result.to_json()).by_loss == result.by_loss
+    one, _, _ = analyze_data(clip, whatif_mu=(), bootstrap=2)
+    assert one.by_loss is None and "by_loss" not in one.to_json()
