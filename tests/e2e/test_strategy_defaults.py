@@ -57,3 +57,21 @@ def test_every_objective_trains_a_replay_trial_with_its_defaults(objective, tmp_
     assert code == 0, out.err[-3000:]
     result = json.loads(out.out.strip().splitlines()[-1])
     assert result["metrics"]["final/steps"] == 3 and result["metrics"]["final/updates"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["max_uses=2", "recency_alpha=3", "use_decay=2"])
+def test_every_buffer_policy_trains_a_replay_trial(policy, tmp_path, capsys):
+    """Each of the uniform buffer's policies (Marin's use cap and recency weights, Trinity-RFT's use-count decay) at
+    y 2, every other setting its default."""
+    config = tmp_path / "toy.yaml"
+    config.write_text(yaml.safe_dump(toy_dict(budget={"compute_units": None, "steps": 4}, eval={"every": 4})))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sets = [f"replay.uniform.{policy}", "replay.ratio=2", "replay.capacity=64"]
+    code = main(
+        ["train", "--config", str(config), *[a for s in sets for a in ("--set", s)], "--tracking-uri", uri, "--json"]
+    )
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    metrics = json.loads(out.out.strip().splitlines()[-1])["metrics"]
+    assert metrics["final/steps"] == 4 and metrics["final/replay_ratio"] == pytest.approx(2, rel=0.5)
