@@ -296,24 +296,27 @@ def _seed_row(r, number: int, arm: str, baseline: bool, predicted: float) -> dic
 
 def variants(runs: pd.DataFrame) -> pd.DataFrame:
     """`variant`: the knobs of a run's strategy (`replay.<strategy>.*`) that differ between the study's runs of that
-    strategy, as `replay_fraction=0` (empty where none does). Two configurations of one strategy that differ only
+    strategy, as `replay_fraction=0` (empty where none does), and its loss (`loss=oapl`) where the study's runs differ
+    in it. Two configurations of one strategy that differ only
     there (prioritized replay, and the same strategy with replay_fraction 0: the skip alone) are two cells, not one."""
     variant = pd.Series("", index=runs.index, dtype=object)
     for _, g in runs.groupby("strategy"):
         table = pd.DataFrame(list(g["strategy_knobs"]), index=g.index)
         varying = [k for k in table if table[k].nunique(dropna=False) > 1]
         variant[g.index] = [" ".join(f"{k}={_short(row[k])}" for k in varying) for _, row in table.iterrows()]
+    if "objective" in runs and runs["objective"].nunique() > 1:  # a study of several losses: the loss is a knob
+        variant = (variant + " loss=" + runs["objective"]).str.strip()
     return runs.drop(columns="strategy_knobs").assign(variant=variant)
 
 
 def strategy_shown(r) -> dict:
-    """A configuration's strategy as the labels show it (`workbench.verdicts.knob_label`): nothing for uniform, else
-    `strategy` and its `variant` knobs (`{"strategy": "prioritized", "replay_fraction": "0"}`)."""
+    """A configuration's strategy as the labels show it (`workbench.verdicts.knob_label`): its `variant` knobs, after
+    `strategy` unless it is uniform (`{"strategy": "prioritized", "replay_fraction": "0"}`; `{"loss": "oapl"}` in a
+    study of several losses; nothing for uniform replay in a study of one)."""
     strategy = r.get("strategy", "uniform")
-    if strategy == "uniform":
-        return {}
     variant = r.get("variant") or ""
-    return {"strategy": strategy, **dict(kv.split("=", 1) for kv in str(variant).split())}
+    shown = dict(kv.split("=", 1) for kv in str(variant).split())
+    return shown if strategy == "uniform" else {"strategy": strategy, **shown}
 
 
 def _short(value: str) -> str:

@@ -2,7 +2,8 @@
 made of, so that anyone can recompute a report's and docs/results.md's claims without the stores
 (`analysis.recompute`).
 
-Columns: the study, trial and arm; the configuration (strategy, x, y, capacity, ratio, horizon, lr); the seed and its
+Columns: the study, trial and arm; the configuration (strategy, its variant, the loss `objective`, x, y, capacity,
+ratio, horizon, lr); the seed and its
 warm start (`checkpoint`, the model's init seed); the curve read (`curve`) and its `target`; compute-to-target and the
 censored flag by every estimator (`ctt_<estimator>`, `censored_<estimator>`) at the study's reference mu, with the
 study's own estimator's copy in `compute_to_target`/`censored`; the run's `total_units`; the `mu` it is accounted at
@@ -23,7 +24,20 @@ from workbench.censoring import Outcome
 from workbench.estimators import ESTIMATORS
 
 FILE = "runs.csv"
-CONFIG = ["trial_number", "arm", "baseline", "strategy", "variant", "x", "y", "capacity", "ratio", "horizon", "lr"]
+CONFIG = [
+    "trial_number",
+    "arm",
+    "baseline",
+    "strategy",
+    "variant",
+    "objective",
+    "x",
+    "y",
+    "capacity",
+    "ratio",
+    "horizon",
+    "lr",
+]
 
 
 def runs_table(data: StudyData) -> pd.DataFrame:

@@ -293,3 +293,24 @@ def test_a_study_of_several_losses_fits_the_models_and_nulls_to_each_loss_apart(
     assert Analysis.from_json(result.to_json()).by_loss == result.by_loss
     one, _, _ = analyze_data(clip, whatif_mu=(), bootstrap=2)
     assert one.by_loss is None and "by_loss" not in one.to_json()
+
+
+def test_in_a_study_of_several_losses_the_loss_labels_each_configuration():
+    import pandas as pd
+
+    from analysis.data import strategy_shown, variants
+    from workbench.verdicts import knob_label
+
+    runs = pd.DataFrame(
+        {
+            "strategy": ["uniform", "uniform", "prioritized"],
+            "strategy_knobs": [{}, {}, {"alpha": "0.5"}],
+            "objective": ["ppo_clip", "oapl", "ppo_clip"],
+        }
+    )
+    out = variants(runs)
+    assert list(out["variant"]) == ["loss=ppo_clip", "loss=oapl", "loss=ppo_clip"]
+    assert knob_label({"y": 2.0, "x": 4.0, **strategy_shown(out.iloc[1])}) == "x=4 y=2 loss=oapl"
+    assert strategy_shown(out.iloc[2]) == {"strategy": "prioritized", "loss": "ppo_clip"}
+    one = variants(runs.assign(objective="ppo_clip"))  # one loss: no label, as before
+    assert list(one["variant"]) == ["", "", ""] and strategy_shown(one.iloc[0]) == {}
