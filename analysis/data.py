@@ -302,7 +302,9 @@ def variants(runs: pd.DataFrame) -> pd.DataFrame:
     variant = pd.Series("", index=runs.index, dtype=object)
     for _, g in runs.groupby("strategy"):
         table = pd.DataFrame(list(g["strategy_knobs"]), index=g.index)
-        varying = [k for k in table if table[k].nunique(dropna=False) > 1]
+        # a knob some runs lack was added to the strategy after they ran (they ran at its default): only the values
+        # the runs logged are compared
+        varying = [k for k in table if table[k].nunique(dropna=True) > 1]
         variant[g.index] = [" ".join(f"{k}={_short(row[k])}" for k in varying) for _, row in table.iterrows()]
     if "objective" in runs and runs["objective"].nunique() > 1:  # a study of several losses: the loss is a knob
         variant = (variant + " loss=" + runs["objective"]).str.strip()
