@@ -101,6 +101,7 @@ NATIVE_ONLY = {
     "offpolicy/log_ratio_m2",
     "offpolicy/ess",
     "offpolicy/dual_clip_frac",  # TRL has no dual clip
+    "offpolicy/grad_cosine",  # the gradient is TRL's, inside its training step
 }
 
 

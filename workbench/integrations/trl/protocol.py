@@ -20,7 +20,14 @@ from workbench.compute import ComputeMeter
 from workbench.config import TrialConfig
 from workbench.integrations.trl.ledger import Ledger
 from workbench.trial.policy import Policy, count_parameters
-from workbench.trial.record import Evaluations, WallClock, budget_left, compute_metrics, working_seconds
+from workbench.trial.record import (
+    Evaluations,
+    WallClock,
+    budget_left,
+    compute_metrics,
+    ledger_metrics,
+    working_seconds,
+)
 from workbench.trial.tasks import Task
 
 TRL_PREFIX = "trl/"
@@ -87,7 +94,7 @@ class ProtocolCallback(TrainerCallback):
         step = state.global_step  # optimizer steps done
         metrics = {
             **compute_metrics(self.meter, step),
-            tracking.DISCARDED_ROLLOUTS: self.ledger.discarded_rollouts,
+            **ledger_metrics(self.ledger.gen_rollouts, self.ledger.trained_once, self.ledger.held_untrained),
             "replay/fresh": done.get("fresh", 0),
             **{k: v for k, v in done.items() if "/" in k},
         }
