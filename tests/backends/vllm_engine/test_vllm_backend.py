@@ -161,7 +161,9 @@ def test_a_vllm_trial_through_the_cli_logs_the_hf_metrics_plus_the_mismatch(tmp_
         run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
         run = MlflowClient(uri).get_run(run_id)
         assert run.info.status == "FINISHED" and run.data.params["generation.backend"] == backend
-        return run.data.metrics, set(run.data.metrics)
+        # the gradient cosine is logged only at a step whose gradient and an earlier one's are both non-zero: on this
+        # weak start (most groups share one reward) whether any step has one depends on what each backend sampled
+        return run.data.metrics, set(run.data.metrics) - {"offpolicy/grad_cosine"}
 
     hf, hf_keys = train("hf")
     vl, vl_keys = train("vllm", "--set", "generation.mismatch_correction=importance_sampling")
