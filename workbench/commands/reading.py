@@ -33,6 +33,23 @@ def _fit_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _study_and_destination(args: argparse.Namespace) -> tuple[str, str, Path | None, bool]:
+    """The study's name and tracking URI, the --out folder (None: the study's default) and --force."""
+    name, uri = analysis_inputs(args)
+    return name, uri, Path(args.out) if args.out else None, args.force
+
+
+def _fit_options(args: argparse.Namespace) -> dict:
+    """What `_fit_arguments` and --target set, as the fit's keyword arguments."""
+    return dict(
+        whatif_mu=_whatif(args.whatif_mu),
+        bootstrap=args.bootstrap,
+        target=target(args.target),
+        estimator=args.estimator,
+        bar=progress.bars_wanted(),
+    )
+
+
 class Analyze(Command):
     """Fit the model to a study's runs (MLflow), predict the optimum, compare; write the analysis JSON."""
 
@@ -41,21 +58,9 @@ class Analyze(Command):
     flags = (flags.spec_or_study, flags.tracking_uri, flags.out_force, flags.target, _fit_arguments)
 
     def run(self, args: argparse.Namespace) -> int:
-        name, uri = analysis_inputs(args)
-        whatif_mu, reading = _whatif(args.whatif_mu), target(args.target)
         from workbench.workflow.predict import analysis_json
 
-        result, path = analysis_json(
-            name,
-            uri,
-            Path(args.out) if args.out else None,
-            args.force,
-            whatif_mu=whatif_mu,
-            bootstrap=args.bootstrap,
-            target=reading,
-            estimator=args.estimator,
-            bar=progress.bars_wanted(),
-        )
+        result, path = analysis_json(*_study_and_destination(args), **_fit_options(args))
         for line in result.lines():  # the fit, the predicted and empirical optimum, the models, the laws
             print(line)
         print(f"wrote {path}")
@@ -72,22 +77,9 @@ class Report(Command):
     flags = (flags.spec_or_study, flags.tracking_uri, flags.out_force, flags.target, _fit_arguments)
 
     def run(self, args: argparse.Namespace) -> int:
-        name, uri = analysis_inputs(args)
-        whatif_mu, reading = _whatif(args.whatif_mu), target(args.target)
         from workbench.workflow.predict import report
 
-        line, paths = report(
-            name,
-            uri,
-            Path(args.out) if args.out else None,
-            args.force,
-            whatif_mu=whatif_mu,
-            bootstrap=args.bootstrap,
-            target=reading,
-            estimator=args.estimator,
-            bar=progress.bars_wanted(),
-            spec=args.spec,
-        )
+        line, paths = report(*_study_and_destination(args), **_fit_options(args), spec=args.spec)
         print(line)
         print(f"wrote {paths['html']} (open it in a browser), with report.md, analysis.json and the figures beside it")
         return 0
