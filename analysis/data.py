@@ -282,6 +282,10 @@ def _seed_row(r, number: int, arm: str, baseline: bool, predicted: float) -> dic
         "gen_seconds": m.get("final/gen_seconds", np.nan),
         "train_seconds": m.get("final/train_seconds", np.nan),
         "eval_seconds": m.get("final/eval_seconds", np.nan),
+        # the run's means of its per-step staleness diagnostics (`workbench.trial.diagnostics.RUN_MEANS`)
+        "ess_mean": m.get("final/ess_mean", np.nan),
+        "grad_cosine_mean": m.get("final/grad_cosine_mean", np.nan),
+        "age_mean": m.get("final/age_mean", np.nan),
         # the pipeline (`pipeline.*`; studies before it: synchronous, one process)
         "pipeline": p.get("pipeline.mode", "sync"),
         "generators": int(p.get("pipeline.generators", 1)),

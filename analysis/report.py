@@ -46,6 +46,7 @@ from analysis.result import (
 from analysis.resolution import by_checkpoint, by_estimator, by_reading, resolution
 from analysis.sections import tables
 from analysis.sharpness import skill_or_sharpness
+from analysis.stale_signals import stale_signals
 from analysis.theory import to_knobs
 from analysis.tuned_lr import tuned_lr
 
@@ -367,6 +368,7 @@ def analyze_data(
             else None,
             prediction=prediction,
             by_loss=by_loss,
+            stale_signals=stale_signals(data.runs, seed=seed),
         )
     return result, data, fit
 

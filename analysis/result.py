@@ -305,6 +305,39 @@ class LossModels(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SignalLink(Record):
+    """How one staleness diagnostic ranks with the saving across replay configurations (`analysis.stale_signals`):
+    Spearman's rho between the configuration's mean diagnostic and the log of its paired ratio against on-policy at
+    its lr (rho < 0: the higher the diagnostic, the larger the saving), with its 95% interval over configurations."""
+
+    diagnostic: str
+    """The runs.csv column (`ess_mean`, `grad_cosine_mean`, `age_mean`)."""
+    diagnostic_words: str
+    scope: str
+    """`every loss`, or `loss <name>` in a study of several losses."""
+    n_configurations: int
+    rho: float
+    low: float
+    high: float
+
+    @property
+    def resolved(self) -> bool:
+        return math.isfinite(self.low) and (self.low > 0 or self.high < 0)
+
+    def words(self) -> str:
+        if not self.resolved:
+            return "unresolved"
+        more = "the higher it is, the smaller the saving" if self.rho > 0 else "the higher it is, the larger the saving"
+        return f"resolved: {more}"
+
+    def lines(self) -> list[str]:
+        return [
+            f"{self.diagnostic_words} ({self.scope}): rho {self.rho:+.2f} [{self.low:+.2f}, {self.high:+.2f}] over "
+            f"{self.n_configurations} configurations, {self.words()}"
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
 class FitSummary(Record):
     """The report's model (Theorem 4.5's, distinct draws) fitted to uniform replay's runs (`analysis.fit.Fit`)."""
 
@@ -406,6 +439,7 @@ _TAIL = (
     "pipeline_mapped",
     "prediction",
     "by_loss",
+    "stale_signals",
 )
 
 
@@ -440,6 +474,8 @@ class Analysis(FittedOptimum):
     prediction: Prediction | None = None
     by_loss: tuple[LossModels, ...] | None = _omitted()
     """A study of several losses (`objective.name`): the models and nulls fitted to each loss's runs."""
+    stale_signals: tuple[SignalLink, ...] | None = _omitted()
+    """Whether the runs' staleness diagnostics (ESS, gradient cosine, age) rank with replay's saving."""
 
     JSON_ORDER: ClassVar[tuple[str, ...]] = (
         *_HEAD,
@@ -482,8 +518,12 @@ class Analysis(FittedOptimum):
 
     def lines(self) -> list[str]:
         """What `workbench analyze` prints: the fit, the predicted and the empirical optimum, every compared model with
-        its optimum or refusal, the paper's laws."""
-        return [*super().lines(), *(law["line"] for law in self.laws or ())]
+        its optimum or refusal, the paper's laws, the staleness diagnostics against the saving."""
+        return [
+            *super().lines(),
+            *(law["line"] for law in self.laws or ()),
+            *(line for link in self.stale_signals or () for line in link.lines()),
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,8 @@ warm start (`checkpoint`, the model's init seed); the curve read (`curve`) and i
 censored flag by every estimator (`ctt_<estimator>`, `censored_<estimator>`) at the study's reference mu, with the
 study's own estimator's copy in `compute_to_target`/`censored`; the run's `total_units`; the `mu` it is accounted at
 and the wall-clock `mu_measured` (a diagnostic); wall and device seconds, and the wall's generation, training and
-evaluation seconds (evaluation's share of a run's wall time is `eval_seconds / wall_seconds`).
+evaluation seconds (evaluation's share of a run's wall time is `eval_seconds / wall_seconds`); the run's means of its
+staleness diagnostics (`ess_mean`, `grad_cosine_mean`, `age_mean`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ CONFIG = [
     "lr",
 ]
 
+MEASURED = ("mu_measured", "wall_seconds", "device_seconds", "gen_seconds", "train_seconds", "eval_seconds")
+DIAGNOSTICS = ("ess_mean", "grad_cosine_mean", "age_mean")
+"""The run's means over its steps of the importance weights' effective sample size, the consecutive-gradient cosine
+and the batch's mean age (empty where the run did not log them: TRL's trainer, studies from before)."""
+
 
 def runs_table(data: StudyData) -> pd.DataFrame:
     """One row per seed run of `data` (column order fixed; floats as measured)."""
@@ -63,7 +69,7 @@ def runs_table(data: StudyData) -> pd.DataFrame:
     out["compute_to_target"] = out[f"ctt_{data.estimator}"]
     out["censored"] = out[f"censored_{data.estimator}"]
     out["mu"] = data.reference_mu
-    for column in ("mu_measured", "wall_seconds", "device_seconds", "gen_seconds", "train_seconds", "eval_seconds"):
+    for column in (*MEASURED, *DIAGNOSTICS):
         out[column] = runs[column] if column in runs else np.nan
     return out.sort_values(["trial_number", "seed"]).reset_index(drop=True)
 

@@ -577,6 +577,31 @@ def _by_loss_section(result: Analysis) -> list[str]:
     return lines + [""]
 
 
+def _stale_signals_section(result: Analysis) -> list[str]:
+    """Whether the staleness diagnostics rank with the saving (`analysis.stale_signals`)."""
+    if not result.stale_signals:
+        return []
+    lines = [
+        "## Do the staleness diagnostics predict the saving?",
+        "",
+        "Each replay configuration (one trial: its strategy, loss, y and x at one lr) has a paired ratio against"
+        " on-policy at the same lr (below 1: a saving) and its runs' means of three per-step diagnostics: the"
+        " importance weights' effective sample size, the cosine between consecutive gradients and the batch's mean age."
+        " Spearman's rho between a diagnostic and the log ratio, with a 95% interval from resampling configurations"
+        " (configurations of one arm at several lrs are not independent: a resolved link is a candidate for an"
+        " adaptive reuse rule, to be tested, not a law).",
+        "",
+        "| diagnostic | over | configurations | rho [95% CI] | reading |",
+        "|---|---|---|---|---|",
+    ]
+    for link in result.stale_signals:
+        lines.append(
+            f"| {link.diagnostic_words} (`{link.diagnostic}`) | {link.scope} | {link.n_configurations} |"
+            f" {link.rho:+.2f} [{link.low:+.2f}, {link.high:+.2f}] | {link.words()} |"
+        )
+    return lines + [""]
+
+
 def _against(d: dict) -> str:
     if not math.isfinite(d.get("difference", math.nan)):
         return "-"
@@ -870,6 +895,7 @@ def tables(result: Analysis) -> str:
             *_models_section(result),
             *skill_section(result),
             *_by_loss_section(result),
+            *_stale_signals_section(result),
             *_pipeline_section(result),
             *_pareto_section(result),
         ]

@@ -33,7 +33,8 @@ def _per_seed(g: pd.DataFrame) -> dict[int, Outcome]:
     return censoring.from_frame(g)
 
 
-def _on_policy(r: pd.Series | dict) -> bool:
+def is_on_policy(r: pd.Series | dict) -> bool:
+    """A run (or configuration) of on-policy GRPO: the study's baseline, or uniform at y 1, x 1 with no horizon."""
     return bool(r["baseline"]) or bool(
         r["x"] == 1
         and r["y"] == 1
@@ -73,7 +74,7 @@ def _arm(number: int, g: pd.DataFrame, wall: dict[str, float] | None) -> dict:
     return {
         "trial_number": int(number),
         "lr": float(first["lr"]),
-        "on_policy": _on_policy(first),
+        "on_policy": is_on_policy(first),
         "cell": tuple(None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL),
         "x": float(first["x"]),
         "y": float(first["y"]),

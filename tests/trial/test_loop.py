@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -82,6 +83,11 @@ def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
     assert "offpolicy/grad_cosine" not in records[0].metrics
     assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
     assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
+    # ... and their means over the run's steps, with the final metrics (what the analysis sets against the saving)
+    mean = lambda key: np.mean([rec.metrics[key] for rec in records if key in rec.metrics])  # noqa: E731
+    assert result.metrics["final/ess_mean"] == pytest.approx(mean("offpolicy/ess"))
+    assert result.metrics["final/grad_cosine_mean"] == pytest.approx(mean("offpolicy/grad_cosine"))
+    assert result.metrics["final/age_mean"] == pytest.approx(mean("replay/age_mean"))
 
 
 def test_compute_budget_stops_the_trial_and_counts_replay_as_cheaper(tracking_uri):

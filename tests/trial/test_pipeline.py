@@ -355,6 +355,7 @@ def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_iden
     assert "offpolicy/grad_cosine" not in records[0].metrics
     assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
     assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
+    assert m["final/ess_mean"] == pytest.approx(sum(rec.metrics["offpolicy/ess"] for rec in records) / len(records))
     assert m["final/pipeline_mu_d4"] == pytest.approx((m["final/train_rollouts"] / 2) / m["final/gen_rollouts"])
     client = MlflowClient(tracking_uri)
     tags = client.get_run(result.run_id).data.tags

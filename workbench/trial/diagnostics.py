@@ -5,9 +5,13 @@
 under staleness consecutive gradients stay highly aligned: the steps keep pushing the same way). Read after the
 gradients are final for the step (averaged over trainers, not yet clipped: clipping rescales, the cosine is
 scale-free).
+
+`RunMeans`: each run's means of these per-step readings (and of the batch's mean age), logged as `final/*_mean`.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -31,3 +35,31 @@ class GradientCosine:
         if previous is None or previous.numel() != current.numel():
             return None
         return float(torch.dot(previous, current) / (previous.norm() * current.norm()))
+
+
+RUN_MEANS = {
+    "offpolicy/ess": "final/ess_mean",
+    "offpolicy/grad_cosine": "final/grad_cosine_mean",
+    "replay/age_mean": "final/age_mean",
+}
+"""Per-step diagnostics whose mean over a run's steps is logged with its final metrics: the run-level readings that
+the analysis sets against the run's saving (`analysis.stale_signals`)."""
+
+
+class RunMeans:
+    """The running means of `RUN_MEANS` over the steps that logged a finite value of each."""
+
+    def __init__(self) -> None:
+        self.sums = dict.fromkeys(RUN_MEANS, 0.0)
+        self.counts = dict.fromkeys(RUN_MEANS, 0)
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for key in RUN_MEANS:
+            value = metrics.get(key)
+            if value is not None and math.isfinite(value):
+                self.sums[key] += float(value)
+                self.counts[key] += 1
+
+    def final(self) -> dict[str, float]:
+        """`final/<name>_mean` for each diagnostic some step logged (none for one no step did)."""
+        return {RUN_MEANS[k]: self.sums[k] / n for k, n in self.counts.items() if n}

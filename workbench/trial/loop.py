@@ -22,7 +22,7 @@ from workbench import progress, seeds, tracking
 from workbench.compute import ComputeMeter
 from workbench.config import ConfigError, TrialConfig, flatten
 from workbench.trial.command import run_command_trial
-from workbench.trial.diagnostics import GradientCosine
+from workbench.trial.diagnostics import GradientCosine, RunMeans
 from workbench.trial.inline import InlineSource
 from workbench.trial.policy import Policy, count_parameters
 from workbench.trial.record import (
@@ -146,6 +146,7 @@ def train(
 
     evals = evaluations.rows
     final = final_metrics(cfg, evals, meter, steps.step, steps.updates, time.perf_counter() - t_start)
+    final.update(steps.means.final())
     final["final/eval_seconds"] = evaluations.seconds  # held-out evaluation: neither generation nor training compute
     final.update(source.final())
     final.update(working_seconds(clock))
@@ -163,6 +164,8 @@ class _Steps:
         self.observer, self.inspect = observer, inspect
         self.step = self.updates = 0
         self.trained_once = 0
+        self.means = RunMeans()
+        """The run's means of its per-step staleness diagnostics (logged with the final metrics)."""
         """Distinct fresh rollouts trained on at least once (the ledger: generated = this + held untrained +
         discarded)."""
 
@@ -208,5 +211,6 @@ class _Steps:
             }
         )
         p.run.log_metrics(metrics, step)
+        self.means.add(metrics)
         if self.observer:
             self.observer(StepRecord(step, draw.fresh, batch, metrics.get("train/loss", float("nan")), metrics))
