@@ -6,7 +6,9 @@ A number in docs/results.md is a claim only if it can be recomputed, so each one
 
 `quickstart 1/0`: trial 1's compute-to-target over trial 0's, paired by seed, from `reports/quickstart/runs.csv`
 (`workbench.censoring.paired_ratio`); `quickstart 0`: trial 0's level over its seeds; an estimator name may follow
-(`quickstart 1/0 first`), else the study's. The text before the marker must contain the comparison exactly as
+(`quickstart 1/0 first`), else the study's. Two studies run on the same seeds from the same warm starts (twins that
+differ in one setting, such as the trainer) pair across their tables: `trl_quickstart 6 / trl_quickstart_native 8`
+is trial 6 of the first over trial 8 of the second, refused where a common seed started from different warm starts. The text before the marker must contain the comparison exactly as
 `Comparison.fmt()` writes it. `check` returns one line per marker and whether it held, and fails a line that states
 more intervals than it has markers: a number that cannot be recomputed does not belong on the page.
 """
@@ -22,7 +24,7 @@ from workbench import censoring
 
 INTERVAL = re.compile(r"\d[\d.]*x? \[[\d.]+(?:e-?\d+)?, (?:[\d.]+(?:e-?\d+)?|inf)\]")
 """A number with its interval as the docs print one (`1.05 [0.91, 1.22]`, `0.70x [0.69, 0.72]`)."""
-MARKER = re.compile(r"<!--\s*recompute:\s*([\w.-]+)\s+(\d+)(?:/(\d+))?(?:\s+(\w+))?\s*-->")
+MARKER = re.compile(r"<!--\s*recompute:\s*([\w.-]+)\s+(\d+)(?:/(\d+)|\s+/\s+([\w.-]+)\s+(\d+))?(?:\s+([a-z]+))?\s*-->")
 
 
 @dataclass(frozen=True)
@@ -37,16 +39,40 @@ class Check:
         return f"{'ok  ' if self.held else 'FAIL'} line {self.line}: {self.claim}: {self.recomputed}"
 
 
-def recompute(reports: Path, study: str, arm: int, other: int | None, estimator: str | None) -> str:
-    """The comparison a marker names, formatted as reports and docs print it."""
+def _table(reports: Path, study: str):
     path = Path(reports) / study / FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no per-run table (a number without one cannot be recomputed)")
-    table = read_runs_table(path)
+    return read_runs_table(path)
+
+
+def _warm_starts(table, trial: int) -> dict[int, int]:
+    """Per seed of `trial`, its warm start (a table from before they were recorded: the first, 0)."""
+    g = table[table["trial_number"] == trial]
+    starts = g["checkpoint"].astype(int) if "checkpoint" in g else [0] * len(g)
+    return dict(zip(g["seed"].astype(int), starts))
+
+
+def recompute(
+    reports: Path,
+    study: str,
+    arm: int,
+    other: int | None,
+    estimator: str | None,
+    other_study: str | None = None,
+) -> str:
+    """The comparison a marker names, formatted as reports and docs print it (`other_study`: `other` is a trial of
+    that study's table, paired with `arm` by seed)."""
+    table = _table(reports, study)
     mine = outcomes(table, arm, estimator)
     if other is None:
         return censoring.level_interval(list(mine.values())).fmt()
-    return censoring.paired_ratio(mine, outcomes(table, other, estimator)).fmt()
+    theirs_table = table if other_study is None else _table(reports, other_study)
+    if other_study is not None:
+        a, b = _warm_starts(table, arm), _warm_starts(theirs_table, other)
+        if differ := sorted(s for s in set(a) & set(b) if a[s] != b[s]):
+            raise KeyError(f"{study} {arm} / {other_study} {other}: seeds {differ} start from different warm starts")
+    return censoring.paired_ratio(mine, outcomes(theirs_table, other, estimator)).fmt()
 
 
 def check(markdown: Path, reports: Path) -> list[Check]:
@@ -57,10 +83,12 @@ def check(markdown: Path, reports: Path) -> list[Check]:
         if unmarked > 0:
             out.append(Check(i, "unmarked", f"{unmarked} interval(s) on this line without a recompute marker", False))
         for m in MARKER.finditer(text):
-            study, arm, other, estimator = m.group(1), int(m.group(2)), m.group(3), m.group(4)
-            claim = f"{study} {arm}" + (f"/{other}" if other else "") + (f" {estimator}" if estimator else "")
+            study, arm, estimator = m.group(1), int(m.group(2)), m.group(6)
+            other_study, other = m.group(4), m.group(3) or m.group(5)
+            versus = f" / {other_study} {other}" if other_study else (f"/{other}" if other else "")
+            claim = f"{study} {arm}{versus}" + (f" {estimator}" if estimator else "")
             try:
-                got = recompute(reports, study, arm, int(other) if other else None, estimator)
+                got = recompute(reports, study, arm, int(other) if other else None, estimator, other_study)
             except (FileNotFoundError, KeyError) as err:
                 out.append(Check(i, claim, str(err).strip("'\""), False))
                 continue

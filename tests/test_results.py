@@ -50,3 +50,19 @@ def test_an_interval_without_a_marker_or_a_table_fails(tmp_path):
     checks = check(page, tmp_path / "reports")
     assert [c.held for c in checks] == [False, False]
     assert "without a recompute marker" in checks[0].recomputed and "no per-run table" in checks[1].recomputed
+
+
+def test_twin_studies_pair_across_their_tables_only_from_the_same_warm_starts(tmp_path):
+    page = _page(
+        tmp_path,
+        "w: 0.704 [0.693, 0.716] (3 informative pairs; 1 both-censored left out) <!-- recompute: twin 1 / toy 0 -->\n",
+    )
+    reports = tmp_path / "reports"
+    (reports / "twin").mkdir()
+    head = "trial_number,seed,compute_to_target,censored,total_units,checkpoint\n"
+    (reports / "twin" / FILE).write_text(head + "1,0,21,0,60,0\n1,1,17.6,0,60,0\n1,2,23.4,0,60,0\n1,3,60,1,60,0\n")
+    (c,) = check(page, reports)
+    assert c.held and c.claim == "twin 1 / toy 0"  # toy's table records no warm start: the first for every seed
+    (reports / "twin" / FILE).write_text(head + "1,0,21,0,60,0\n1,1,17.6,0,60,0\n1,2,23.4,0,60,1\n1,3,60,1,60,1\n")
+    (c,) = check(page, reports)
+    assert not c.held and "seeds [2, 3] start from different warm starts" in c.recomputed
