@@ -224,7 +224,8 @@ def _by_loss(
 ) -> tuple[LossModels, ...] | None:
     """A study of several losses: every registered model and the null predictors fitted to each loss's uniform runs
     apart, each with the on-policy baseline's runs (the anchor at y 1, x 1 every loss is compared with; PPO-clip's,
-    which on fresh rollouts every ratio-based loss equals up to its clip). None for a study of one loss."""
+    which on fresh rollouts every ratio-based loss equals up to its clip), or with its own runs at y 1, x 1 where the
+    study ran the loss on fresh rollouts (OAPL's differ from GRPO's there). None for a study of one loss."""
     objectives = sorted(uniform["objective"].unique())
     if len(objectives) < 2:
         return None
@@ -232,7 +233,10 @@ def _by_loss(
     out = []
     for name in objectives:
         with phases.phase(f"the models fitted to the {name} runs alone"):
-            runs = pd.concat([baseline, uniform[(uniform["objective"] == name) & ~uniform["baseline"]]])
+            own = uniform[(uniform["objective"] == name) & ~uniform["baseline"]]
+            # another loss on fresh rollouts, where the study ran one, is that loss's own anchor
+            fresh = (own["x"] == 1) & (own["y"] == 1) & (name not in set(baseline["objective"]))
+            runs = own if fresh.any() else pd.concat([baseline, own])
             summaries = _models(runs, mu, *bounds, bootstrap, seed, bar)
             nulls = null_models.against_nulls(runs, summaries, seed=seed) if summaries else None
         out.append(

@@ -19,7 +19,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from analysis.result import SignalLink
-from analysis.tuned_lr import is_on_policy
+from analysis.tuned_lr import baseline_objective, is_on_policy
 from workbench import censoring
 
 SIGNALS = {
@@ -36,7 +36,9 @@ N_BOOT = 2000
 def _savings(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per replay configuration with an on-policy arm at its lr: its objective, log paired ratio and the
     mean of each diagnostic over its runs."""
-    on = runs[runs.apply(is_on_policy, axis=1)]
+    runs = runs[runs["arm"] == "sampler"] if "arm" in runs else runs  # the study's own seeds (not `confirm`'s)
+    objective = baseline_objective(runs)
+    on = runs[runs.apply(lambda r: is_on_policy(r, objective), axis=1)]
     rows = []
     for number, g in runs[~runs.index.isin(on.index)].groupby("trial_number"):
         lr = g["lr"].iloc[0]

@@ -33,13 +33,23 @@ def _per_seed(g: pd.DataFrame) -> dict[int, Outcome]:
     return censoring.from_frame(g)
 
 
-def is_on_policy(r: pd.Series | dict) -> bool:
-    """A run (or configuration) of on-policy GRPO: the study's baseline, or uniform at y 1, x 1 with no horizon."""
+def baseline_objective(runs: pd.DataFrame) -> str | None:
+    """The loss the study's on-policy baseline trains with (None: no baseline, or no loss recorded)."""
+    if "objective" not in runs or not runs["baseline"].any():
+        return None
+    return str(runs.loc[runs["baseline"].astype(bool), "objective"].iloc[0])
+
+
+def is_on_policy(r: pd.Series | dict, objective: str | None = None) -> bool:
+    """A run (or configuration) of on-policy GRPO: the study's baseline, or uniform at y 1, x 1 with no horizon,
+    trained with the baseline's loss `objective` where one is given (in a study of several losses, another loss on
+    fresh rollouts is an arm of its own, not the baseline)."""
     return bool(r["baseline"]) or bool(
         r["x"] == 1
         and r["y"] == 1
         and r.get("strategy", "uniform") == "uniform"
         and (r.get("horizon") is None or (isinstance(r.get("horizon"), float) and math.isnan(r["horizon"])))
+        and (objective is None or r.get("objective", objective) == objective)
     )
 
 
@@ -66,7 +76,7 @@ def _wall_per_seed(g: pd.DataFrame, wall: dict[str, Outcome | float]) -> dict[in
     }
 
 
-def _arm(number: int, g: pd.DataFrame, wall: dict[str, float] | None) -> dict:
+def _arm(number: int, g: pd.DataFrame, wall: dict[str, float] | None, objective: str | None = None) -> dict:
     """One sampler trial's runs as an arm: its knobs, its cell (the configuration less lr), its level over seeds."""
     first = g.iloc[0]
     values = _per_seed(g)
@@ -74,7 +84,7 @@ def _arm(number: int, g: pd.DataFrame, wall: dict[str, float] | None) -> dict:
     return {
         "trial_number": int(number),
         "lr": float(first["lr"]),
-        "on_policy": is_on_policy(first),
+        "on_policy": is_on_policy(first, objective),
         "cell": tuple(None if isinstance(first.get(k), float) and math.isnan(first[k]) else first.get(k) for k in CELL),
         "x": float(first["x"]),
         "y": float(first["y"]),
@@ -124,7 +134,8 @@ def tuned_lr(runs: pd.DataFrame, wall: dict[str, float] | None = None) -> dict |
     chosen on compute): `against_tuned_device_time`."""
     if "lr" not in runs or runs["lr"].nunique() < 2:
         return None
-    arms = [_arm(number, g, wall) for number, g in runs[runs["arm"] == "sampler"].groupby("trial_number")]
+    objective = baseline_objective(runs)
+    arms = [_arm(number, g, wall, objective) for number, g in runs[runs["arm"] == "sampler"].groupby("trial_number")]
     on_policy = {a["lr"]: a for a in arms if a["on_policy"]}
     if len(on_policy) < 2:
         return None

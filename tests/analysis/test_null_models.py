@@ -293,6 +293,26 @@ def test_a_study_of_several_losses_fits_the_models_and_nulls_to_each_loss_apart(
     assert Analysis.from_json(result.to_json()).by_loss == result.by_loss
     one, _, _ = analyze_data(clip, whatif_mu=(), bootstrap=2)
     assert one.by_loss is None and "by_loss" not in one.to_json()
+    # where the study ran OAPL on fresh rollouts too, that run is OAPL's anchor at y 1, x 1 in place of GRPO's
+    fresh = other.runs[other.runs["baseline"]].assign(
+        objective="oapl", baseline=False, trial_number=99, run_id=lambda r: "oapl-" + r["run_id"]
+    )
+    anchored = dataclasses.replace(data, runs=pd.concat([data.runs, fresh], ignore_index=True))
+    anchored = dataclasses.replace(
+        anchored,
+        curves=pd.concat(
+            [
+                data.curves,
+                other.curves[other.curves["run_id"].isin(other.runs.loc[other.runs["baseline"], "run_id"])].assign(
+                    run_id=lambda c: "oapl-" + c["run_id"]
+                ),
+            ],
+            ignore_index=True,
+        ),
+    )
+    both, _, _ = analyze_data(anchored, whatif_mu=(), bootstrap=2)
+    oapl, clip_only = both.by_loss
+    assert oapl.n_runs == 4 * 2 and clip_only.n_runs == 4 * 2  # not OAPL's 8 and GRPO's baseline's 2 besides
 
 
 def test_in_a_study_of_several_losses_the_loss_labels_each_configuration():

@@ -53,6 +53,22 @@ def test_the_tuned_comparison_sets_each_cell_at_its_best_lr_against_on_policy_at
     assert cell["lr"] == 1e-4 and cell["against_tuned"]["ratio"] == pytest.approx(1.2)
 
 
+def test_another_loss_on_fresh_rollouts_is_an_arm_not_the_baseline():
+    """A study of several losses: OAPL at y 1, x 1 (faster than on-policy GRPO at both lrs here) is a replay-free arm
+    of its own, compared with the baseline's loss at its best lr, never taken for the baseline."""
+    runs = pd.concat(
+        [
+            _runs().assign(objective="ppo_clip", arm="sampler"),
+            _runs({(1, 1, 1e-5): 45.0, (1, 1, 1e-4): 40.0}).assign(objective="oapl", arm="sampler", baseline=False),
+        ]
+    )
+    runs.loc[runs["objective"] == "oapl", "trial_number"] += 10
+    t = tuned_lr(runs)
+    assert [o["trial_number"] for o in t["on_policy_by_lr"]] == [0, 1]  # GRPO at 1e-5 and 1e-4
+    oapl = next(c for c in t["tuned"] if c["trial_number"] == 11)
+    assert oapl["lr"] == 1e-4 and oapl["against_tuned"]["ratio"] == pytest.approx(0.8)
+
+
 def test_nothing_to_say_when_lr_is_fixed_or_on_policy_ran_at_one_lr():
     assert tuned_lr(_runs({(1, 1, 1e-5): 100.0, (2, 2, 1e-5): 80.0})) is None
     assert tuned_lr(_runs({(1, 1, 1e-5): 100.0, (2, 2, 1e-5): 80.0, (2, 2, 1e-4): 60.0})) is None
