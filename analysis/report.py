@@ -48,7 +48,7 @@ from analysis.sections import tables
 from analysis.sharpness import skill_or_sharpness
 from analysis.stale_signals import stale_signals
 from analysis.theory import to_knobs
-from analysis.tuned_lr import tuned_lr
+from analysis.tuned_lr import baseline_objective, is_on_policy, tuned_lr
 
 FIGURES = (
     "savings",
@@ -428,8 +428,11 @@ def write_figures(data: StudyData, fit: Fit, result: Analysis, out: Path) -> dic
     """Every figure of `FIGURES`, in that order, drawn into `out`."""
     configs = data.configs()
     selection = configs[configs["arm"] != "confirm"]
-    # The figures set the baseline beside the best replay configuration, even where on-policy is the best overall.
-    replay = selection[~selection["baseline"].astype(bool)].sort_values("compute_to_target")
+    # The figures set the baseline beside the best replay configuration, even where on-policy is the best overall
+    # (on-policy at another lr is not a replay configuration).
+    objective = baseline_objective(data.runs)
+    on_policy = selection.apply(lambda r: is_on_policy(r, objective), axis=1).astype(bool)
+    replay = selection[~on_policy].sort_values("compute_to_target")
     best_trial = int(replay["trial_number"].iloc[0]) if len(replay) else result.empirical.trial_number
     drawn = {
         "savings": lambda: plots.savings(configs, out),

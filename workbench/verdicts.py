@@ -126,6 +126,20 @@ def _tuned(s: Setting) -> str:
     )
 
 
+def _tuned_best(compared: Sequence[Setting]) -> str:
+    """Where no setting saves: the comparison the headline rests on, each replay setting at its best lr against
+    on-policy at its best (the one of them closest to on-policy), where the study ran on-policy at several lrs."""
+    tuned = [s for s in compared if s.tuned is not None and math.isfinite(s.tuned.estimate)]
+    if not tuned:
+        return ""
+    best = min(tuned, key=lambda s: s.tuned.estimate)
+    words = {-1: "resolved, less compute", 0: "unresolved", 1: "resolved, more compute"}
+    return (
+        f"; each at its own best lr, the closest, {best.label}, against on-policy at its best lr ({best.tuned_lr:g}):"
+        f" {ratio_text(best.tuned)}, {words[stats.direction(best.tuned)]}"
+    )
+
+
 def _replication(s: Setting, saving: bool) -> str:
     """What the fresh seeds of `study confirm` gave, for the sentence's end."""
     if s.replicated is None:
@@ -191,7 +205,7 @@ def bottom_line(
         return BottomLine(
             "dearer",
             f"every replay setting tried needs resolvably more compute than on-policy to reach {goal}"
-            f" ({_seeds(compared)}); the closest, {_where(closest)}{tail}.",
+            f" ({_seeds(compared)}); the closest, {_where(closest)}{tail}{_tuned_best(compared)}.",
             [Step(f"workbench study run {ref}", "once its search_space holds other knobs")],
         )
     state = (
@@ -204,7 +218,7 @@ def bottom_line(
     return BottomLine(
         "unresolved",
         f"no replay setting resolvably beats on-policy to reach {goal} ({_seeds(compared)});"
-        f" the closest, {_where(closest)}: {state}{tail}.",
+        f" the closest, {_where(closest)}: {state}{tail}{_tuned_best(compared)}.",
         steps,
     )
 

@@ -220,3 +220,35 @@ def test_the_reports_bottom_line_reads_a_saving_against_on_policy_at_its_best_lr
         "against on-policy at its best lr (0.0001), 0.95x [0.57, 1.58]: unresolved there, so the saving may be the learning rate's"
         in line
     )
+
+
+def test_where_nothing_saves_the_bottom_line_also_reads_each_arm_at_its_best_lr():
+    """Replay at the baseline's lr ties on-policy there, but on-policy at its own best lr is faster: the sentence
+    carries the comparison the headline rests on (each arm at its best lr), resolved against replay."""
+    from workbench import censoring
+    from workbench.verdicts import Setting, bottom_line as verdict_line
+
+    def ratio(e, lo, hi):
+        return censoring.Comparison(e, lo, hi, 4)
+
+    settings = [
+        Setting("on-policy lr=2.5e-05 (trial 8)", ratio(28, 24.7, 31.6), on_policy=True),
+        Setting("y=1 x=1 lr=5e-05 (trial 9)", ratio(19.7, 18.8, 20.8), on_policy=True),
+        Setting(
+            "y=2 x=4 lr=2.5e-05 (trial 4)",
+            ratio(28.1, 24.4, 32.3),
+            ratio(1.0, 0.967, 1.04),
+            tuned=ratio(1.42, 1.21, 1.67),
+            tuned_lr=5e-5,
+        ),
+        Setting("y=2 x=4 lr=5e-05 (trial 5)", ratio(32, 15.1, 67.8), ratio(1.14, 0.601, 2.18)),
+    ]
+    line = verdict_line(settings, "accuracy", 0.55, "s.yaml")
+    assert line.kind == "unresolved"
+    assert line.text.endswith(
+        "; each at its own best lr, the closest, y=2 x=4 lr=2.5e-05 (trial 4), against on-policy at its best lr"
+        " (5e-05): 1.42x [1.21, 1.67] (4 informative pairs), resolved, more compute."
+    )
+    # without an lr sweep there is nothing more to say
+    plain = [s if s.tuned is None else Setting(s.label, s.compute, s.ratio) for s in settings]
+    assert "best lr" not in verdict_line(plain, "accuracy", 0.55, "s.yaml").text
