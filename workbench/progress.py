@@ -100,13 +100,13 @@ class Ticker:
 def heartbeat(what: str, logger: logging.Logger, every: float | None = None) -> Iterator[None]:
     """While the block runs a call that reports nothing itself (a compile), a line `what: N s so far` on `logger`
     at least every `every` seconds (default `LINE_EVERY_S`), from a thread; then one line with the time it took.
-    The thread speaks after 80% of `every`: a compile holding the interpreter wakes it late (0.4 s was seen under
-    load), and no silence may outlast `every`."""
+    The thread speaks after half of `every`: a compile holding the interpreter wakes it late (3 s was seen on 2
+    busy cores), and no silence may outlast `every`."""
     every = LINE_EVERY_S if every is None else every
     start, done = time.monotonic(), threading.Event()
 
     def beat() -> None:
-        while not done.wait(0.8 * every):
+        while not done.wait(0.5 * every):
             logger.info(f"{what}: {time.monotonic() - start:.0f} s so far")
 
     thread = threading.Thread(target=beat, name="workbench-heartbeat", daemon=True)
@@ -170,10 +170,10 @@ def watch(logger: logging.Logger, every: float | None = None) -> Iterator[None]:
     for h in handlers:
         h.addFilter(last)
 
-    def beat() -> None:  # looks twice a second, speaks after 80% of `every`: a wake-up late by up to 2 s of a 10 s
-        # period under load (a 10.02 s gap was seen on 2 busy cores at 90%) still leaves no silence past `every`
+    def beat() -> None:  # looks twice a second, speaks after half of `every`: a wake-up late by up to 5 s of a 10 s
+        # period (a compile held the interpreter ~3 s past 80% of it on 2 busy cores) still leaves no silence past `every`
         while not done.wait(min(0.5, every / 4)):
-            if time.monotonic() - last.at >= 0.8 * every and ACTIVITY.phase:
+            if time.monotonic() - last.at >= 0.5 * every and ACTIVITY.phase:
                 last.at = time.monotonic()  # where no handler prints (a library caller), one line per period
                 logger.info(ACTIVITY.describe())
 

@@ -102,6 +102,10 @@ NATIVE_ONLY = {
     "offpolicy/ess",
     "offpolicy/dual_clip_frac",  # TRL has no dual clip
     "offpolicy/grad_cosine",  # the gradient is TRL's, inside its training step
+    # the run's means of those diagnostics and of the batch's age (`workbench.trial.diagnostics.RUN_MEANS`)
+    "final/ess_mean",
+    "final/grad_cosine_mean",
+    "final/age_mean",
 }
 
 
