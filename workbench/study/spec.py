@@ -180,6 +180,11 @@ class StudySpec(BaseModel):
     `model.init_seed + 1`, and so on (each built once per machine, ~90 s on one core): arms compared on a seed share its
     checkpoint, and `study confirm`'s fresh seeds (right above the selection seeds) start from checkpoints no
     selection run used when the selection seeds fill whole blocks of k."""
+    warm_starts: list[int] | None = None
+    """With `seeds_per_checkpoint` k: the warm starts (`model.init_seed`) of the blocks of seeds in order, e.g.
+    `[0, 2]`: seeds 0..k-1 start from warm start 0, k..2k-1 from 2; seeds past the list (`study confirm`'s fresh
+    ones) take the init seeds the list leaves out, in ascending order (1, 3, 4, ...), so they start from warm starts
+    no listed block used. `null`: consecutive warm starts from `model.init_seed`."""
     target_accuracy: float | Literal["auto"] | None = None
     """Sets `eval.target_accuracy` of every trial. `auto`: set from the on-policy baseline (which runs first) as the
     level its fitted curve reaches `target_gain_fraction` of the way from its start to the end of the budget: late
@@ -235,6 +240,13 @@ class StudySpec(BaseModel):
             return list(range(v))
         if not v or len(set(v)) != len(v):
             raise ValueError("must be a non-empty list of distinct seeds")
+        return v
+
+    @field_validator("warm_starts")
+    @classmethod
+    def _warm_starts(cls, v):
+        if v is not None and (not v or len(set(v)) != len(v) or min(v) < 0):
+            raise ValueError("must be a non-empty list of distinct init seeds >= 0")
         return v
 
     @field_validator("target_accuracy")
@@ -294,7 +306,13 @@ class StudySpec(BaseModel):
         """The warm start (`model.init_seed`) seed `seed` starts from (`seeds_per_checkpoint`)."""
         if self.seeds_per_checkpoint is None:
             return base_init_seed
-        return seeds.checkpoint_seed(base_init_seed, seeds.checkpoint_replicate(seed, self.seeds_per_checkpoint))
+        block = seeds.checkpoint_replicate(seed, self.seeds_per_checkpoint)
+        if self.warm_starts is None:
+            return seeds.checkpoint_seed(base_init_seed, block)
+        if block < len(self.warm_starts):
+            return self.warm_starts[block]
+        left_out = (s for s in itertools.count() if s not in self.warm_starts)
+        return next(itertools.islice(left_out, block - len(self.warm_starts), None))
 
     @property
     def seed_list(self) -> list[int]:
@@ -429,6 +447,8 @@ def _check(spec: StudySpec) -> None:
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies")
     if spec.pruner == "compute" and spec.objectives != ["compute_to_target"]:
         raise ConfigError("pruner: compute needs the compute_to_target objective")
+    if spec.warm_starts is not None and spec.seeds_per_checkpoint is None:
+        raise ConfigError("warm_starts: names the warm start of each block of seeds_per_checkpoint seeds; set that too")
     if spec.seeds_per_checkpoint is not None:
         from workbench.trial.model_sources import model_source  # torch: loaded by validating, not by importing
 
