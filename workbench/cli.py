@@ -15,11 +15,25 @@ from workbench.commands.probe import Probe
 from workbench.config import ConfigError
 
 
-STUDY = "Optuna studies over the replay knobs (run, worker, status, compare, verify, confirm, race)"
+STUDY = "Optuna studies over the replay knobs (run, worker, status, compare, verify, confirm, race, pack, unpack)"
 COMMANDS: tuple[type[Command] | tuple[str, str, tuple[type[Command], ...]], ...] = (
     trial.Train,
     trial.Config,
-    ("study", STUDY, (study.Run, study.Worker, study.Status, arms.Verify, arms.Confirm, arms.Race, study.Compare)),
+    (
+        "study",
+        STUDY,
+        (
+            study.Run,
+            study.Worker,
+            study.Status,
+            arms.Verify,
+            arms.Confirm,
+            arms.Race,
+            study.Compare,
+            study.Pack,
+            study.Unpack,
+        ),
+    ),
     reading.Analyze,
     reading.Report,
     reading.Recommend,

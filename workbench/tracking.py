@@ -414,6 +414,11 @@ def run_lifecycle(run: RunLogger, stopped: str = STATUS_STOPPED) -> Iterator[Run
         run.end(STATUS_FINISHED)
 
 
+ANALYSED_HISTORIES = (COMPUTE_UNITS, POLICY_ENTROPY, GEN_ROLLOUTS, TRAIN_ROLLOUTS, GEN_SECONDS, TRAIN_SECONDS)
+"""The per-step series the analysis reads besides the `eval/` ones (`curve_from_history`, the entropy figure of
+`analysis.data`): what `workbench study pack` keeps of a run's metric history."""
+
+
 def curve_from_history(c, run_id: str) -> list[dict[str, float | None]]:
     """A run's evaluations (the rows of `CURVE_ARTIFACT`) rebuilt from its metric history, by the one rule every
     trainer logs by (the workbench's own and a trial command: docs/trainers.md): the evaluation after s optimizer

@@ -145,7 +145,9 @@ def test_seeds_per_checkpoint_gives_each_block_of_seeds_its_own_warm_start(tmp_p
 def test_warm_starts_name_each_block_and_fresh_seeds_take_the_init_seeds_left_out(tmp_path):
     spec = load_spec(toy_spec(tmp_path, seeds=8, seeds_per_checkpoint=4, warm_starts=[0, 2]))
     params = spec.baseline_params()
-    assert [spec.trial_config(params, seed=s).model.init_seed for s in range(16)] == [0] * 4 + [2] * 4 + [1] * 4 + [3] * 4
+    assert [spec.trial_config(params, seed=s).model.init_seed for s in range(16)] == [0] * 4 + [2] * 4 + [1] * 4 + [
+        3
+    ] * 4
     assert spec.checkpoint_of(16) == 4
 
 

@@ -1,4 +1,4 @@
-"""`workbench study run|worker|status|compare`: create, run, join and read an Optuna study."""
+"""`workbench study run|worker|status|compare|pack|unpack`: create, run, join, read and move an Optuna study."""
 
 from __future__ import annotations
 
@@ -159,4 +159,54 @@ class Compare(Command):
         rows = noise_lines(study) if args.noise else comparison_lines(study) + confirmation_lines(study)
         for line in (reading_lines(study) + rows if rows else []) + closing_lines(study, args.spec):
             print(line)
+        return 0
+
+
+PACKED = Path("studies/packed")
+"""Where `study pack` writes and `study unpack` reads by default: `studies/packed/NAME.tar.xz`, beside the specs."""
+
+
+class Pack(Command):
+    name = "pack"
+    help = "save a stopped study's SQLite stores to one file (resume it elsewhere with unpack)"
+    flags = (flags.spec, flags.stores)
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", type=Path, help="the file to write (default: studies/packed/NAME.tar.xz)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from workbench.study.context import load_existing
+        from workbench.study.pack import Stores, pack
+
+        ctx = study_context(args)
+        out = args.out or PACKED / f"{ctx.spec.name}.tar.xz"
+        m = pack(load_existing(ctx), Stores.of(ctx.storage_url, ctx.tracking_uri), out)
+        trials = ", ".join(f"{n} {state}" for state, n in sorted(m["trials"].items()))
+        rows = m["metric_rows"]
+        print(
+            f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): study {m['study']}, trials {trials};"
+            f" metric rows kept {rows['kept']}, dropped {rows['dropped']} (histories the analysis does not read)"
+        )
+        print(f"Resume elsewhere: workbench study unpack {args.spec} --from {out}; workbench study run {args.spec}")
+        return 0
+
+
+class Unpack(Command):
+    name = "unpack"
+    help = "restore a study packed by `study pack` into the spec's stores (never over existing ones)"
+    flags = (flags.spec, flags.stores)
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--from", dest="source", type=Path, help="the pack (default: studies/packed/NAME.tar.xz)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from workbench.study.pack import Stores, unpack
+
+        ctx = study_context(args)
+        source = args.source or PACKED / f"{ctx.spec.name}.tar.xz"
+        stores = Stores.of(ctx.storage_url, ctx.tracking_uri)
+        m = unpack(source, ctx.spec.name, stores)
+        trials = ", ".join(f"{n} {state}" for state, n in sorted(m["trials"].items()))
+        print(f"restored study {m['study']} (packed {m['packed_at']}; trials {trials}) into {stores.optuna_db.parent}")
+        print(f"Next: workbench study status {args.spec}; workbench study run {args.spec} resumes it")
         return 0
