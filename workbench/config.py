@@ -337,12 +337,14 @@ class BudgetConfig(Section):
     until_target_units: float | None = Field(None, gt=0)
     """A run that has not reached `eval.target_accuracy` on its curve `eval.metric` when `compute_units` are spent
     goes on, evaluating on its schedule, until an evaluation reaches the target or this many units are spent (a hard
-    cap): below the cap no run is censored, and a run is never cut off just short of its crossing. Past the crossing
-    it goes on to (1 + `until_target_margin`) times the units spent there, so that an estimator that reads a curve
-    fitted around the crossing (`fitted`) has evaluations beyond it. Unset: stop at `compute_units`."""
+    cap): below the cap no run is censored, and a run is never cut off just short of its crossing. The target
+    counts as reached where an evaluation reached it and the sigmoid fitted to the curve so far crosses it within the
+    run (`trial.record.reached_at`; else the `fitted` estimator would censor the run). Past the later crossing it
+    goes on to (1 + `until_target_margin`) times the units spent there, so that the fitted curve has evaluations
+    beyond it. Unset: stop at `compute_units`."""
     until_target_margin: float = Field(0.25, ge=0)
-    """`until_target_units`: how far past its first crossing of the target a run goes on, as a share of the units it
-    had spent there (never past the cap)."""
+    """`until_target_units`: how far past its crossing of the target (`trial.record.reached_at`) a run goes on, as a
+    share of the units it had spent there (never past the cap)."""
 
 
 class ComputeConfig(Section):

@@ -401,10 +401,12 @@ def test_a_fixed_mu_gives_the_same_compute_units_beside_a_cpu_bound_job(tracking
 
 def test_an_extended_run_goes_on_past_its_crossing_by_the_margin():
     """Stopped at its first crossing, a run leaves a fitted curve nothing beyond it (the `fitted` estimator then
-    censors it): it goes on to (1 + until_target_margin) x the units it had spent there, never past the cap."""
+    censors it): it goes on to (1 + until_target_margin) x the units it had spent at the later of its first crossing
+    and its fitted curve's, never past the cap."""
     from types import SimpleNamespace
 
-    from workbench.trial.record import budget_left
+    from workbench.estimators import fitted
+    from workbench.trial.record import budget_left, reached_at
 
     cfg = build_config(
         toy_dict(
@@ -419,3 +421,14 @@ def test_an_extended_run_goes_on_past_its_crossing_by_the_margin():
     assert not left(240, rows[:2])  # the cap
     early = [{"compute_units": 0, "accuracy": 0.3}, {"compute_units": 30, "accuracy": 0.6}]
     assert not left(60, early)  # crossed early: the budget's end is past the margin already
+    # one evaluation touches the target, the sigmoid fitted to the curve crosses it only beyond: the fitted estimator
+    # would censor the run, so it goes on until the fit crosses within it, then the margin past the later crossing
+    touched = [
+        {"compute_units": u, "accuracy": a} for u, a in zip(range(0, 61, 12), (0.3, 0.35, 0.38, 0.42, 0.44, 0.51))
+    ]
+    cfg.budget.compute_units = 20
+    assert left(76, touched)  # crossed first at 60: 75 would have stopped it
+    held = touched + [{"compute_units": 72, "accuracy": 0.49}, {"compute_units": 84, "accuracy": 0.53}]
+    crossing = fitted([r["compute_units"] for r in held], [r["accuracy"] for r in held], 0.5).value  # ~69
+    assert 60 < crossing < 84 and reached_at(held, "accuracy", 0.5) == crossing
+    assert left(crossing * 1.25 - 0.1, held) and not left(crossing * 1.25, held)

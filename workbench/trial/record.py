@@ -15,7 +15,7 @@ import torch
 from workbench import progress, tracking
 from workbench.compute import ComputeMeter, to_target
 from workbench.config import TrialConfig
-from workbench.estimators import curve_summary, readings
+from workbench.estimators import curve_summary, fitted, readings
 from workbench.trial.evaluation import EvalResult, Evaluator
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout, batch_stats
@@ -93,8 +93,8 @@ class TrialResult:
 
 def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequence[dict[str, float]] = ()) -> bool:
     """Whether the trial trains another step: neither budget spent, or, with `budget.until_target_units`, the
-    compute budget spent but the target not yet reached at an evaluation (`evals`, the rows so far), or reached less
-    than `until_target_margin` ago, and the cap not hit."""
+    compute budget spent but the target not yet read on the curve so far (`evals`, the rows so far: `reached_at`),
+    or read less than `until_target_margin` ago, and the cap not hit."""
     if cfg.budget.steps is not None and step >= cfg.budget.steps:
         return False
     if cfg.budget.compute_units is None or meter.units < cfg.budget.compute_units:
@@ -102,10 +102,22 @@ def budget_left(cfg: TrialConfig, step: int, meter: ComputeMeter, evals: Sequenc
     cap = cfg.budget.until_target_units
     if cap is None or meter.units >= cap:
         return False
-    crossed = next(
-        (row["compute_units"] for row in evals if row.get(cfg.eval.metric, -math.inf) >= cfg.eval.target_accuracy), None
-    )
+    crossed = reached_at(evals, cfg.eval.metric, cfg.eval.target_accuracy)
     return crossed is None or meter.units < crossed * (1.0 + cfg.budget.until_target_margin)
+
+
+def reached_at(evals: Sequence[dict[str, float]], metric: str, target: float) -> float | None:
+    """Where the curve so far reads the target both ways a study may read it: its first evaluation at or above the
+    target, and the crossing of the sigmoid fitted to it (`estimators.fitted`, the default estimator), the later of
+    the two; None while either does not (no evaluation reached it yet, or the fitted curve crosses beyond the last
+    evaluation or never: a run stopped there would be censored by the fitted reading though its curve touched the
+    target once)."""
+    first = next((row["compute_units"] for row in evals if row.get(metric, -math.inf) >= target), None)
+    if first is None:
+        return None
+    rows = [row for row in evals if row.get(metric) is not None]
+    fit = fitted([row["compute_units"] for row in rows], [row[metric] for row in rows], target)
+    return None if fit.censored else max(first, fit.value)
 
 
 def budget_bar(cfg: TrialConfig, enabled: bool):
