@@ -176,15 +176,14 @@ class Pack(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from workbench.study.context import load_existing
-        from workbench.study.pack import Stores, pack
+        from workbench.study.pack import Stores, pack, trials_line
 
         ctx = study_context(args)
         out = args.out or PACKED / f"{ctx.spec.name}.tar.xz"
         m = pack(load_existing(ctx), Stores.of(ctx.storage_url, ctx.tracking_uri), out)
-        trials = ", ".join(f"{n} {state}" for state, n in sorted(m["trials"].items()))
         rows = m["metric_rows"]
         print(
-            f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): study {m['study']}, trials {trials};"
+            f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): study {m['study']}, trials {trials_line(m)};"
             f" metric rows kept {rows['kept']}, dropped {rows['dropped']} (histories the analysis does not read)"
         )
         print(f"Resume elsewhere: workbench study unpack {args.spec} --from {out}; workbench study run {args.spec}")
@@ -200,13 +199,15 @@ class Unpack(Command):
         p.add_argument("--from", dest="source", type=Path, help="the pack (default: studies/packed/NAME.tar.xz)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from workbench.study.pack import Stores, unpack
+        from workbench.study.pack import Stores, trials_line, unpack
 
         ctx = study_context(args)
         source = args.source or PACKED / f"{ctx.spec.name}.tar.xz"
         stores = Stores.of(ctx.storage_url, ctx.tracking_uri)
         m = unpack(source, ctx.spec.name, stores)
-        trials = ", ".join(f"{n} {state}" for state, n in sorted(m["trials"].items()))
-        print(f"restored study {m['study']} (packed {m['packed_at']}; trials {trials}) into {stores.optuna_db.parent}")
+        print(
+            f"restored study {m['study']} (packed {m['packed_at']}; trials {trials_line(m)})"
+            f" into {stores.optuna_db.parent}"
+        )
         print(f"Next: workbench study status {args.spec}; workbench study run {args.spec} resumes it")
         return 0

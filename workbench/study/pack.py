@@ -130,6 +130,11 @@ def pack(study, stores: Stores, out: Path) -> dict:
     return manifest
 
 
+def trials_line(manifest: dict) -> str:
+    """The packed study's trials by state, one phrase (`18 complete, 2 fail, 79 waiting`)."""
+    return ", ".join(f"{n} {state}" for state, n in sorted(manifest["trials"].items()))
+
+
 def _members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     """The pack's members, refused where one is not a file or folder a pack writes."""
     members = []
