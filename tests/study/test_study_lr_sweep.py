@@ -116,3 +116,104 @@ def test_no_extension_past_lr_extend_or_while_an_arm_is_still_sweeping(tmp_path)
     (tmp_path / "b").mkdir()
     partial = _study(tmp_path / "b", {(1, 1, 2.5e-5): 100.0, (2, 8, 2.5e-5): 90.0, (2, 8, 5e-5): 80.0})
     assert lr_sweep.due(partial, spec) == []  # neither arm has run its whole sweep yet
+
+
+def _noisy_arm(study, y, x, lr, values):
+    """One complete trial of (y, x, lr) with these per-seed compute-to-target values."""
+    space = {
+        "replay.ratio": CategoricalDistribution([1, 2]),
+        "x": CategoricalDistribution([1, 8]),
+        "lr": FloatDistribution(1e-6, 1e-3, log=True),
+    }
+    per_seed = [{"seed": s, "compute_to_target": v, "total_units": 150.0, "censored": 0} for s, v in enumerate(values)]
+    study.add_trial(
+        create_trial(
+            params={"replay.ratio": y, "x": x, "lr": lr},
+            distributions=space,
+            value=sum(values) / len(values),
+            user_attrs={attrs.PER_SEED: per_seed},
+        )
+    )
+
+
+def test_an_arm_resolved_worse_one_lr_up_is_not_trained_two_up(tmp_path):
+    spec = _spec()
+    declined = {(1, 1, 2.5e-5): 100.0, (1, 1, 5e-5): 80.0, (2, 8, 2.5e-5): 100.0, (2, 8, 5e-5): 130.0}
+    study = _study(tmp_path, declined)
+    hold = lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 1e-4})
+    # 5e-5 needed 1.3x 2.5e-5's compute on every seed: resolved, so 1e-4 cannot be this arm's best
+    assert hold.kind == "skip" and "more compute at lr 5e-05 than at 2.5e-05, ratio 1.3 [1.3, 1.3]" in hold.reason
+    assert lr_sweep.held(study, spec, {"replay.ratio": 1, "x": 1, "lr": 1e-4}) is None  # on-policy improved
+    assert lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 5e-5}) is None  # one lr before it only
+    assert lr_sweep.held(study, _spec(lr_skip_past_decline=False), {"replay.ratio": 2, "x": 8, "lr": 1e-4}) is None
+    # within the noise: trained
+    (tmp_path / "b").mkdir()
+    noisy = _study(tmp_path / "b", {(1, 1, 2.5e-5): 100.0})
+    _noisy_arm(noisy, 2, 8, 2.5e-5, [100.0, 100.0, 100.0, 100.0])
+    _noisy_arm(noisy, 2, 8, 5e-5, [70.0, 150.0, 90.0, 160.0])
+    assert lr_sweep.held(noisy, spec, {"replay.ratio": 2, "x": 8, "lr": 1e-4}) is None
+
+
+def _objective(study, spec):
+    from types import SimpleNamespace
+
+    from workbench.study.objective import StudyObjective
+
+    return StudyObjective(SimpleNamespace(spec=spec), study, threads=None)
+
+
+def test_a_point_past_a_decline_is_recorded_skipped_and_leaves_the_count_and_the_extension_right(tmp_path):
+    spec = _spec()
+    study = _study(
+        tmp_path,
+        {(1, 1, 2.5e-5): 100.0, (1, 1, 5e-5): 80.0, (1, 1, 1e-4): 90.0, (2, 8, 2.5e-5): 100.0, (2, 8, 5e-5): 130.0},
+    )
+    point = {"replay.ratio": 2, "x": 8, "lr": 1e-4}
+    study.enqueue_trial(point, user_attrs={attrs.POINT: True})
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="past a decline"):
+        _objective(study, spec)._past_decline(trial, point)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    (skipped,) = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
+    assert skipped.user_attrs[attrs.LR_PAST_DECLINE] and "past a decline" in skipped.user_attrs[attrs.SKIP_REASON]
+    assert lr_sweep.past_decline(study) == 1 and lr_sweep.to_run(study, 6) == 5
+    # the arm's sweep counts as run: its best, 2.5e-5, is at the low end, so 1.25e-5 is queued; nothing above
+    assert [(p["replay.ratio"], p["lr"]) for p in lr_sweep.due(study, spec)] == [(2, pytest.approx(1.25e-5))]
+
+
+def test_a_point_whose_deciding_lr_is_still_to_run_goes_behind_a_runnable_trial_or_waits_for_it(tmp_path, monkeypatch):
+    from workbench.study import objective
+
+    spec = _spec()
+    study = _study(tmp_path, {(1, 1, 2.5e-5): 100.0, (1, 1, 5e-5): 80.0, (2, 8, 2.5e-5): 100.0})
+    point = {"replay.ratio": 2, "x": 8, "lr": 1e-4}
+    study.enqueue_trial(point, user_attrs={attrs.POINT: True})  # ahead of the lr that decides it (a requeue's order)
+    study.enqueue_trial({"replay.ratio": 2, "x": 8, "lr": 5e-5}, user_attrs={attrs.POINT: True})
+    assert lr_sweep.held(study, spec, point).kind == "wait"
+    lr_of = lambda trial: study.get_trials()[trial.number].system_attrs["fixed_params"]["lr"]  # noqa: E731
+    drawn = study.ask()
+    assert math.isclose(lr_of(drawn), 1e-4)  # Optuna hands out the oldest waiting trial
+    with pytest.raises(optuna.TrialPruned, match="deferred: lr 0.0001 waits for this arm at 5e-05 and 2.5e-05"):
+        _objective(study, spec)._past_decline(drawn, point)
+    study.tell(drawn, state=optuna.trial.TrialState.PRUNED)
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [lr_of(t) for t in waiting] == [5e-5, 1e-4] and waiting[1].user_attrs[attrs.POINT]  # behind it now
+    # the 5e-5 trial runs elsewhere and nothing else is waiting but the 1e-4 point: this worker waits for it
+    running, waiter = study.ask(), study.ask()
+    polls = []
+
+    def finish_elsewhere(seconds):
+        polls.append(seconds)
+        per_seed = [
+            {"seed": s, "compute_to_target": 60.0 * (1 + 0.02 * s), "total_units": 150.0, "censored": 0}
+            for s in range(4)
+        ]
+        running.set_user_attr(attrs.PER_SEED, per_seed)
+        running.suggest_categorical("replay.ratio", [1, 2])  # the knobs it was queued with, as `suggest` draws
+        running.suggest_categorical("x", [1, 8])
+        running.suggest_float("lr", 1e-6, 1e-3, log=True)
+        study.tell(running, 60.0)
+
+    monkeypatch.setattr(objective.time, "sleep", finish_elsewhere)
+    assert _objective(study, spec)._past_decline(waiter, point) is None  # 5e-5 improved on 2.5e-5: 1e-4 is trained
+    assert polls == [objective.HOLD_POLL_SECONDS]

@@ -156,7 +156,7 @@ def _summarise(ctx: StudyContext, study: optuna.Study, n_trials: int) -> None:
             tracking.set_run_status(
                 ctx.tracking_uri,
                 parent,
-                "FINISHED" if done(study) >= n_trials + lr_sweep.extensions(study) else "FAILED",
+                "FINISHED" if done(study) >= lr_sweep.to_run(study, n_trials) else "FAILED",
             )
     except Exception as err:
         if not faults.unreachable(err):

@@ -1,24 +1,27 @@
 """Each arm at its own learning rate (`StudySpec.lr_sweep`, Arnal et al.'s protocol): after a trial, an arm whose
 best lr so far is at an end of what it ran is queued once more at the next lr out, until its best is bounded on both
-sides or `lr_extend` learning rates past that end of the sweep have been tried.
+sides or `lr_extend` learning rates past that end of the sweep have been tried; and a point whose two nearer lrs on
+its arm were resolved in the arm's disfavour is not trained (`held`, `StudySpec.lr_skip_past_decline`).
 
 An arm is the knobs of a configuration but the lr; its level at each lr is its compute-to-target over its seeds with
 censoring as censoring (`workbench.censoring`). The extensions queued are counted on the study
-(`attrs.LR_EXTENSIONS`) and add to its `n_trials`.
+(`attrs.LR_EXTENSIONS`) and add to its `n_trials`; the points skipped past a decline (`attrs.LR_PAST_DECLINE`) are
+taken off it (`to_run`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
 
 from workbench import stats
 from workbench.study import attrs
-from workbench.study.compare import arms
+from workbench.study.compare import Arm, arms
 from workbench.study.spec import StudySpec, lr_step
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,11 @@ log = logging.getLogger(__name__)
 
 def _key(params: dict[str, Any]) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in params.items() if k != "lr"))
+
+
+def _params(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """A trial's knobs: those it drew, or, while it waits, those it was queued with."""
+    return t.params or t.system_attrs.get("fixed_params", {})
 
 
 def due(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
@@ -50,17 +58,24 @@ def due(study: optuna.Study, spec: StudySpec) -> list[dict[str, Any]]:
         by_arm.setdefault(_key(a.knobs), {})[float(a.knobs["lr"])] = a
         knobs_of[_key(a.knobs)] = {k: v for k, v in a.knobs.items() if k != "lr"}
     lo, hi, step = spec.lr_sweep[0], spec.lr_sweep[-1], lr_step(spec.lr_sweep)
+    skipped: dict[tuple, list[float]] = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)):
+        if t.user_attrs.get(attrs.LR_PAST_DECLINE):
+            skipped.setdefault(_key(_params(t)), []).append(float(_params(t)["lr"]))
     out = []
     for key, at in by_arm.items():
         ran = sorted(at)
-        if key in pending or not all(any(math.isclose(v, r, rel_tol=1e-6) for r in ran) for v in spec.lr_sweep):
+        passed = skipped.get(key, [])
+        if key in pending or not all(
+            any(math.isclose(v, r, rel_tol=1e-6) for r in ran + passed) for v in spec.lr_sweep
+        ):
             continue  # its sweep is still running, or it is a proposal of the sampler's at one lr
         best = min(ran, key=lambda lr: stats.finite_or_inf(at[lr].level().estimate))
-        below = sum(r < lo * (1 - 1e-6) for r in ran)
-        above = sum(r > hi * (1 + 1e-6) for r in ran)
-        if best == ran[0] and below < spec.lr_extend:
+        below = sum(r < lo * (1 - 1e-6) for r in ran + passed)
+        above = sum(r > hi * (1 + 1e-6) for r in ran + passed)
+        if best == ran[0] and below < spec.lr_extend and not any(r < best for r in passed):
             out.append({**knobs_of[key], "lr": ran[0] / step})
-        elif best == ran[-1] and above < spec.lr_extend:
+        elif best == ran[-1] and above < spec.lr_extend and not any(r > best for r in passed):
             out.append({**knobs_of[key], "lr": ran[-1] * step})
     return out
 
@@ -81,3 +96,78 @@ def extend(study: optuna.Study, spec: StudySpec) -> int:
 def extensions(study: optuna.Study) -> int:
     """Learning rates queued past an end of the sweep so far (they add to the study's n_trials)."""
     return int(study.user_attrs.get(attrs.LR_EXTENSIONS, 0))
+
+
+def past_decline(study: optuna.Study) -> int:
+    """Points not trained because their arm declined towards them (`held`; they come off the study's n_trials)."""
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+        if t.user_attrs.get(attrs.LR_PAST_DECLINE)
+    )
+
+
+def to_run(study: optuna.Study, n_trials: int) -> int:
+    """The trials the study completes in all: `n_trials`, with the lrs queued past the sweep's ends, without the
+    points skipped past a decline."""
+    return n_trials + extensions(study) - past_decline(study)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a point of an lr sweep is not trained now: `skip` (its arm declined towards it) or `wait` (the lrs that
+    decide it are still running or waiting)."""
+
+    kind: Literal["skip", "wait"]
+    reason: str
+
+
+def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any]) -> Hold | None:
+    """Whether the point `params` (knobs with an lr) should not be trained: on its arm, the lr one step nearer the
+    sweep's middle needed more compute than the lr two steps nearer, paired by seed, resolved (the 95% interval of
+    the ratio above 1, censoring as censoring). Under a unimodal response to the lr the arm's best lies on the other
+    side, so `params` cannot be its best (`skip`). While either of those lrs is still to be measured: `wait`. None:
+    train it (no sweep, the rule off, or no two lrs before it on its arm)."""
+    if spec.lr_sweep is None or not spec.lr_skip_past_decline or "lr" not in params:
+        return None
+    key, lr, step = _key(params), float(params["lr"]), lr_step(spec.lr_sweep)
+    same = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if not t.user_attrs.get(attrs.ARM) and _key(_params(t)) == key and "lr" in _params(t)
+    ]
+
+    def at(v: float) -> list[optuna.trial.FrozenTrial]:
+        return [
+            t for t in same if math.isclose(float(_params(t)["lr"]), v, rel_tol=1e-6) and t.state != TrialState.FAIL
+        ]
+
+    by_number = {a.number: a for a in arms(study)}
+    for toward in (1, -1):  # upward: the two lrs below decide; downward: the two above
+        near, far = at(lr / step**toward), at(lr / step ** (2 * toward))
+        if any(t.user_attrs.get(attrs.LR_PAST_DECLINE) for t in near):
+            return Hold(
+                "skip", f"the lr before it on this arm ({lr / step**toward:g}) was itself skipped past a decline"
+            )
+        near_done = [by_number[t.number] for t in near if t.number in by_number]
+        far_done = [by_number[t.number] for t in far if t.number in by_number]
+        if not near or not far:
+            continue  # no two lrs before it on this side: nothing to decide from
+        if not near_done or not far_done:
+            return Hold(
+                "wait", f"lr {lr:g} waits for this arm at {lr / step**toward:g} and {lr / step ** (2 * toward):g}"
+            )
+        c = _decline(near_done[0], far_done[0])
+        if c is not None:
+            return Hold(
+                "skip",
+                f"past a decline: this arm needed more compute at lr {lr / step**toward:g} than at"
+                f" {lr / step ** (2 * toward):g}, ratio {c.fmt()}, resolved; its best lr is on the other side",
+            )
+    return None
+
+
+def _decline(near: Arm, far: Arm):
+    """`near`'s compute over `far`'s, paired by seed, when resolved above 1 (else None)."""
+    c = near.ratio(far)
+    return c if math.isfinite(c.low) and c.low > 1 else None

@@ -23,7 +23,7 @@ from workbench import knobs, stats, tracking
 from workbench.compute import to_target, units
 from workbench.config import ConfigError
 from workbench.estimators import DEFAULT_ESTIMATOR, auto_target, curve_summary, readings
-from workbench.study import attrs
+from workbench.study import attrs, lr_sweep
 from workbench.study.context import StudyContext, calibrated
 from workbench.study.pruning import ComputePruner
 from workbench.study.slots import SlotPool
@@ -104,6 +104,8 @@ def aggregate(per_seed: list[dict[str, float]]) -> dict[str, float]:
 
 
 PROGRESS_EVERY_SECONDS = 5.0
+HOLD_POLL_SECONDS = 10.0
+"""How often a worker holding an lr-sweep point re-reads the lrs that decide it (`StudyObjective._past_decline`)."""
 
 
 def _reporting(trial: optuna.Trial, index: int, seeds: int, budget: float | None, then=None):
@@ -183,20 +185,41 @@ class StudyObjective:
                 self._skip(trial, f"x = {params['x']} < y = {ratio}: capacity below batch_size")
         if not is_baseline and not calibrated(self.study) and _baseline_waiting(self.study):
             # A baseline enqueued again on resume stands behind the points enqueued at creation; it runs first.
-            self.study.enqueue_trial(
-                params,
-                user_attrs={
-                    k: trial.user_attrs[k] for k in (attrs.POINT, attrs.REQUEUED_FROM) if k in trial.user_attrs
-                },
-            )
-            self._skip(
-                trial, "deferred: the on-policy baseline runs first (it sets the study's reference mu and target)"
+            self._defer(
+                trial, params, "the on-policy baseline runs first (it sets the study's reference mu and target)"
             )
         twin = same_params(self.study, trial.number, params)
         if twin is not None:  # a sampler proposing a configuration already run: do not train it twice
             self._skip(trial, f"same configuration as trial {twin}")
+        if not is_baseline:
+            self._past_decline(trial, params)
         threads = self.baseline_threads if is_baseline else self.threads
         return self.evaluate(trial, params, is_baseline=is_baseline, mu=mu, threads=threads)
+
+    def _defer(self, trial: optuna.Trial, params: dict[str, Any], reason: str):
+        """Queue `params` again behind the waiting trials and skip this one."""
+        kept = (attrs.POINT, attrs.REQUEUED_FROM, attrs.LR_EXTENSION)
+        self.study.enqueue_trial(params, user_attrs={k: trial.user_attrs[k] for k in kept if k in trial.user_attrs})
+        self._skip(trial, f"deferred: {reason}")
+
+    def _past_decline(self, trial: optuna.Trial, params: dict[str, Any]) -> None:
+        """An lr-sweep point whose arm declined towards it is skipped (`lr_sweep.held`); one whose deciding lrs are
+        still to run is deferred behind a trial that can run now, or, with none, waits here for them."""
+        spec = self.ctx.spec
+        hold = lr_sweep.held(self.study, spec, params)
+        while hold is not None and hold.kind == "wait":
+            if any(
+                getattr(lr_sweep.held(self.study, spec, t.system_attrs.get("fixed_params", {})), "kind", None) != "wait"
+                for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            ):
+                self._defer(trial, params, hold.reason)
+            trial.set_user_attr(attrs.PROGRESS, hold.reason)
+            time.sleep(HOLD_POLL_SECONDS)
+            hold = lr_sweep.held(self.study, spec, params)
+        if hold is not None:
+            trial.set_user_attr(attrs.LR_PAST_DECLINE, True)
+            log.info(f"trial {trial.number} not trained ({fmt_params(params)}): {hold.reason}")
+            self._skip(trial, hold.reason)
 
     @staticmethod
     def _skip(trial: optuna.Trial, reason: str):

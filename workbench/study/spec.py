@@ -227,6 +227,12 @@ class StudySpec(BaseModel):
     draw it there); `n_trials` is raised to cover every arm at every lr."""
     lr_extend: int = Field(2, ge=0)
     """`lr_sweep`: how many learning rates an arm may be extended by past each end of the sweep."""
+    lr_skip_past_decline: bool = True
+    """`lr_sweep`: an arm's next lr out is not trained once the two lrs before it are resolved in its disfavour (the
+    nearer one needs more compute than the farther, paired by seed, the 95% interval above 1): under a unimodal
+    response to the lr its best lies on the other side. The trial is recorded as skipped, with that comparison as its
+    reason, and no longer counts towards `n_trials`; a worker that draws it before both lrs are measured runs
+    another trial first, or waits (`workbench.study.lr_sweep.held`). False: every lr of the sweep is trained."""
     points: list[dict[str, Any]] = []
     """Configurations to run first (after the baseline), in order, as knob values of the search space (e.g. each
     strategy with its paper's settings); the sampler proposes the trials after them."""

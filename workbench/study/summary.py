@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from workbench import tracking
 from workbench.config import ConfigError, TrialConfig, build_config
 from workbench.estimators import METRICS
-from workbench.study import attrs, compare
+from workbench.study import attrs, compare, lr_sweep
 from workbench.verdicts import knob_label
 
 
@@ -262,7 +262,7 @@ def closing_lines(study: optuna.Study, spec_ref: str | None = None) -> list[str]
         if any(step.command.startswith("workbench report") for step in verdict.steps):
             report_step = None  # the verdict's own (e.g. a lower target)
     spec = study.user_attrs.get(attrs.SPEC, {})
-    left = int(spec.get("n_trials", 0)) - done(study)
+    left = lr_sweep.to_run(study, int(spec.get("n_trials", 0))) - done(study)
     if left > 0 and not any(t.state == TrialState.RUNNING for t in trials):
         steps.insert(0, f"workbench study run {ref} (resumes: {left} more trial(s))")
     return [f"Bottom line: {bottom}", "Next: " + "; ".join(steps + ([report_step] if report_step else []))]

@@ -64,8 +64,9 @@ class StudyBudget:
         self.spec, self.n_trials = spec, n_trials
 
     def target(self, study: optuna.Study) -> int:
-        """Trials to complete: `n_trials`, and the learning rates an lr sweep queued past its ends."""
-        return self.n_trials + lr_sweep.extensions(study)
+        """Trials to complete: `n_trials`, the learning rates an lr sweep queued past its ends, less the points it
+        skipped past a decline."""
+        return lr_sweep.to_run(study, self.n_trials)
 
     def finished(self, study: optuna.Study) -> str | None:
         """Why the study needs no more trials from anyone (None while it does)."""
