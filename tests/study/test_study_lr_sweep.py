@@ -144,7 +144,7 @@ def test_an_arm_resolved_worse_one_lr_up_is_not_trained_two_up(tmp_path):
     # 5e-5 needed 1.3x 2.5e-5's compute on every seed: resolved, so 1e-4 cannot be this arm's best
     assert hold.kind == "skip" and "more compute at lr 5e-05 than at 2.5e-05, ratio 1.3 [1.3, 1.3]" in hold.reason
     assert lr_sweep.held(study, spec, {"replay.ratio": 1, "x": 1, "lr": 1e-4}) is None  # on-policy improved
-    assert lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 5e-5}) is None  # one lr before it only
+    assert lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 5e-5}) is None  # one lr below it only
     assert lr_sweep.held(study, _spec(lr_skip_past_decline=False), {"replay.ratio": 2, "x": 8, "lr": 1e-4}) is None
     # within the noise: trained
     (tmp_path / "b").mkdir()
@@ -190,6 +190,8 @@ def test_a_point_whose_deciding_lr_is_still_to_run_goes_behind_a_runnable_trial_
     study.enqueue_trial(point, user_attrs={attrs.POINT: True})  # ahead of the lr that decides it (a requeue's order)
     study.enqueue_trial({"replay.ratio": 2, "x": 8, "lr": 5e-5}, user_attrs={attrs.POINT: True})
     assert lr_sweep.held(study, spec, point).kind == "wait"
+    # the sweep's lowest lr is never held by the higher ones queued behind it (they wait for it, not it for them)
+    assert lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 2.5e-5}) is None
     lr_of = lambda trial: study.get_trials()[trial.number].system_attrs["fixed_params"]["lr"]  # noqa: E731
     drawn = study.ask()
     assert math.isclose(lr_of(drawn), 1e-4)  # Optuna hands out the oldest waiting trial

@@ -25,7 +25,7 @@ POINT = "point"
 LR_EXTENSION = "lr_extension"
 """A point queued past an end of its arm's lr sweep (`workbench.study.lr_sweep`)."""
 LR_PAST_DECLINE = "lr_past_decline"
-"""A point not trained: the two lrs before it on its arm's sweep were resolved in the arm's disfavour
+"""A point not trained: the two lrs below it on its arm's sweep were resolved in the arm's disfavour
 (`workbench.study.lr_sweep.held`); skipped, and taken off the study's n_trials."""
 REQUEUED_FROM = "requeued_from"
 SKIPPED = "skipped"

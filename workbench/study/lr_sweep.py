@@ -123,11 +123,12 @@ class Hold:
 
 
 def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any]) -> Hold | None:
-    """Whether the point `params` (knobs with an lr) should not be trained: on its arm, the lr one step nearer the
-    sweep's middle needed more compute than the lr two steps nearer, paired by seed, resolved (the 95% interval of
-    the ratio above 1, censoring as censoring). Under a unimodal response to the lr the arm's best lies on the other
-    side, so `params` cannot be its best (`skip`). While either of those lrs is still to be measured: `wait`. None:
-    train it (no sweep, the rule off, or no two lrs before it on its arm)."""
+    """Whether the point `params` (knobs with an lr) should not be trained: on its arm, the lr one step below needed
+    more compute than the lr two steps below, paired by seed, resolved (the 95% interval of the ratio above 1,
+    censoring as censoring). Under a unimodal response to the lr the arm's best lies below, so `params` cannot be its
+    best (`skip`). While either of those lrs is still to be measured: `wait`. None: train it (no sweep, the rule off,
+    or no two lrs below it on its arm). Only upward: a sweep's points run in ascending lr, and an extension below the
+    sweep is queued only where the lowest lr was the arm's best (`due`), so no decline can point down to one."""
     if spec.lr_sweep is None or not spec.lr_skip_past_decline or "lr" not in params:
         return None
     key, lr, step = _key(params), float(params["lr"]), lr_step(spec.lr_sweep)
@@ -142,29 +143,24 @@ def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any]) -> Hold |
             t for t in same if math.isclose(float(_params(t)["lr"]), v, rel_tol=1e-6) and t.state != TrialState.FAIL
         ]
 
+    near, far = at(lr / step), at(lr / step**2)
+    if any(t.user_attrs.get(attrs.LR_PAST_DECLINE) for t in near):
+        return Hold("skip", f"the lr below it on this arm ({lr / step:g}) was itself skipped past a decline")
+    if not near or not far:
+        return None  # no two lrs below it: nothing to decide from
     by_number = {a.number: a for a in arms(study)}
-    for toward in (1, -1):  # upward: the two lrs below decide; downward: the two above
-        near, far = at(lr / step**toward), at(lr / step ** (2 * toward))
-        if any(t.user_attrs.get(attrs.LR_PAST_DECLINE) for t in near):
-            return Hold(
-                "skip", f"the lr before it on this arm ({lr / step**toward:g}) was itself skipped past a decline"
-            )
-        near_done = [by_number[t.number] for t in near if t.number in by_number]
-        far_done = [by_number[t.number] for t in far if t.number in by_number]
-        if not near or not far:
-            continue  # no two lrs before it on this side: nothing to decide from
-        if not near_done or not far_done:
-            return Hold(
-                "wait", f"lr {lr:g} waits for this arm at {lr / step**toward:g} and {lr / step ** (2 * toward):g}"
-            )
-        c = _decline(near_done[0], far_done[0])
-        if c is not None:
-            return Hold(
-                "skip",
-                f"past a decline: this arm needed more compute at lr {lr / step**toward:g} than at"
-                f" {lr / step ** (2 * toward):g}, ratio {c.fmt()}, resolved; its best lr is on the other side",
-            )
-    return None
+    near_done = [by_number[t.number] for t in near if t.number in by_number]
+    far_done = [by_number[t.number] for t in far if t.number in by_number]
+    if not near_done or not far_done:
+        return Hold("wait", f"lr {lr:g} waits for this arm at {lr / step:g} and {lr / step**2:g}")
+    c = _decline(near_done[0], far_done[0])
+    if c is None:
+        return None
+    return Hold(
+        "skip",
+        f"past a decline: this arm needed more compute at lr {lr / step:g} than at {lr / step**2:g}, ratio"
+        f" {c.fmt()}, resolved; its best lr is below",
+    )
 
 
 def _decline(near: Arm, far: Arm):

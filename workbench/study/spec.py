@@ -228,9 +228,9 @@ class StudySpec(BaseModel):
     lr_extend: int = Field(2, ge=0)
     """`lr_sweep`: how many learning rates an arm may be extended by past each end of the sweep."""
     lr_skip_past_decline: bool = True
-    """`lr_sweep`: an arm's next lr out is not trained once the two lrs before it are resolved in its disfavour (the
+    """`lr_sweep`: an arm's next lr up is not trained once the two lrs below it are resolved in its disfavour (the
     nearer one needs more compute than the farther, paired by seed, the 95% interval above 1): under a unimodal
-    response to the lr its best lies on the other side. The trial is recorded as skipped, with that comparison as its
+    response to the lr its best lies below. The trial is recorded as skipped, with that comparison as its
     reason, and no longer counts towards `n_trials`; a worker that draws it before both lrs are measured runs
     another trial first, or waits (`workbench.study.lr_sweep.held`). False: every lr of the sweep is trained."""
     points: list[dict[str, Any]] = []
