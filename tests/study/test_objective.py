@@ -42,3 +42,36 @@ def test_seed_values_read_the_studys_metric_and_keep_greedy_accuracy_as_accuracy
     assert values["compute_to_target"] == pytest.approx(2.0)  # demo_prob crosses 0.1 at the third evaluation
     assert values["best_accuracy"] == 0.9 and values["final_accuracy"] == 0.9
     assert seed_values(TrialResult("run", {}, rows), 0.1, 1.0, 16, "first")["compute_to_target"] == pytest.approx(1.0)
+
+
+def test_a_tracking_server_that_leaves_between_a_trial_runs_creation_and_its_params_fails_it_with_that_reason(
+    tmp_path, monkeypatch
+):
+    """The window a study's outage can hit right after `trial N starts`: the trial's MLflow run exists, its params
+    never arrive. The trial must fail naming the server (the study's fail-fast reads that reason), not bare."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from workbench import tracking
+    from workbench.config import build_config
+    from workbench.study import attrs
+    from workbench.study.objective import StudyObjective
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = tracking.RunLogger(uri, "toy", run_name="study")
+    study = optuna.create_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    study.set_user_attr(attrs.PARENT_RUN, parent.run_id)
+    gone = "the tracking server at http://127.0.0.1:5000 did not answer for 5 s"
+
+    def send(self, wait):
+        if wait:
+            raise tracking.TrackingUnavailable(gone)
+
+    monkeypatch.setattr(tracking.RunLogger, "_send", send)
+    objective = StudyObjective(SimpleNamespace(spec=SimpleNamespace(name="toy"), tracking_uri=uri), study, None)
+    trial = study.ask()
+    with pytest.raises(tracking.TrackingUnavailable):
+        objective._trial_run(trial, {"x": 4}, [0], [build_config({})], {}, arm=None, is_baseline=False)
+    reason = study.trials[0].user_attrs[attrs.FAIL_REASON]
+    assert reason == f"TrackingUnavailable: {gone}" and study.trials[0].user_attrs[attrs.RUN]

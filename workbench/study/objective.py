@@ -272,10 +272,10 @@ class StudyObjective:
         if trial.user_attrs.get(attrs.EXTENDS) is not None:
             tags[tracking.EXTENDS] = str(trial.user_attrs[attrs.EXTENDS])
         run = self._trial_run(trial, params, seeds, configs, tags, arm=arm, is_baseline=is_baseline)
-        if extra_metrics:
-            run.log_metrics(extra_metrics, step=0)
         try:
             with tracking.run_lifecycle(run, stopped=tracking.STATUS_PRUNED):
+                if extra_metrics:
+                    run.log_metrics(extra_metrics, step=0)
                 results = self._train_seeds(trial, run, configs, tags, pool, which, arm=arm, is_baseline=is_baseline)
                 summary = self._record(trial, run, configs, results, mu, seeds)
         except TrialStopped as err:
@@ -302,20 +302,21 @@ class StudyObjective:
                 tags={**tags, tracking.KIND: tracking.KIND_TRIAL},
                 outage_s=configs[0].tracking.outage_s,
             )
+            trial.set_user_attr(attrs.RUN, run.run_id)
+            if self.devices:
+                trial.set_user_attr(attrs.DEVICES, self.devices)
+            run.log_params(
+                {
+                    **{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
+                    tracking.PARAM_SEEDS: ",".join(map(str, seeds)),
+                    tracking.PARAM_BASELINE: is_baseline,
+                }
+            )
         except Exception as err:  # the tracking server away: the trial fails with that reason (failfast reads it)
+            # (also when it leaves between the run's creation and its params: a window a study's outage can hit)
             trial.set_user_attr(attrs.FAIL_REASON, tracking.failure_reason(err))
             log.warning(f"trial {trial.number} failed: {tracking.failure_reason(err)}")
             raise
-        trial.set_user_attr(attrs.RUN, run.run_id)
-        if self.devices:
-            trial.set_user_attr(attrs.DEVICES, self.devices)
-        run.log_params(
-            {
-                **{f"{tracking.PARAM_KNOB_PREFIX}{k}": v for k, v in params.items()},
-                tracking.PARAM_SEEDS: ",".join(map(str, seeds)),
-                tracking.PARAM_BASELINE: is_baseline,
-            }
-        )
         return run
 
     def _train_seeds(self, trial, run, configs, tags, pool, which, *, arm, is_baseline) -> list[TrialResult]:
