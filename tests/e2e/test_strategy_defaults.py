@@ -68,9 +68,9 @@ def test_every_objective_trains_a_replay_trial_with_its_defaults(objective, stor
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", [{"max_uses": 2}, {"recency_alpha": 3}, {"use_decay": 2}])
+@pytest.mark.parametrize("policy", [{"max_uses": 2}, {"recency_alpha": 3}, {"use_decay": 2}, {"min_ess": 0.99}])
 def test_every_buffer_policy_trains_a_replay_trial(policy, store):
-    """Each of the uniform buffer's policies (Marin's use cap and recency weights, Trinity-RFT's use-count decay) at
-    y 2, every other setting its default."""
+    """Each of the uniform buffer's policies (Marin's use cap and recency weights, Trinity-RFT's use-count decay,
+    the ESS floor) at y 2, every other setting its default."""
     metrics = _replay_trial(store, replay={"uniform": policy})
     assert metrics["final/steps"] == 3 and metrics["final/replay_ratio"] == pytest.approx(2, rel=0.5)

@@ -98,6 +98,25 @@ def test_async_uniform_buffer_reuses_rollouts_and_two_generators_never_share_a_u
     )  # (K_train/1)/(K_gen/2)
 
 
+def test_async_uniform_buffer_retires_a_rollout_once_its_ess_fell_below_min_ess(tracking_uri):
+    floor, seen, drawn_after = 0.9999, {}, []
+
+    def observe(rec):
+        drawn_after.extend(seen[r.uid] for r in rec.batch if r.uid in seen)  # each one's ESS at its previous training
+        seen.update({r.uid: r.ess for r in rec.batch})
+
+    cfg = async_cfg(
+        tracking_uri,
+        replay={"strategy": "uniform", "capacity": 64, "uniform": {"min_ess": floor}},
+        budget={"steps": 6},
+        lr=1e-2,
+    )
+    result = run_trial(cfg, observer=observe)
+    assert drawn_after and all(ess >= floor for ess in drawn_after)  # reused only while its weights held
+    assert any(ess < floor for ess in seen.values())  # and some did drift past it
+    assert result.metrics["final/steps"] == 6
+
+
 @pytest.mark.parametrize("sync_every, versions", [(1, [0, 0, 1, 2, 3, 4]), (2, [0, 0, 0, 2, 2, 4])])
 @pytest.mark.slow
 def test_a_slowed_generator_follows_the_known_staleness_schedule(tracking_uri, sync_every, versions):

@@ -72,6 +72,18 @@ def ratio_stats(inp: ObjectiveInput) -> dict[str, float]:
         }
 
 
+def rollout_ess(inp: ObjectiveInput) -> torch.Tensor:
+    """Per rollout of a batch: the normalised effective sample size of its completion tokens' importance weights,
+    (Σw)² / (n Σw²) over its own tokens, in (0, 1]; 1 for a rollout trained on-policy (or with no tokens). The
+    per-rollout form of `ratio_stats`'s `ess`, VCPO's predictor of collapse under staleness."""
+    with torch.no_grad():
+        mask = inp.mask.to(torch.float64)
+        w = torch.exp((inp.logprobs.detach() - inp.behaviour_logprobs).to(torch.float64)) * mask
+        n = mask.sum(dim=1)
+        ess = w.sum(dim=1) ** 2 / (n * (w**2).sum(dim=1)).clamp(min=1e-300)
+        return torch.where(n > 0, ess, torch.ones_like(ess))
+
+
 def register_objective(name: str, mean: str = "tokens"):
     """Register `fn(inp: ObjectiveInput, cfg: ObjectiveConfig) -> ObjectiveOutput` under `name` (`objective.name`).
     `mean`: what its loss averages over, `tokens` (every completion token weighs the same) or `rollouts`; the trainer

@@ -36,6 +36,9 @@ class Rollout:
     the maker did not record them (the loss then reads the rollout's own reward alone)."""
     uses: int = 0
     """Optimizer steps this rollout has been trained in so far."""
+    ess: float = 1.0
+    """The normalised effective sample size of its tokens' importance weights pi_theta / pi_behaviour, (Σw)² / (n Σw²),
+    in the last step that trained it (set by the trainer, `objectives.rollout_ess`); 1 before any."""
     source: str = "fresh"
     """`fresh` (sampled by the policy in this trial) or `pool` (an RLEP replayed success)."""
     trainer_logprobs: torch.Tensor | None = None

@@ -17,7 +17,7 @@ from workbench.backends.scoring import score
 from workbench.config import TrialConfig
 from workbench.registry import OBJECTIVES
 from workbench.trial.diagnostics import GradientCosine
-from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, aggregation, ratio_stats
+from workbench.trial.objectives import ObjectiveInput, ObjectiveOutput, aggregation, ratio_stats, rollout_ess
 from workbench.trial.policy import Policy, autocast_on
 from workbench.trial.replay import Rollout
 
@@ -223,6 +223,8 @@ def train_step(
                 out = objective(inp, cfg.objective)
             offset += len(piece)
             out.stats = {**ratio_stats(inp), **(out.stats or {})}
+            for r, ess in zip(piece, rollout_ess(inp).tolist()):
+                r.ess = ess  # read by `replay.uniform.min_ess` at the next draw
             if not torch.isfinite(out.loss):
                 raise TrialDiverged(f"loss is {out.loss.item()} at step {step}")
             done.append(out)

@@ -21,6 +21,11 @@ class UniformParams(Section):
     """Retire a rollout once it has been trained in this many steps (Marin's `max_samples`; its production configs
     set 1). Retired rollouts leave the buffer trained, not discarded; while the buffer holds fewer than a batch of
     usable rollouts, more groups are generated (counted). `null`: no limit."""
+    min_ess: float | None = Field(None, gt=0, le=1)
+    """Retire a rollout once the normalised effective sample size of its tokens' importance weights, measured in the
+    last step that trained it, fell below this (`Rollout.ess`; VCPO's collapse predictor, per rollout): reuse that
+    lasts while the policy has not moved away from the rollout, instead of a fixed count. Retired and refilled as
+    `max_uses`'s (`replay/retired_ess` counts them). `null`: no such limit."""
     recency_alpha: float = Field(0.0, ge=0)
     """Draw weights ∝ rank^alpha, rank 1 the oldest rollout in the buffer and n the newest (Marin's recency bias,
     `alpha` 3 in its configs). 0: uniform."""
@@ -52,7 +57,7 @@ class Uniform(Strategy):
         self.policy: UniformParams = cfg.replay.section("uniform")  # also for its subclass positive_bias
         self.buffer = ReplayBuffer(cfg.replay.capacity, cfg.replay.horizon)
         self.credit = FreshCredit(cfg.fresh_per_step, self.G)
-        self.retired = 0
+        self.retired = self.retired_ess = 0
 
     @classmethod
     def validate(cls, cfg: TrialConfig) -> None:
@@ -111,13 +116,21 @@ class Uniform(Strategy):
         return self._draw(rng)
 
     def _retire(self) -> None:
-        """`max_uses`: rollouts trained that many times leave the buffer."""
-        if self.policy.max_uses is None:
+        """`max_uses`: rollouts trained that many times leave the buffer; `min_ess`: so do those whose importance
+        weights spread past it the last time they were trained."""
+        cap, floor = self.policy.max_uses, self.policy.min_ess
+        if cap is None and floor is None:
             return
-        kept = [r for r in self.buffer.items if r.uses < self.policy.max_uses]
-        self.retired += len(self.buffer) - len(kept)
+        kept = []
+        for r in self.buffer.items:
+            if floor is not None and r.uses and r.ess < floor:
+                self.retired_ess += 1
+            elif cap is not None and r.uses >= cap:
+                self.retired += 1
+            else:
+                kept.append(r)
         self.buffer.items = deque(kept)
-        self._metrics = {"replay/retired": self.retired}
+        self._metrics = {"replay/retired": self.retired + self.retired_ess, "replay/retired_ess": self.retired_ess}
 
     def _draw(self, rng: np.random.Generator) -> list[Rollout]:
         items, B, p = self.buffer.items, self.B, self.policy
