@@ -77,6 +77,23 @@ def rollout(uid: int, birth: int) -> Rollout:
     return Rollout(uid, 0, uid // 4, [1], [2], torch.zeros(1), 0.0, 0.0, 0.0, birth)
 
 
+def toy_step_setup(lr: float = 1e-2):
+    """The toy config, its `Policy` with an Adam at `lr`, and 16 of its rollouts sampled at temperature 0.3 (groups of
+    4, seed 0, some with non-zero advantages): what a `train_step` test trains on."""
+    from workbench.config import build_config
+    from workbench.trial.policy import Policy
+    from workbench.trial.rollouts import generate_groups
+    from workbench.trial.tasks import load_task
+
+    cfg = build_config(toy_dict())
+    task = load_task(cfg.task)
+    policy = Policy(cfg, task)
+    optimizer = torch.optim.Adam(policy.model.parameters(), lr=lr)
+    policy.temperature = 0.3
+    fresh, _ = generate_groups(policy, task, list(range(16)), 4, 0, torch.Generator().manual_seed(0), 0)
+    return cfg, policy, optimizer, fresh
+
+
 def toy_policy():
     """The toy config's embedded model and tokenizer, loaded with `from_pretrained` on CPU, and its task."""
     from workbench.config import build_config

@@ -13,7 +13,7 @@ from workbench.trial.replay import mark_trained
 from workbench.trial.strategies import STRATEGIES, uniform_draw
 from workbench.trial.strategies.uniform import priority_draw, recency_draw
 
-from support.toy import rollout, toy_dict
+from support.toy import rollout, toy_dict, toy_step_setup
 
 
 def _drive(replay: dict, steps: int = 40, seed: int = 0):
@@ -169,19 +169,9 @@ def test_min_ess_retires_the_rollouts_whose_weights_spread_past_it_and_the_buffe
 
 
 def test_the_trainer_records_each_trained_rollouts_ess():
-    import torch
-
-    from workbench.trial.policy import Policy
-    from workbench.trial.rollouts import generate_groups
     from workbench.trial.step import train_step
-    from workbench.trial.tasks import load_task
 
-    cfg = build_config(toy_dict())
-    task = load_task(cfg.task)
-    policy = Policy(cfg, task)
-    optimizer = torch.optim.Adam(policy.model.parameters(), lr=1e-2)
-    policy.temperature = 0.3
-    fresh, _ = generate_groups(policy, task, list(range(16)), 4, 0, torch.Generator().manual_seed(0), 0)
+    cfg, policy, optimizer, fresh = toy_step_setup(lr=1e-2)
     out, _, _ = train_step(policy, optimizer, fresh, cfg, 0)
     # the first step trains on-policy (the behaviour log-probs are this policy's, up to the scorer's rounding)
     assert all(r.ess == pytest.approx(1.0, abs=1e-4) for r in fresh)

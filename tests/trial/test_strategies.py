@@ -13,10 +13,9 @@ from workbench.trial.replay import ReplayBuffer, Rollout
 from workbench.trial.strategies import STRATEGIES, Prioritized, is_correct, uniform_draw
 from workbench.trial.tasks import load_task
 from workbench.trial.loop import run_trial
-from workbench.trial.policy import Policy
 from workbench.trial.step import train_step
 
-from support.toy import rollout, toy_dict, tracked
+from support.toy import rollout, toy_dict, toy_step_setup, tracked
 
 
 def groups_of(batch: list[Rollout]) -> dict[int, list[Rollout]]:
@@ -200,14 +199,7 @@ def test_dgg_never_gates_a_first_pass_and_never_exceeds_k(tracking_uri):
 
 
 def test_a_gated_step_leaves_weights_and_optimizer_untouched():
-    cfg = build_config(toy_dict())
-    task = load_task(cfg.task)
-    policy = Policy(cfg, task)
-    optimizer = torch.optim.Adam(policy.model.parameters(), lr=1e-2)
-    from workbench.trial.rollouts import generate_groups
-
-    policy.temperature = 0.3
-    fresh, _ = generate_groups(policy, task, list(range(16)), 4, 0, torch.Generator().manual_seed(0), 0)
+    cfg, policy, optimizer, fresh = toy_step_setup(lr=1e-2)
     assert any(r.advantage != 0 for r in fresh)  # a real gradient to gate
     train_step(policy, optimizer, fresh, cfg, 0)  # a real step first: Adam has moments
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
