@@ -24,7 +24,11 @@ def test_a_storage_that_is_not_a_url_names_the_field():
         open_storage("optuna.db")
 
 
-def test_an_unreachable_server_is_one_line_without_the_password():
+def test_an_unreachable_server_is_one_line_without_the_password(monkeypatch):
+    from workbench.study import storage
+
+    # the message after the wait, not the wait: a server that never comes back is given 3 s here, not OUTAGE_S
+    monkeypatch.setattr(storage, "OUTAGE_S", 3.0)
     url = f"postgresql+psycopg2://alice:s3cret@127.0.0.1:{free_port()}/optuna"
     with pytest.raises(ConfigError) as err:
         open_storage(url)
