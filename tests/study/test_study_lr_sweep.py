@@ -11,6 +11,7 @@ from optuna.trial import create_trial
 from workbench.config import ConfigError
 from workbench.study import attrs, lr_sweep
 from workbench.study.spec import StudySpec, load_spec
+from workbench.study.summary import counts_line
 
 SWEEP = [2.5e-5, 5e-5, 1e-4]
 
@@ -177,6 +178,7 @@ def test_a_point_past_a_decline_is_recorded_skipped_and_leaves_the_count_and_the
     (skipped,) = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
     assert skipped.user_attrs[attrs.LR_PAST_DECLINE] and "past a decline" in skipped.user_attrs[attrs.SKIP_REASON]
     assert lr_sweep.past_decline(study) == 1 and lr_sweep.to_run(study, 6) == 5
+    assert "1 not trained past a decline" in counts_line(study) and "skipped" not in counts_line(study)
     # the arm's sweep counts as run: its best, 2.5e-5, is at the low end, so 1.25e-5 is queued; nothing above
     assert [(p["replay.ratio"], p["lr"]) for p in lr_sweep.due(study, spec)] == [(2, pytest.approx(1.25e-5))]
 

@@ -20,14 +20,19 @@ from workbench.study import attrs, compare, lr_sweep
 from workbench.verdicts import knob_label
 
 
+PAST_DECLINE = "not trained past a decline"
+
+
 def counts(study: optuna.Study) -> dict[str, int]:
-    """Trials by state; skipped proposals (x < y, or a configuration already run) and the runs of a fitted
-    optimum (`study verify`) and the re-runs on fresh seeds (`study confirm`), which are not sampler proposals and do
-    not count towards n_trials, counted apart."""
+    """Trials by state; skipped proposals (x < y, a configuration already run, a trial deferred), the lr-sweep points
+    not trained past a decline, the runs of a fitted optimum (`study verify`) and the re-runs on fresh seeds (`study
+    confirm`), which are not sampler proposals and do not count towards n_trials, counted apart."""
     out = {s.name.lower(): 0 for s in TrialState}
-    out["skipped"] = out["predicted"] = out["confirm"] = 0
+    out["skipped"] = out["predicted"] = out["confirm"] = out[PAST_DECLINE] = 0
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(attrs.SKIPPED):
+        if t.user_attrs.get(attrs.LR_PAST_DECLINE):
+            out[PAST_DECLINE] += 1  # an lr-sweep point its arm's decline ruled out (`lr_sweep.held`)
+        elif t.user_attrs.get(attrs.SKIPPED):
             out["skipped"] += 1
         elif t.user_attrs.get(attrs.ARM):
             out[t.user_attrs[attrs.ARM]] = out.get(t.user_attrs[attrs.ARM], 0) + 1
