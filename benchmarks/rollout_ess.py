@@ -3,7 +3,7 @@ normalised effective sample size of its tokens' weights pi_theta / pi_behaviour,
 many times it had been trained, on the embedded default at one replay ratio and several learning rates. What to
 choose `replay.uniform.min_ess` from (docs/strategies/uniform.md).
 
-    .venv/bin/python benchmarks/rollout_ess.py [--lr 2.5e-5 5e-5 1e-4] [--ratio 4] [--x 8] [--steps 16]
+    .venv/bin/python benchmarks/rollout_ess.py [--lr 2.5e-5 5e-5 1e-4] [--ratio 4] [--x 8] [--steps 16] > reports/rollout_ess/runs.csv
 """
 
 from __future__ import annotations
