@@ -231,3 +231,35 @@ def test_decoding_drops_finished_rows_and_gives_the_same_completions(greedy, mon
     whole = static.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
     _agree(whole, compacted, atol=1e-5)
     assert len({len(c) for c in whole.completion_ids}) > 1
+
+
+@needs_compiler
+def test_compiled_decoding_drops_finished_rows_and_gives_the_eager_completions(aot_cache, monkeypatch):
+    # the compiled step's rows are symbolic: after a drop it runs the narrower batch, never below 2 rows
+    model, tok, task = toy_policy()
+    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
+    widths = []
+    real_run = StaticDecoder._run
+    monkeypatch.setattr(
+        StaticDecoder,
+        "_run",
+        lambda self, step, s, args: widths.append(args[1].shape[0]) or real_run(self, step, s, args),
+    )
+    compiled = StaticDecoder(model, compiled=True, cache_dir=aot_cache)
+    eager = StaticDecoder(model, compiled=False)
+    for greedy in (True, False):
+        kw = dict(max_new_tokens=task.max_new_tokens, greedy=greedy, temperature=0.8)
+        widths.clear()
+        got = compiled.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw)
+        assert compiled.compiled, "the step did not compile"
+        assert widths[0] == len(prompts) and min(widths) < len(prompts), f"no row was dropped: widths {widths}"
+        assert min(widths) >= 2
+        _agree(eager.sample(tok, prompts, generator=torch.Generator().manual_seed(5), **kw), got, atol=1e-5)
+
+
+def test_a_compiled_call_never_drops_to_fewer_rows_than_its_step_takes():
+    assert decode.Rows(8, 0).should_drop(unfinished=1, rows=8)
+    assert not decode.Rows(8, 0, min_kept=2).should_drop(unfinished=1, rows=8)
+    assert decode.Rows(8, 0, min_kept=2).should_drop(unfinished=2, rows=8)
+    assert not decode.Rows(8, 0, enabled=False).should_drop(unfinished=1, rows=8)
+    assert not decode.Rows(6, 0).should_drop(unfinished=1, rows=6)  # below MIN_ROWS, never

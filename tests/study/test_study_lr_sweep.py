@@ -221,3 +221,33 @@ def test_a_point_whose_deciding_lr_is_still_to_run_goes_behind_a_runnable_trial_
     monkeypatch.setattr(objective.time, "sleep", finish_elsewhere)
     assert _objective(study, spec)._past_decline(waiter, point) is None  # 5e-5 improved on 2.5e-5: 1e-4 is trained
     assert polls == [objective.HOLD_POLL_SECONDS]
+
+
+def test_a_worker_asks_about_every_waiting_trial_from_one_read_of_the_study(tmp_path, monkeypatch):
+    from workbench.study import objective
+
+    spec = _spec()
+    study = _study(tmp_path, {(1, 1, 2.5e-5): 100.0, (2, 8, 2.5e-5): 100.0, (2, 8, 5e-5): 130.0})
+    # 1e-4 on on-policy waits for on-policy's 5e-5, which runs elsewhere; behind it, six more points that wait too
+    study.enqueue_trial({"replay.ratio": 1, "x": 1, "lr": 5e-5}, user_attrs={attrs.POINT: True})
+    running = study.ask()
+    point = {"replay.ratio": 1, "x": 1, "lr": 1e-4}
+    for _ in range(7):
+        study.enqueue_trial(point, user_attrs={attrs.POINT: True})
+    waiter = study.ask()
+    reads = []
+    real = type(study).get_trials
+    monkeypatch.setattr(type(study), "get_trials", lambda self, *a, **k: reads.append(1) or real(self, *a, **k))
+
+    class Polled(Exception):
+        pass
+
+    def first_poll(seconds):
+        raise Polled
+
+    monkeypatch.setattr(objective.time, "sleep", first_poll)
+    with pytest.raises(Polled):
+        _objective(study, spec)._past_decline(waiter, point)
+    # its own question (one read), then one read for the six waiting trials' questions (not one each)
+    assert len(reads) == 2, f"{len(reads)} reads of the study for one check of 6 waiting trials"
+    assert running.number not in [t.number for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))]

@@ -339,18 +339,19 @@ class Rows:
     36 tokens and longest 96: greedy decoding in 0.66x the time, the same completions). Each position's outputs are
     put back at the call's width (a dropped row reads the pad token, log-prob 0, entropy 0: what a finished row
     gets), and sampling still draws its noise at the call's width, each row reading its own, so a seed's samples do
-    not depend on when rows are dropped. Eager decoding only: a compiled step is built for one width."""
+    not depend on when rows are dropped. The compiled step takes any number of rows from 2 (its rows are symbolic),
+    so a compiled call keeps at least `min_kept` = 2: it never leaves the package it started with."""
 
     MIN_ROWS = 8
 
-    def __init__(self, n: int, pad_id: int, *, enabled: bool):
-        self.n, self.pad_id, self.enabled = n, pad_id, enabled
+    def __init__(self, n: int, pad_id: int, *, enabled: bool = True, min_kept: int = 1):
+        self.n, self.pad_id, self.enabled, self.min_kept = n, pad_id, enabled, min_kept
         self.index: torch.Tensor | None = None
         """The call's row of each row still decoded (None: every row, in order)."""
 
     def should_drop(self, unfinished: int, rows: int) -> bool:
         """Whether to drop the finished rows now: `unfinished` of the `rows` decoded still run."""
-        return self.enabled and rows >= self.MIN_ROWS and 2 * unfinished <= rows
+        return self.enabled and rows >= self.MIN_ROWS and 2 * unfinished <= rows and unfinished >= self.min_kept
 
     def drop(self, kv: KvBuffers, token: torch.Tensor, finished: torch.Tensor):
         keep = (~finished).nonzero().squeeze(1)
@@ -498,7 +499,7 @@ class StaticDecoder:
         tempered = torch.tensor(float(temperature), dtype=torch.float32, device=device)
         weights = _weights(self.model, self.geometry["fused"])
         tokens, logps, entropies = [token], [logp], [entropy]
-        live = Rows(n, shape.pad_id, enabled=not self.compiled)
+        live = Rows(n, shape.pad_id, min_kept=2 if self.compiled else 1)
         step = None
         for t in range(max_new_tokens - 1):
             unfinished = int((~finished).sum())  # one read of the flags a token (a device sync on a GPU)

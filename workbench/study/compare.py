@@ -78,11 +78,14 @@ class Arm:
         return sorted(int(v["seed"]) for v in self.per_seed)
 
 
-def arms(study: optuna.Study) -> list[Arm]:
+def arms(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None) -> list[Arm]:
     """Every complete trial that recorded per-seed values, in trial order; the extra seeds a race gave a
-    configuration (`study race`, trials with `arm = race`) are merged into the trial they extend."""
+    configuration (`study race`, trials with `arm = race`) are merged into the trial they extend. `trials`: the
+    study's trials as already read (one read shared by several questions), else read now."""
     out = []
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
+    trials = [t for t in trials if t.state == TrialState.COMPLETE]
     extra: dict[int, list[dict]] = {}
     for t in trials:
         if t.user_attrs.get(attrs.ARM) == RACE and t.user_attrs.get(attrs.PER_SEED):

@@ -122,20 +122,40 @@ class Hold:
     reason: str
 
 
-def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any]) -> Hold | None:
+class View:
+    """One read of a study's trials and of its complete arms, for every `held` question asked at one moment (a
+    worker checking each waiting trial asks as many questions as there are trials waiting)."""
+
+    def __init__(self, study: optuna.Study):
+        self.study = study
+        self.trials = study.get_trials(deepcopy=False)
+        self._arms: dict[int, Arm] | None = None
+
+    @property
+    def arms(self) -> dict[int, Arm]:
+        """The complete arms, by trial number (built on first use)."""
+        if self._arms is None:
+            self._arms = {a.number: a for a in arms(self.study, self.trials)}
+        return self._arms
+
+    def waiting(self) -> list[optuna.trial.FrozenTrial]:
+        return [t for t in self.trials if t.state == TrialState.WAITING]
+
+
+def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any], view: View | None = None) -> Hold | None:
     """Whether the point `params` (knobs with an lr) should not be trained: on its arm, the lr one step below needed
     more compute than the lr two steps below, paired by seed, resolved (the 95% interval of the ratio above 1,
     censoring as censoring). Under a unimodal response to the lr the arm's best lies below, so `params` cannot be its
     best (`skip`). While either of those lrs is still to be measured: `wait`. None: train it (no sweep, the rule off,
     or no two lrs below it on its arm). Only upward: a sweep's points run in ascending lr, and an extension below the
-    sweep is queued only where the lowest lr was the arm's best (`due`), so no decline can point down to one."""
+    sweep is queued only where the lowest lr was the arm's best (`due`), so no decline can point down to one.
+    `view`: the study as already read (`View`), else read now."""
     if spec.lr_sweep is None or not spec.lr_skip_past_decline or "lr" not in params:
         return None
+    view = view if view is not None else View(study)
     key, lr, step = _key(params), float(params["lr"]), lr_step(spec.lr_sweep)
     same = [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if not t.user_attrs.get(attrs.ARM) and _key(_params(t)) == key and "lr" in _params(t)
+        t for t in view.trials if not t.user_attrs.get(attrs.ARM) and _key(_params(t)) == key and "lr" in _params(t)
     ]
 
     def at(v: float) -> list[optuna.trial.FrozenTrial]:
@@ -148,7 +168,7 @@ def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any]) -> Hold |
         return Hold("skip", f"the lr below it on this arm ({lr / step:g}) was itself skipped past a decline")
     if not near or not far:
         return None  # no two lrs below it: nothing to decide from
-    by_number = {a.number: a for a in arms(study)}
+    by_number = view.arms
     near_done = [by_number[t.number] for t in near if t.number in by_number]
     far_done = [by_number[t.number] for t in far if t.number in by_number]
     if not near_done or not far_done:

@@ -208,9 +208,11 @@ class StudyObjective:
         spec = self.ctx.spec
         hold = lr_sweep.held(self.study, spec, params)
         while hold is not None and hold.kind == "wait":
+            view = lr_sweep.View(self.study)  # one read of the study for every waiting trial's question
             if any(
-                getattr(lr_sweep.held(self.study, spec, t.system_attrs.get("fixed_params", {})), "kind", None) != "wait"
-                for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+                getattr(lr_sweep.held(self.study, spec, t.system_attrs.get("fixed_params", {}), view), "kind", None)
+                != "wait"
+                for t in view.waiting()
             ):
                 self._defer(trial, params, hold.reason)
             trial.set_user_attr(attrs.PROGRESS, hold.reason)
