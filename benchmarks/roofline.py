@@ -49,6 +49,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 
+from workbench.backends.decode import StaticDecoder, decode_widths  # noqa: E402
 from workbench.config import TrialConfig, apply_overrides, build_config, set_dotted  # noqa: E402
 from workbench.trial.policy import Policy, autocast_on  # noqa: E402
 from workbench.trial.rollouts import PromptStream, generate_groups  # noqa: E402
@@ -143,8 +144,7 @@ def step_flops(
 def gemm_only_seconds(
     model,
     prompt_tokens: int,
-    rows: int,
-    decode_steps: int,
+    decode_rows: list[int],
     completion_tokens: int,
     reps: int = 5,
     *,
@@ -154,7 +154,8 @@ def gemm_only_seconds(
 ) -> dict[str, float]:
     """Seconds the step's own GEMMs take alone, at the shapes and in the precision the step runs them, back to
     back in this process: the prefill over the distinct prompts' tokens (with the head at each of `prompts`
-    distinct prompts' last token; 0 leaves it out), `decode_steps` decode steps of `rows` rows (layers and head),
+    distinct prompts' last token; 0 leaves it out), one decode step of each of `decode_rows` rows (layers and head:
+    `decode_widths`, the rows the decoder really runs),
     and the packed training forward (prompts through the layers; completions through the layers and the head)
     with its backward (the input's and the weight's gradient of every matmul). Attention, elementwise work and
     Python are left out: a step with nothing but these could reach at most floor / this of the ceiling. Median
@@ -189,7 +190,7 @@ def gemm_only_seconds(
         return statistics.median(times[1:])
 
     body, lm = weights(generation_dtype)
-    generation = [(prompt_tokens, False, body), (prompts, False, lm)] + [(rows, False, body + lm)] * decode_steps
+    generation = [(prompt_tokens, False, body), (prompts, False, lm)] + [(m, False, body + lm) for m in decode_rows]
     out = {"generation": timed([c for c in generation if c[0] > 0], generation_dtype)}
     if training_dtype != generation_dtype:
         body, lm = weights(training_dtype)
@@ -277,6 +278,10 @@ def main() -> None:
         by_shape[dtype] = {label(dtype, s): round(r, 1) for s, r in rates.items()}
         best[dtype] = max(shapes, key=rates.__getitem__)
 
+    # the rows each decode step runs: the static decoder (eager or compiled) drops finished rows, transformers' not
+    sampler = getattr(policy.sample, "__self__", None)
+    drops_rows = isinstance(sampler, StaticDecoder)
+    compiled = drops_rows and sampler.compiled
     opt = make_optimizer(model, cfg.lr)
     prompts, gen = PromptStream(len(task.train), 0), torch.Generator().manual_seed(0)
     rows = []
@@ -305,7 +310,8 @@ def main() -> None:
                     "peak_gen": at[dtypes["generation"]],
                     "peak_train": at[dtypes["training"]],
                     **f,
-                    "shape": (len(distinct), sum(len(p) for p in distinct), len(lens), max(lens), sum(lens)),
+                    "shape": (len(distinct), sum(len(p) for p in distinct), sum(lens)),
+                    "widths": decode_widths(lens, drop=drops_rows, min_kept=2 if compiled else 1),
                 }
             )
     med = statistics.median
@@ -319,12 +325,12 @@ def main() -> None:
     floor_s = gen_f / peak_gen + train_f / peak_train
     q = statistics.quantiles(frac, n=4) if len(frac) > 1 else [frac[0]] * 3
     # the GEMMs alone, at the median step's shapes: what a step with no other cost would take
-    n_prompts, prompt_tokens, n_rows, longest, completion_tokens = sorted(r["shape"] for r in rows)[len(rows) // 2]
+    median_step = sorted(rows, key=lambda r: r["shape"])[len(rows) // 2]
+    n_prompts, prompt_tokens, completion_tokens = median_step["shape"]
     gemm = gemm_only_seconds(
         model,
         prompt_tokens,
-        n_rows,
-        longest - 1,
+        median_step["widths"],
         completion_tokens,
         prompts=n_prompts,
         generation_dtype=dtypes["generation"],

@@ -263,3 +263,20 @@ def test_a_compiled_call_never_drops_to_fewer_rows_than_its_step_takes():
     assert decode.Rows(8, 0, min_kept=2).should_drop(unfinished=2, rows=8)
     assert not decode.Rows(8, 0, enabled=False).should_drop(unfinished=1, rows=8)
     assert not decode.Rows(6, 0).should_drop(unfinished=1, rows=6)  # below MIN_ROWS, never
+
+
+def test_decode_widths_are_the_rows_the_decoder_runs(monkeypatch):
+    # the roofline's GEMM bound counts the decode steps' rows from the completions' lengths: the decoder's own
+    model, tok, task = toy_policy()
+    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
+    widths = []
+    real_run = StaticDecoder._run
+    monkeypatch.setattr(
+        StaticDecoder,
+        "_run",
+        lambda self, step, s, args: widths.append(args[1].shape[0]) or real_run(self, step, s, args),
+    )
+    out = StaticDecoder(model, compiled=False).sample(tok, prompts, max_new_tokens=task.max_new_tokens, greedy=True)
+    lens = [len(c) for c in out.completion_ids]
+    assert decode.decode_widths(lens, drop=True) == widths and min(widths) < len(prompts)
+    assert decode.decode_widths(lens, drop=False) == [len(prompts)] * len(widths)

@@ -371,6 +371,23 @@ class Rows:
         return out
 
 
+def decode_widths(completion_lens: list[int], *, drop: bool, min_kept: int = 1) -> list[int]:
+    """The rows each decode step of these completions runs: every row until the static decoder's rule
+    (`Rows`) drops the finished ones (`drop`), then the rows left. A completion of `c` tokens (its EOS
+    included, or cut at the cap) is unfinished while fewer than `c` tokens are out; the first token comes from the
+    prefill, so decode step `t` runs after `t + 1` are out."""
+    live = Rows(len(completion_lens), 0, enabled=drop, min_kept=min_kept)
+    width, widths = len(completion_lens), []
+    for t in range(max(completion_lens, default=0) - 1):
+        unfinished = sum(c > t + 1 for c in completion_lens)
+        if unfinished == 0:
+            break
+        if live.should_drop(unfinished, width):
+            width = unfinished
+        widths.append(width)
+    return widths
+
+
 class StaticDecoder:
     """`sample` with static KV buffers and a decode step that is compiled (`compiled=True`) or run eagerly.
 
