@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workbench.backends.head import head_logprobs, tokens_per_slice
+from workbench.backends.head import TokenLogProb, head_logprobs, tokens_per_slice
 from workbench.backends.scoring import score, token_micro_batches
 
 from support.memory import LiveTensorBytes
@@ -94,3 +94,59 @@ def test_no_grad_scoring_peaks_at_most_one_and_a_half_micro_batches_of_fp32_logi
     assert batch_logits > 6 * mib * 2**20  # several micro-batches: the bound is not the batch itself
     whole, _ = _peak(VOCAB, None, packing)
     assert whole >= 2 * batch_logits  # the count sees the unbounded pass's logits
+
+
+def _reference(hidden, weight, targets, temperature):
+    """Autograd's chain: the head, tempered, log-softmax, the target's entry."""
+    logp = torch.log_softmax(torch.nn.functional.linear(hidden, weight).float() / temperature, dim=-1)
+    return logp.gather(-1, targets[:, None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_fused_head_gives_autograds_values_and_gradients(temperature, dtype):
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(37, 32, generator=g).to(dtype).requires_grad_()
+    weight = (0.3 * torch.randn(997, 32, generator=g)).to(dtype).requires_grad_()
+    targets = torch.randint(0, 997, (37,), generator=g)
+    upstream = torch.randn(37, generator=g)  # a loss weighting each token differently
+    fused = TokenLogProb.apply(hidden, weight, targets, temperature)
+    (fused * upstream).sum().backward()
+    got = fused.detach(), hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    want = _reference(hidden, weight, targets, temperature)
+    (want * upstream).sum().backward()
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    assert got[0].dtype == torch.float32 and torch.allclose(got[0], want.detach(), **tol)
+    assert torch.allclose(got[1].float(), hidden.grad.float(), **tol)
+    assert torch.allclose(got[2].float(), weight.grad.float(), **tol)
+    assert got[2].abs().sum() > 0
+
+
+def test_training_scores_through_the_fused_head_where_the_head_is_plain(monkeypatch):
+    from workbench.backends import head
+
+    model = _model(211)
+    model.train()
+    prompts, completions = _batch(211, 8, 4, 5, 12)
+    calls = []
+    real = head.TokenLogProb.apply
+    monkeypatch.setattr(head.TokenLogProb, "apply", lambda *a: calls.append(1) or real(*a))
+    grads = []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(head, "plain_head", lambda model, hidden: None)
+        model.zero_grad()
+        logp, mask = score(model, prompts, completions, temperature=0.7)
+        (logp * mask).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert len(calls) == 1  # the fused head ran for the first pass only
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+    # entropy, autocast, a soft-capped head: autograd's chain
+    hidden = torch.randn(4, 32)
+    monkeypatch.undo()
+    assert head.plain_head(model, hidden) is model.lm_head.weight
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert head.plain_head(model, hidden) is None
+    model.config.final_logit_softcapping = 30.0
+    assert head.plain_head(model, hidden) is None

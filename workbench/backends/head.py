@@ -7,6 +7,12 @@ GRPO batch scored at once peaked at 3x its fp32 logits). With grad, the trainer'
 demonstrations' probability), `head_logprobs` runs the head over slices of tokens and computes each slice's
 log-softmax in place, so a pass holds about two slices' logits at a time (`tests/backends/test_head.py` measures
 the peak at a 150k vocabulary).
+
+With grad and no entropy (the training step), a plain linear head (no bias, soft-cap or logit scale, autocast off)
+runs as one autograd function (`TokenLogProb`): it keeps the logits alone for the backward and computes the
+gradient over them in place, where autograd's chain (temper, log-softmax, gather) keeps two `[tokens, vocab]`
+tensors and makes five more passes over that size (the gather's zero-filled gradient, the log-softmax's and the
+division's backward).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 
 def logits_fn(model) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -33,6 +40,51 @@ def logits_fn(model) -> Callable[[torch.Tensor], torch.Tensor]:
         return out
 
     return logits
+
+
+def plain_head(model, hidden: torch.Tensor) -> torch.Tensor | None:
+    """The head's `[vocab, hidden]` weight where the logits are `hidden @ weight.T` and nothing else (no bias, no
+    soft-capping or logit scale, autocast off where `hidden` lives): what `TokenLogProb` computes. Else None."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        return None
+    if getattr(model.config, "final_logit_softcapping", None) or getattr(model.config, "logit_scale", None) is not None:
+        return None
+    if torch.is_autocast_enabled(hidden.device.type):
+        return None
+    return head.weight
+
+
+class TokenLogProb(torch.autograd.Function):
+    """`log softmax(hidden @ weight.T / temperature)[target]` per row `[N]`, its gradient with respect to `hidden`
+    and `weight` from the logits alone: d/dz_j = [j = target] - softmax_j (over the tempered logits z), times
+    1/temperature. The forward keeps the float32 logits (tempered in place) and their log-sum-exp; the backward turns
+    them into the gradient in place (so it runs once: `once_differentiable`) and ends in the head's two GEMMs. The
+    same values as autograd's chain up to float rounding (tests/backends/test_head.py)."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float):
+        z = F.linear(hidden, weight)
+        z = z.float() if z.dtype != torch.float32 else z
+        if temperature != 1.0:
+            z.div_(temperature)
+        lse = torch.logsumexp(z, dim=-1)
+        token = z.gather(-1, targets[:, None]).squeeze(-1) - lse
+        ctx.save_for_backward(hidden, weight, targets, z, lse)
+        ctx.temperature = temperature
+        return token
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        hidden, weight, targets, z, lse = ctx.saved_tensors
+        g = grad.float() / ctx.temperature
+        dz = z.sub_(lse[:, None]).exp_().mul_(-g[:, None])  # -g p_j, in place over the saved logits
+        dz.scatter_add_(1, targets[:, None], g[:, None])  # + g at the target
+        dz = dz.to(hidden.dtype)
+        grad_hidden = dz @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = dz.t() @ hidden if ctx.needs_input_grad[1] else None
+        return grad_hidden, grad_weight, None, None
 
 
 def tokens_per_slice(scoring_mib: float, vocab: int) -> int:
@@ -54,6 +106,9 @@ def head_logprobs(
     `max_tokens` tokens' fp32 logits."""
     logits_of = logits_fn(model)
     if torch.is_grad_enabled():
+        weight = None if with_entropy else plain_head(model, hidden)
+        if weight is not None:
+            return TokenLogProb.apply(hidden, weight, targets, float(temperature)), None
         logp = F.log_softmax(logits_of(hidden).float() / temperature, dim=-1)
         token = logp.gather(-1, targets[:, None]).squeeze(-1)
         return token, (-(logp.exp() * logp).sum(-1) if with_entropy else None)
