@@ -215,11 +215,27 @@ def test_auto_compiles_the_decode_step_on_the_cpu_only():
         make_sampler(toy_policy()[0].to("meta"), "compiled", Path("/nonexistent"))
 
 
+def _mixed_lengths(tok) -> list[list[int]]:
+    """Rows of different lengths: one-digit and three-digit sums finish at different steps."""
+    return encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
+
+
+def _record_widths(monkeypatch) -> list[int]:
+    """The rows each decode step runs, appended as the decoder runs them."""
+    widths: list[int] = []
+    real_run = StaticDecoder._run
+    monkeypatch.setattr(
+        StaticDecoder,
+        "_run",
+        lambda self, step, s, args: widths.append(args[1].shape[0]) or real_run(self, step, s, args),
+    )
+    return widths
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_decoding_drops_finished_rows_and_gives_the_same_completions(greedy, monkeypatch):
     model, tok, task = toy_policy()
-    # rows of different lengths: one-digit and three-digit sums finish at different steps
-    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
+    prompts = _mixed_lengths(tok)
     kw = dict(max_new_tokens=task.max_new_tokens, greedy=greedy, temperature=0.8)
     drops = []
     real_drop = decode.Rows.drop
@@ -237,14 +253,8 @@ def test_decoding_drops_finished_rows_and_gives_the_same_completions(greedy, mon
 def test_compiled_decoding_drops_finished_rows_and_gives_the_eager_completions(aot_cache, monkeypatch):
     # the compiled step's rows are symbolic: after a drop it runs the narrower batch, never below 2 rows
     model, tok, task = toy_policy()
-    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
-    widths = []
-    real_run = StaticDecoder._run
-    monkeypatch.setattr(
-        StaticDecoder,
-        "_run",
-        lambda self, step, s, args: widths.append(args[1].shape[0]) or real_run(self, step, s, args),
-    )
+    prompts = _mixed_lengths(tok)
+    widths = _record_widths(monkeypatch)
     compiled = StaticDecoder(model, compiled=True, cache_dir=aot_cache)
     eager = StaticDecoder(model, compiled=False)
     for greedy in (True, False):
@@ -268,14 +278,8 @@ def test_a_compiled_call_never_drops_to_fewer_rows_than_its_step_takes():
 def test_decode_widths_are_the_rows_the_decoder_runs(monkeypatch):
     # the roofline's GEMM bound counts the decode steps' rows from the completions' lengths: the decoder's own
     model, tok, task = toy_policy()
-    prompts = encode_prompts(tok, [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)] + [(123, 456)] * 4])
-    widths = []
-    real_run = StaticDecoder._run
-    monkeypatch.setattr(
-        StaticDecoder,
-        "_run",
-        lambda self, step, s, args: widths.append(args[1].shape[0]) or real_run(self, step, s, args),
-    )
+    prompts = _mixed_lengths(tok)
+    widths = _record_widths(monkeypatch)
     out = StaticDecoder(model, compiled=False).sample(tok, prompts, max_new_tokens=task.max_new_tokens, greedy=True)
     lens = [len(c) for c in out.completion_ids]
     assert decode.decode_widths(lens, drop=True) == widths and min(widths) < len(prompts)
