@@ -1,6 +1,6 @@
 import torch
 
-from workbench.backends.hf import encode_prompts, pick, sample, score, uniform_noise
+from workbench.backends.hf import encode_prompts, sample, score
 from workbench.trial.checkpoint import build_char_tokenizer
 
 from support.toy import toy_policy
@@ -47,40 +47,6 @@ def test_sampling_stops_at_eos_and_is_reproducible_for_a_seed():
         assert tok.eos_token_id not in ids[:-1]
     assert a.generated_tokens == sum(len(c) for c in a.completion_ids)
     assert 0 < a.entropy_mean < torch.log(torch.tensor(float(len(tok)))).item()
-
-
-def test_sampled_tokens_follow_the_tempered_distribution():
-    # 40,000 draws from one row: each token's frequency within 4.5 standard errors of its tempered probability, a
-    # token of probability 0 never drawn, and each draw's log-prob that of its token
-    n, temperature = 40_000, 0.7
-    logits = torch.tensor([2.0, 0.5, -1.0, 1.0, float("-inf"), 0.0, -3.0])
-    probs = torch.softmax(logits / temperature, -1)
-    noise = uniform_noise(n, torch.Generator().manual_seed(0), "cpu")
-    token, logp, entropy, finished = pick(
-        logits.expand(n, -1),
-        torch.zeros(n, dtype=torch.bool),
-        noise,
-        temperature=temperature,
-        greedy=False,
-        pad_id=99,
-        eos_id=6,
-    )
-    freq = torch.bincount(token, minlength=len(logits)).double() / n
-    se = (probs.double() * (1 - probs.double()) / n).sqrt()
-    assert ((freq - probs.double()).abs() <= 4.5 * se + 1e-12).all(), (freq, probs)
-    assert freq[4] == 0
-    assert torch.allclose(logp, probs.log()[token])
-    assert torch.allclose(entropy, -(probs[probs > 0] * probs[probs > 0].log()).sum().expand(n))
-    assert torch.equal(finished, token == 6)
-
-
-def test_finished_rows_read_the_pad_token_with_no_entropy():
-    logits = torch.randn(4, 9)
-    finished = torch.tensor([False, True, False, True])
-    noise = uniform_noise(4, torch.Generator().manual_seed(1), "cpu")
-    token, logp, entropy, _ = pick(logits, finished, noise, temperature=1.0, greedy=False, pad_id=7, eos_id=8)
-    assert token[1] == token[3] == 7 and entropy[1] == entropy[3] == 0
-    assert (entropy[[0, 2]] > 0).all()
 
 
 def test_length_buckets_split_only_where_padding_outweighs_a_call():

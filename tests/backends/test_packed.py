@@ -115,30 +115,3 @@ def test_a_bf16_projection_is_turned_by_the_fp32_complex_rope():
     got = packed._rotated(proj.to(torch.bfloat16), h.to(torch.bfloat16), rope, head_dim)
     assert got.dtype == torch.bfloat16 and got.shape == ref.shape == (n, heads, head_dim)
     assert (got.float() - ref).abs().max() < 0.05 and ref.abs().max() > 0.1
-
-
-def test_completions_attending_in_length_groups_give_the_padded_batch_values(monkeypatch):
-    """Completions of 1-19 tokens: with no cost per attention call, every distinct length attends at its own
-    width; the rows come back in the caller's order with the padded batch's values and gradients."""
-    monkeypatch.setattr(packed, "ATTENTION_OVERHEAD_PAIRS", 0)
-    model, tok, task = toy_policy()
-    model.train()
-    texts = [task.train[i].prompt for i in range(3)] + ["1+2="]
-    prompts, completions = _groups(tok, texts, lambda i: 1 + (i * 5) % 19, 4, 3, model, task.max_new_tokens)
-    distinct, which = hf.distinct_prompts(prompts)
-    seen = torch.ones(len(distinct), max(map(len, distinct)), dtype=torch.bool)
-    order, parts = packed.attention_parts(completions, which, seen, "cpu")
-    assert len(parts) == len({len(c) for c in completions}) > 3
-    assert sorted(order) == list(range(len(completions)))
-    assert [len(completions[i]) for i in order] == sorted(len(c) for c in completions)
-    _agree(model, prompts, completions)
-
-
-def test_completion_groups_split_only_where_the_pairs_saved_outweigh_a_call():
-    seen = torch.ones(1, 40, dtype=torch.bool)
-    close = [[1] * n for n in (30, 31, 29, 32)]
-    assert len(packed.attention_parts(close, [0] * 4, seen, "cpu")[1]) == 1  # little to save: one call
-    spread = [[1] * n for n in [10] * 60 + [96] * 60]
-    order, parts = packed.attention_parts(spread, [0] * 120, seen, "cpu")
-    assert [p.at.width for p in parts] == [10, 96] and [p.at.rows for p in parts] == [60, 60]
-    assert parts[0].start == 0 and parts[0].end == parts[1].start == 600 and parts[1].end == 600 + 60 * 96

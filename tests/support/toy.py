@@ -106,13 +106,3 @@ def toy_policy():
     path = ensure_embedded_checkpoint(cfg.model, cfg.task, task)
     model, tok = load_policy(path, torch.device("cpu"), torch.float32)
     return model, tok, task
-
-
-def assert_gradient_cosines(records, least: int = 1) -> None:
-    """The consecutive-gradient cosine (`offpolicy/grad_cosine`) of a trial's step records: absent at the first
-    step with a gradient (a batch whose advantages are all zero has none, and is not compared), present and in
-    [-1, 1] at every later one, and read at `least` steps."""
-    signal = [rec for rec in records if rec.metrics["train/grad_norm"]]
-    assert len(signal) > least, f"{len(signal)} of {len(records)} steps had a gradient"
-    assert "offpolicy/grad_cosine" not in signal[0].metrics
-    assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in signal[1:])

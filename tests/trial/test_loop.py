@@ -15,7 +15,7 @@ from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.step import TrialDiverged, train_step
 from workbench.trial.tasks import load_task
 
-from support.toy import assert_gradient_cosines, toy_dict, tracked
+from support.toy import toy_dict, tracked
 
 
 def test_ratio_one_with_capacity_b_is_on_policy_grpo(tracking_uri):
@@ -79,9 +79,9 @@ def test_replay_trial_reuses_rollouts_within_capacity_and_horizon(tracking_uri):
         assert m["compute/trained_once_rollouts"] == len(trained)
         assert m["compute/gen_rollouts"] == len(born) == len(trained) + m["compute/held_rollouts"] + gone
     assert any(rec.metrics["compute/discarded_rollouts"] > 0 for rec in records)
-    # the diagnostics: the consecutive-gradient cosine at every step with a gradient after the first such step (a
-    # batch whose advantages are all zero has none), the importance weights' ESS
-    assert_gradient_cosines(records, least=2)
+    # the diagnostics: the consecutive-gradient cosine from the second step on, the importance weights' ESS
+    assert "offpolicy/grad_cosine" not in records[0].metrics
+    assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
     assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
     # ... and their means over the run's steps, with the final metrics (what the analysis sets against the saving)
     mean = lambda key: np.mean([rec.metrics[key] for rec in records if key in rec.metrics])  # noqa: E731
@@ -166,13 +166,7 @@ def test_minibatch_steps_clip_against_the_policy_before_the_batch(tracking_uri):
 
     assert [len(m) for m in minibatches(list(range(10)), 3)] == [4, 3, 3] and len(minibatches([1], 4)) == 1
     cfg = build_config(
-        toy_dict(
-            objective={"name": "decoupled_ppo", "minibatches": 2},
-            replay={"ratio": 2, "capacity": 64},
-            # the toy samples at T 1 with ~2% accuracy (greedy 20%): at T 0.6 over 8 steps, groups with a reward
-            generation={"temperature": 0.6},
-            budget={"steps": 8},
-        )
+        toy_dict(objective={"name": "decoupled_ppo", "minibatches": 2}, replay={"ratio": 2, "capacity": 64})
     )
     records = []
     run_trial(tracked(cfg, tracking_uri), observer=records.append)

@@ -17,25 +17,22 @@ from support.toy import toy_dict
 
 
 def batch_and_policy(**train):
-    """A toy batch whose completions differ in length and whose rewards differ within a group: the first sampling
-    seed that gives one (the token weighting and the advantages then matter)."""
     cfg = build_config(toy_dict(train=train))
     task = load_task(cfg.task)
     torch.manual_seed(0)
     policy = Policy(cfg, task)
-    for seed in range(20):
-        rollouts, _ = generate_groups(
-            policy,
-            task,
-            PromptStream(len(task.train), 0).take(cfg.batch_size // cfg.group_size),
-            cfg.group_size,
-            0,
-            torch.Generator().manual_seed(seed),
-            0,
-        )
-        if len({len(r.completion_ids) for r in rollouts}) > 1 and any(r.advantage != 0 for r in rollouts):
-            return cfg, policy, rollouts
-    raise AssertionError("20 sampling seeds gave no batch with different lengths and a nonzero advantage")
+    rollouts, _ = generate_groups(
+        policy,
+        task,
+        PromptStream(len(task.train), 0).take(cfg.batch_size // cfg.group_size),
+        cfg.group_size,
+        0,
+        torch.Generator().manual_seed(0),
+        0,
+    )
+    assert len({len(r.completion_ids) for r in rollouts}) > 1  # lengths differ: the token weighting matters
+    assert any(r.advantage != 0 for r in rollouts)
+    return cfg, policy, rollouts
 
 
 def gradients(cfg, policy, rollouts) -> tuple[dict[str, torch.Tensor], float]:
@@ -68,7 +65,7 @@ def test_micro_batches_give_the_one_pass_gradient_of_the_token_mean_loss(objecti
     assert set(pieces) == set(whole)
     worst = max(float((pieces[n] - whole[n]).abs().max()) for n in whole)
     assert worst <= 1e-6
-    assert max(float(g.abs().max()) for g in whole.values()) > 1e-4  # not a comparison of zeros (100x the tolerance)
+    assert max(float(g.abs().max()) for g in whole.values()) > 1e-3  # not a comparison of zeros
 
 
 def test_chunked_no_grad_scoring_equals_one_pass():

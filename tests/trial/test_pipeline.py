@@ -13,7 +13,7 @@ import yaml
 from mlflow import MlflowClient
 
 from support.cli import run_cli, start_cli
-from support.toy import TOY, assert_gradient_cosines, toy_dict, tracked
+from support.toy import TOY, toy_dict, tracked
 from workbench.config import ConfigError, build_config
 from workbench.trial.loop import run_trial
 from workbench.trial.pipeline import PipelineError
@@ -370,8 +370,9 @@ def test_two_trainers_draw_half_a_batch_each_from_their_own_shards_and_stay_iden
         assert sum(ledger) == rec.metrics["compute/gen_rollouts"] and min(ledger) >= 0
         assert len(mine) < rec.metrics["compute/trained_once_rollouts"] <= rec.metrics["compute/train_rollouts"]
         assert rec.metrics["compute/held_rollouts"] <= 64  # the two shards' buffers of 32
-    # the diagnostics of the averaged gradient: the cosine from the second step with a gradient on, the ESS
-    assert_gradient_cosines(records)
+    # the diagnostics of the averaged gradient: the cosine from the second step on, the effective sample size
+    assert "offpolicy/grad_cosine" not in records[0].metrics
+    assert all(-1 <= rec.metrics["offpolicy/grad_cosine"] <= 1 for rec in records[1:] if rec.metrics["train/grad_norm"])
     assert all(0 < rec.metrics["offpolicy/ess"] <= 1 for rec in records)
     assert m["final/ess_mean"] == pytest.approx(sum(rec.metrics["offpolicy/ess"] for rec in records) / len(records))
     assert m["final/pipeline_mu_d4"] == pytest.approx((m["final/train_rollouts"] / 2) / m["final/gen_rollouts"])

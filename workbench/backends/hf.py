@@ -8,7 +8,6 @@ sampling distribution. `score` recomputes the same log-probs with gradients, whi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -67,12 +66,11 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
-def uniform_noise(rows: int, generator: torch.Generator | None, device) -> torch.Tensor:
-    """One uniform draw per row `[rows, 1]` from the trial's generator, for one sampled token each: `pick` turns it
-    into the token by inverting the row's distribution function, so a compiled decode step samples without touching
-    the generator itself. One number per row, where the Gumbel-max trick would need one per vocabulary entry (128 x
-    49,152 draws a token at SmolLM2's B 128: 16 ms of a 2-core CPU's time, each decode step)."""
-    u = torch.rand((rows, 1), generator=generator, device=generator.device if generator is not None else device)
+def uniform_noise(shape: tuple[int, int], generator: torch.Generator | None, device) -> torch.Tensor:
+    """Uniform noise from the trial's generator for one sampled token per row; `pick` turns it into Gumbel noise
+    (argmax(log p + Gumbel) is a draw from p, the Gumbel-max trick), so a compiled decode step samples without
+    touching the generator itself and the transform runs inside the step."""
+    u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else device)
     return u.to(device)
 
 
@@ -86,20 +84,13 @@ def pick(
     pad_id: int,
     eos_id: int,
 ):
-    """The sampling rule of every decoder: the next token of each row (greedy, or drawn from the tempered
-    distribution by inverse transform: the first token whose cumulative probability exceeds the row's uniform draw
-    from `uniform_noise`, scaled by the row's total so rounding never runs past the last token), its log-prob, the
-    entropy of that distribution (0 for rows already finished, whose token is the pad) and the updated finished
-    flags."""
+    """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
+    log-softmax with `noise`, uniform draws from `uniform_noise`), its log-prob, the entropy of that distribution
+    (0 for rows already finished, whose token is the pad) and the updated finished flags."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    p = logp.exp()
-    if greedy:
-        token = logp.argmax(-1)
-    else:
-        cdf = p.cumsum(-1)
-        token = torch.searchsorted(cdf, noise * cdf[:, -1:], right=True).squeeze(-1).clamp_max(logp.shape[-1] - 1)
+    token = logp.argmax(-1) if greedy else (logp - torch.log(-torch.log(noise))).argmax(-1)
     live = ~finished
-    entropy = -(p * logp.clamp_min(torch.finfo(logp.dtype).min)).sum(-1) * live  # a token of probability 0 adds 0
+    entropy = -(logp.exp() * logp).sum(-1) * live
     token = torch.where(live, token, torch.full_like(token, pad_id))
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, finished | (token == eos_id)
 
@@ -155,7 +146,7 @@ def sample(
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     tokens, logps, entropies = [], [], []
     for _ in range(max_new_tokens):
-        noise = None if greedy else uniform_noise(logits.shape[0], generator, device)
+        noise = None if greedy else uniform_noise(tuple(logits.shape), generator, device)
         token, logp, entropy, finished = pick(
             logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id
         )
@@ -179,14 +170,10 @@ BUCKET_OVERHEAD_TOKENS = 384
 operators); `length_buckets` splits a batch only where the padding it removes is worth more than that."""
 
 
-def length_buckets(
-    lengths: list[int], overhead: float | None = None, cost: Callable[[int, int], float] | None = None
-) -> list[list[int]]:
+def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list[int]]:
     """Row indices grouped into runs of similar length, each padded only to its own longest row: the partition of
-    the rows sorted by length that minimises the groups' `cost(rows, longest)` (default: their padded tokens) plus
-    `overhead` per group, by dynamic programming."""
+    the rows sorted by length that minimises (padded tokens + `overhead` per group), by dynamic programming."""
     overhead = BUCKET_OVERHEAD_TOKENS if overhead is None else overhead
-    cost = cost or (lambda rows, longest: rows * longest)
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     n = len(order)
     best = [0.0] + [float("inf")] * n  # best[j]: cost of the first j sorted rows
@@ -194,9 +181,9 @@ def length_buckets(
     for j in range(1, n + 1):
         longest = lengths[order[j - 1]]
         for i in range(j):  # rows i..j-1 form the last group, padded to `longest`
-            total = best[i] + cost(j - i, longest) + overhead
-            if total < best[j]:
-                best[j], cut[j] = total, i
+            cost = best[i] + (j - i) * longest + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
     groups, j = [], n
     while j > 0:
         groups.append(order[cut[j] : j])

@@ -6,7 +6,7 @@ trained tokens on the default task, where the matmuls are 60% of a training step
 GEMM ceiling). Here the model's own modules (norms, projections, MLP, rotary embedding, LM head) run on the packed
 `[tokens, hidden]` rows, so a matmul computes only real tokens; only attention sees the rows' shape: each layer
 scatters its queries, keys and values into `[rows, heads, width, head_dim]`, attends, and gathers the real tokens
-back (`Layout`), the completions in groups of similar length, each at its own width (`attention_parts`). Each distinct prompt runs once and its keys and values serve all its completions (a GRPO group),
+back (`Layout`). Each distinct prompt runs once and its keys and values serve all its completions (a GRPO group),
 as in `hf.score`'s shared-prompt path; a batch whose prompts do not repeat runs the same way with one prompt per row.
 
 The values are the padded batch's: the same log-probs (tests/backends/test_packed.py: within 1e-5, losses and
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from workbench.backends.decode import compile_available, small_enough_to_copy
 from workbench.backends.decode import supports as decodable
 from workbench.backends.head import head_logprobs
-from workbench.backends.hf import checkpointing, distinct_prompts, length_buckets
+from workbench.backends.hf import checkpointing, distinct_prompts
 
 
 def supports(model) -> str | None:
@@ -155,110 +155,32 @@ def _rotated(proj, h: torch.Tensor, rope: Rope, head_dim: int) -> torch.Tensor:
     return torch.view_as_real(turned).view(n, heads, head_dim).to(y.dtype)
 
 
-ATTENTION_OVERHEAD_PAIRS = 20_000
-"""What one more attention call per layer costs (its launches, the padding and gathering around it), in
-query-key pairs of a row: a batch's completions are split into groups of similar length only where the pairs their
-own widths save are worth more than that (`attention_parts`)."""
-
-
-@dataclass
-class Part:
-    """Rows that attend together, padded to their own longest: their tokens `[start, end)` of the packed call, laid
-    out by `at`; for completions, each row's prompt (`which`, an index into the prompts' keys and values) and the
-    mask over that prompt's keys then the row's own (None: causal over the row alone)."""
-
-    at: Layout
-    start: int
-    end: int
-    which: torch.Tensor | None = None
-    mask: torch.Tensor | None = None
-
-
-def attention_parts(
-    seqs: list[list[int]], which: list[int], seen_prompt: torch.Tensor, device, overhead: float | None = None
-) -> tuple[list[int], list[Part]]:
-    """The completions `seqs` in groups of similar length, each attending at its own width (a padded batch
-    attends every row over the longest one's queries and keys: at SmolLM2's B 128, completions of 20-96 tokens,
-    most of the pairs), grouped where the query-key pairs saved outweigh `overhead` per group
-    (`hf.length_buckets`). Returns the rows' order (each group's rows adjacent) and the groups, their tokens in
-    that order."""
-    prefix = seen_prompt.shape[1]
-    overhead = ATTENTION_OVERHEAD_PAIRS if overhead is None else overhead
-    groups = length_buckets(
-        [len(s) for s in seqs], overhead, cost=lambda rows, longest: rows * longest * (prefix + longest)
-    )
-    order, parts, start = [i for g in groups for i in g], [], 0
-    for g in groups:
-        at = Layout.of([seqs[i] for i in g], device)
-        rows = torch.tensor([which[i] for i in g], device=device)
-        causal = torch.ones(at.width, at.width, dtype=torch.bool, device=device).tril()
-        seen = seen_prompt.index_select(0, rows)[:, None, :].expand(-1, at.width, -1)
-        mask = torch.cat([seen, causal.expand(at.rows, -1, -1)], -1)[:, None]
-        end = start + int(at.tokens.numel())
-        parts.append(Part(at, start, end, rows, mask))
-        start = end
-    return order, parts
-
-
-def _project(layer, x: torch.Tensor, rope: Rope):
-    """A layer's queries, keys and values of packed tokens `x` `[N, hidden]`: `[N, heads, head_dim]` each, q and k
-    rotated."""
+def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
+    """One decoder layer on packed tokens `x` `[N, hidden]`; attention over `prefix` (per-row keys and values
+    before these tokens, or None) and the rows' own tokens, under `mask` (None: causal). Returns the new hidden
+    states and this layer's keys and values in the padded layout (what later tokens attend to; with `rope.turn`,
+    each head's key dimensions in `_interleaved` order, as its queries')."""
     attn = layer.self_attn
     n, d = x.shape[0], attn.head_dim
     h = _norm(layer.input_layernorm, x)
-    return _rotated(attn.q_proj, h, rope, d), _rotated(attn.k_proj, h, rope, d), attn.v_proj(h).view(n, -1, d)
-
-
-def _finish(layer, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-    """The rest of a layer after attention: the output projection, the residual, the MLP."""
-    x = x + layer.self_attn.o_proj(attended)
-    return x + layer.mlp(_norm(layer.post_attention_layernorm, x))
-
-
-def _attend(attn, q, k, v, parts: list[Part], prefix):
-    """Each part's queries over `prefix` (its rows' prompts' keys and values, or None) and the part's own tokens,
-    back in packed order `[N, heads * head_dim]`; and the last part's keys and values padded `[rows, kv_heads,
-    width, head_dim]` (a call of one part, the prompts: what completions attend to)."""
-    outs = []
-    sizes = [part.end - part.start for part in parts]  # one split each (one gradient concatenation backward, where
-    # a slice per part would give each part's gradient back as a zero-filled tensor of the whole call)
-    for part, *qkv in zip(parts, *(t.split(sizes) for t in (q, k, v))):
-        qb, kb, vb = (part.at.pad(t).transpose(1, 2) for t in qkv)
-        kk, vv = kb, vb
-        if prefix is not None:
-            kk = torch.cat([prefix[0].index_select(0, part.which), kb], 2)
-            vv = torch.cat([prefix[1].index_select(0, part.which), vb], 2)
-        out = F.scaled_dot_product_attention(
-            qb,
-            kk,
-            vv,
-            attn_mask=part.mask,
-            is_causal=part.mask is None,
-            scale=attn.scaling,
-            enable_gqa=qb.shape[1] != kk.shape[1],
-        )
-        outs.append(part.at.unpad(out.transpose(1, 2)))
-    out = outs[0] if len(outs) == 1 else torch.cat(outs)
-    return out.reshape(q.shape[0], -1), kb, vb
-
-
-def _layer(layer, x: torch.Tensor, parts: list[Part], rope: Rope, prefix, compiled: bool = False):
-    """One decoder layer on packed tokens `x` `[N, hidden]`, attention by `parts` over `prefix` (`_attend`).
-    Returns the new hidden states and the (last) part's keys and values, padded (with `rope.turn`, each head's key
-    dimensions in `_interleaved` order, as its queries'). `compiled`: the work before and after attention runs
-    compiled (`_compiled`), attention itself as it is (one kernel per part)."""
-    project, finish = _compiled() if compiled else (_project, _finish)
-    q, k, v = project(layer, x, rope)
-    attended, kb, vb = _attend(layer.self_attn, q, k, v, parts, prefix)
-    return finish(layer, x, attended), kb, vb
+    q, k = _rotated(attn.q_proj, h, rope, d), _rotated(attn.k_proj, h, rope, d)
+    v = attn.v_proj(h).view(n, -1, d)
+    q, k, v = (at.pad(t).transpose(1, 2) for t in (q, k, v))  # [rows, heads, width, head_dim]
+    kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2))
+    out = F.scaled_dot_product_attention(
+        q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling, enable_gqa=q.shape[1] != kk.shape[1]
+    )
+    x = x + attn.o_proj(at.unpad(out.transpose(1, 2)).reshape(n, -1))
+    x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
+    return x, k, v
 
 
 @cache
-def _compiled():
-    """`_project` and `_finish` under `torch.compile` (`train.compile`): inductor fuses each layer's elementwise
-    work (RMSNorm, RoPE, SwiGLU, the residual adds) forward and backward, and sizes stay symbolic, so a process
-    traces each once per kind of call, whatever the batch and however its completions are grouped."""
-    return torch.compile(_project, dynamic=True), torch.compile(_finish, dynamic=True)
+def _compiled_layer():
+    """`_layer` under `torch.compile` (`train.compile`): inductor fuses each layer's elementwise work (RMSNorm,
+    RoPE, SwiGLU, the residual adds, the packing's gathers) forward and backward, and sizes stay symbolic, so a
+    process traces it once per kind of call (prompts, completions; ragged or dense rows), whatever the batch."""
+    return torch.compile(_layer, dynamic=True)
 
 
 def score_packed(
@@ -272,43 +194,44 @@ def score_packed(
     max_tokens: int | None = None,
 ):
     """`hf.score`'s result (`[n, T]` log-probs, `[n, T]` mask and, with `with_entropy`, the summed entropy) with
-    every matmul on real tokens only, and the completions attending in groups of similar length (`attention_parts`).
-    Gradients flow into the model's parameters as through its own forward. `compiled`: each layer's work around
-    attention runs compiled (`_compiled`), rotating q and k the model's way (inductor generates no code for complex
-    tensors, and fuses the real rotation anyway). `max_tokens`: without grad, the head's slice
+    every matmul on real tokens only. Gradients flow into the model's parameters as through its own forward.
+    `compiled`: each layer runs compiled (`_compiled_layer`), rotating q and k the model's way (inductor generates
+    no code for complex tensors, and fuses the real rotation anyway). `max_tokens`: without grad, the head's slice
     bound (`head.head_logprobs`)."""
     inner = model.model
     device = next(model.parameters()).device
     distinct, which_list = distinct_prompts(prompt_ids)
-    prompts = Layout.of(distinct, device)
-    # a completion token sees its prompt's real tokens and the completion's tokens up to itself
-    seen_prompt = torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]
-    order, parts = attention_parts(completion_ids, which_list, seen_prompt, device)
-    comps = Layout.of([completion_ids[i] for i in order], device)  # each attention group's rows adjacent
-    which = torch.tensor([which_list[i] for i in order], device=device)
+    prompts, comps = Layout.of(distinct, device), Layout.of(completion_ids, device)
+    which = torch.tensor(which_list, device=device)
     # positions: a prompt's tokens from 0, its completions' tokens after the prompt's length
     xp, xc = inner.embed_tokens(prompts.tokens), inner.embed_tokens(comps.tokens)
     pos_c = prompts.lengths.index_select(0, which).index_select(0, comps.row) + comps.col
     complex_ok = not compiled and small_enough_to_copy(model)  # the permuted q/k weights copied at every call
+    layer_fn = _compiled_layer() if compiled else _layer
     rope_p, rope_c = (
         Rope.of(inner.rotary_emb, xp, prompts.col, complex_ok),
         Rope.of(inner.rotary_emb, xc, pos_c, complex_ok),
     )
-    whole = [Part(prompts, 0, int(prompts.tokens.numel()))]
+    # a completion token sees its prompt's real tokens and the completion's tokens up to itself
+    seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(
+        0, which
+    )
+    causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
+    mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[
+        :, None
+    ]
     for layer in inner.layers:
-        xp, kp, vp = _layer(layer, xp, whole, rope_p, None, compiled)
-        xc, _, _ = _layer(layer, xc, parts, rope_c, (kp, vp), compiled)
+        xp, kp, vp = layer_fn(layer, xp, prompts, rope_p, None, None)
+        xc, _, _ = layer_fn(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
     # completion token j is predicted by the hidden state before it: its prompt's last token for j = 0
     last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
     index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]
     index = torch.where(comps.col == 0, which.index_select(0, comps.row), index)
     hidden = _norm(inner.norm, torch.cat([last, xc]).index_select(0, index))
     token_logp, entropy = head_logprobs(model, hidden, comps.tokens, temperature, with_entropy, max_tokens)
-    t_max, rows = comps.width, comps.rows
-    flat = torch.tensor(order, device=device).index_select(0, comps.row) * t_max + comps.col  # the callers' rows
-    out = token_logp.new_zeros(rows * t_max).index_copy(0, flat, token_logp).view(rows, t_max)
-    lengths = torch.tensor([len(c) for c in completion_ids], device=device)
-    mask = torch.arange(t_max, device=device)[None, :] < lengths[:, None]
+    t_max = comps.width
+    out = token_logp.new_zeros(comps.rows * t_max).index_copy(0, comps.flat, token_logp).view(comps.rows, t_max)
+    mask = torch.arange(t_max, device=device)[None, :] < comps.lengths[:, None]
     if with_entropy:
         return out, mask, float(entropy.detach().double().sum())
     return out, mask
