@@ -76,7 +76,8 @@ format: setup
 	$(BIN)/ruff format .
 
 # The suite in TEST_WORKERS processes (pytest-xdist), a test file to each at a time (its module's servers and
-# models are built once); `make test TEST_WORKERS=0` runs it in one process.
+# models are built once), each on its own share of the cores (tests/support/cores.py); `make test TEST_WORKERS=0` runs
+# it in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 

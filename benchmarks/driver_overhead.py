@@ -12,7 +12,6 @@ Runs a study spec (default: studies/quickstart.yaml) in a temporary directory wi
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 import optuna
 from mlflow import MlflowClient
 from optuna.trial import TrialState
+
+from workbench.processes import usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,7 @@ def main() -> None:
 
     print(
         f"# {Path(args.spec).name}: {len(rows)} trials, {args.workers} worker(s), study wall {study_wall:.1f} s, "
-        f"torch threads per worker {max(1, (os.cpu_count() or 1) // args.workers)}"
+        f"torch threads per worker {max(1, usable_cores() // args.workers)}"
     )
     print("| trial | trial s | training s | driver overhead s | overhead / trial |")
     print("|---|---|---|---|---|")

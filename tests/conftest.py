@@ -9,8 +9,24 @@ import os
 
 import pytest
 
+from support.cores import pin_worker, widened
+
 # The vLLM backend's tests run in the vLLM environment only (`make test-vllm`): the main suite never imports vllm.
 collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["backends/vllm_engine"]
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker keeps to its own cores (tests/support/cores.py), before torch starts in it."""
+    pin_worker(os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+@pytest.fixture(autouse=True)
+def all_cores(request):
+    """A test marked `all_cores` runs on every core of the machine, not its worker's share."""
+    before = widened() if request.node.get_closest_marker("all_cores") else None
+    yield
+    if before is not None:
+        os.sched_setaffinity(0, before)
 
 
 @pytest.fixture(scope="session", autouse=True)

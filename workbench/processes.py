@@ -3,6 +3,8 @@ kills a process tree, and stops a set of processes.
 
 - `SPAWN`: every Python child is spawned, never forked (a study worker runs threads: Optuna's heartbeat, MLflow's;
   a trial runs torch's), so a child holds no lock a thread of its parent held.
+- `usable_cores`: the cores this process may run on (its CPU affinity: `taskset`, a cgroup's cpuset), which
+  every default thread count starts from.
 - `confine`: a process on its devices, before CUDA starts: its CUDA_VISIBLE_DEVICES, or its cores as its CPU
   affinity, and its thread count.
 - `descendants`, `resident_mib`, `kill_tree`: a process tree through Linux's /proc (a seed over its limits is
@@ -27,6 +29,16 @@ values): spawned, nothing forked from a parent that runs threads."""
 
 
 # ---------------------------------------------------------------- devices
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on: its CPU affinity where the system has one (Linux), else every core.
+    A process kept to one core by `taskset -c 0` on a 2-core machine counts 1, so it starts one torch thread, not
+    two that would take turns on that core (a multi-threaded torch process sharing its cores runs tens of times
+    slower: each parallel region waits for a thread that is not scheduled)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def confine(

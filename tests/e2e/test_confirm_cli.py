@@ -6,6 +6,7 @@ import json
 import os
 
 import optuna
+import pytest
 from mlflow import MlflowClient
 
 from workbench import tracking
@@ -17,6 +18,7 @@ def _study(tmp_path):
     return optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
 
 
+@pytest.mark.all_cores  # the fresh seeds on cores 0 and 1
 def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     spec = toy_spec(
         tmp_path,

@@ -15,12 +15,15 @@ from workbench import tracking
 from workbench.study.context import context, create_or_load
 from workbench.study.spec import load_spec
 from support.cli import run_cli
+from support.cores import machine_cores
 from support.toy import TOY, toy_spec
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="two cores to stand in for two GPUs",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not hasattr(os, "sched_getaffinity") or len(machine_cores()) < 2, reason="two cores to stand in for two GPUs"
+    ),
+    pytest.mark.all_cores,
+]
 
 BASE = {
     **{k: v for k, v in TOY.items() if k != "threads"},

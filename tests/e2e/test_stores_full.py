@@ -21,21 +21,23 @@ from support.toy import TOY, toy_spec
 from workbench.study.storage import DEFAULT_GRACE
 
 LIMIT_KB = 2000
+SMALL_KB = 200
+"""Too little for the new stores' tables."""
 
 
-def _mount(path) -> bool:
+def _mount(path, size_kb: int = LIMIT_KB) -> bool:
     path.mkdir()
     return (
         subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={LIMIT_KB}k", "tmpfs", str(path)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)], capture_output=True
         ).returncode
         == 0
     )
 
 
-def _small_files():
+def _small_files(size_kb: int = LIMIT_KB):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
-    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT_KB * 1024, LIMIT_KB * 1024))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size_kb * 1024, size_kb * 1024))
 
 
 @pytest.mark.slow
@@ -75,12 +77,41 @@ def test_a_full_disk_stops_the_study_in_one_line_and_a_resume_completes_it(tmp_p
         # the trial that was running when the disk filled could not be recorded as failed: its heartbeat goes stale,
         # and the resumed study fails it (and runs its configuration again) once the grace period has passed
         time.sleep(DEFAULT_GRACE + 1)
-        resumed = run_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, timeout=900)
+        try:  # ~20 s alone on one core; what it printed if it does not end
+            resumed = run_cli(["study", "run", str(spec), "--workers", "1"], tmp_path, timeout=300)
+        except subprocess.TimeoutExpired as hung:
+            pytest.fail(f"the resumed study did not end in 300 s; it printed:\n{(hung.stderr or b'').decode()[-6000:]}")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         study = optuna.load_study(study_name="toy", storage=f"sqlite:///{stores / 'optuna.db'}")
         done = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
         assert len(done) == 6 and len({tuple(sorted(t.params.items())) for t in done}) == 6
         assert not [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(stores)], capture_output=True)
+
+
+def test_a_disk_too_full_to_create_the_stores_is_the_same_one_line(tmp_path):
+    """Full before anything is recorded: the stores' tables cannot be written (MLflow's migrations, Optuna's
+    schema), and the study stops with the same line and exit code, not a traceback from inside a library."""
+    stores = tmp_path / "stores"
+    mounted = _mount(stores, size_kb=SMALL_KB)
+    try:
+        spec = toy_spec(
+            tmp_path,
+            storage=f"sqlite:///{stores / 'optuna.db'}",
+            tracking_uri=f"sqlite:///{stores / 'mlflow.db'}",
+        )
+        proc = run_cli(
+            ["study", "run", str(spec), "--workers", "1"],
+            tmp_path,
+            timeout=300,
+            **({} if mounted else {"preexec_fn": lambda: _small_files(SMALL_KB)}),
+        )
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("workbench: error")]
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        assert len(errors) == 1 and errors[0].startswith("workbench: error: the stores' disk is full ("), errors
+        assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(stores)], capture_output=True)

@@ -10,12 +10,15 @@ import pytest
 from optuna.trial import TrialState
 
 from support.cli import run_cli
+from support.cores import machine_cores
 from support.toy import toy_spec
+
+pytestmark = pytest.mark.all_cores  # core ids 0 and 1, whichever xdist worker runs them
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores and Linux affinity"
+    not hasattr(os, "sched_setaffinity") or len(machine_cores()) < 2, reason="needs 2 cores and Linux affinity"
 )
 def test_two_workers_each_run_on_their_own_core(tmp_path):
     spec = toy_spec(tmp_path, n_trials=4, search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4]}})

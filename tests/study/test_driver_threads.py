@@ -41,7 +41,7 @@ def _baseline_threads(tmp_path, monkeypatch, extra: str) -> list[int]:
     )
     Recorded.commands = []
     monkeypatch.setattr(driver, "subprocess", types.SimpleNamespace(Popen=Recorded))  # the driver's workers only
-    monkeypatch.setattr(driver.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(driver, "usable_cores", lambda: 4)
     monkeypatch.setattr(driver, "_watch", lambda *a, **k: None)
     driver.run_study(ctx, n_trials=2, workers=2)
     return [int(c[c.index("--baseline-threads") + 1]) for c in Recorded.commands]

@@ -2,6 +2,7 @@
 line that names it without its password."""
 
 import sqlite3
+import time
 
 import optuna
 import pytest
@@ -88,3 +89,21 @@ def test_a_heartbeat_that_cannot_be_written_is_one_warning_line_not_a_thread_tra
     assert [r.getMessage() for r in caplog.records if r.name == "workbench.study.storage"] == [
         "storage: a heartbeat was not recorded (database or disk is full)"
     ]
+
+
+def test_a_trial_that_never_had_a_heartbeat_is_failed_a_grace_period_after_it_was_first_seen(tmp_path):
+    """Its worker died before its first heartbeat was written (the disk filled as the trial started): Optuna's own
+    check skips a trial without a heartbeat, so it stayed RUNNING and a resumed study waited for it for good."""
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=1, grace_period=1)
+    study = optuna.create_study(study_name="s", storage=storage)
+    silent = study.ask()  # RUNNING, no heartbeat: `ask` starts none
+    beating = study.ask()
+    storage.record_heartbeat(beating._trial_id)
+
+    optuna.storages.fail_stale_trials(study)  # first seen silent: not yet
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING] * 2
+    time.sleep(1.2)
+    storage.record_heartbeat(beating._trial_id)  # still alive
+    optuna.storages.fail_stale_trials(study)
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states == {silent.number: optuna.trial.TrialState.FAIL, beating.number: optuna.trial.TrialState.RUNNING}

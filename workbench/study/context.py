@@ -6,15 +6,18 @@ baseline and points enqueued and its MLflow parent run) or loads it to resume.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-from workbench import tracking
+from workbench import faults, tracking
 from workbench.config import ConfigError, build_config, resolve_tracking_uri
 from workbench.study import attrs, resume
 from workbench.study.spec import StudySpec
@@ -84,7 +87,32 @@ def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
 
 
 def create_or_load(ctx: StudyContext) -> optuna.Study:
-    """Create the study (with its baseline enqueued and its MLflow parent run) or load it to resume."""
+    """Create the study (with its baseline enqueued and its MLflow parent run) or load it to resume; a store whose
+    disk is full (a new store's tables cannot even be written) stops it in one line (`tracking.StoresFull`)."""
+    try:
+        return _create_or_load(ctx)
+    except Exception as err:
+        if faults.disk_full(err):
+            raise tracking.StoresFull(stores_full(ctx)) from None
+        raise
+
+
+def stores_full(ctx: StudyContext) -> str:
+    """The one line of a study stopped by a full disk: which stores, the space left, how to resume."""
+    where = []
+    for what, url in (("Optuna", ctx.storage_url), ("MLflow", ctx.tracking_uri)):
+        if url.startswith("sqlite:///"):
+            folder = Path(url[len("sqlite:///") :]).parent
+            with contextlib.suppress(OSError):
+                where.append(f"{what} in {folder}: {shutil.disk_usage(folder).free / 2**20:.1f} MiB free")
+    return (
+        f"the stores' disk is full ({'; '.join(where) or 'a store refused a write: disk full'}): the study stops, and"
+        f" what it recorded stays readable; free some space, then `workbench study run {ctx.spec_path or ctx.spec.name}`"
+        " resumes it"
+    )
+
+
+def _create_or_load(ctx: StudyContext) -> optuna.Study:
     spec = ctx.spec
     directions = spec.directions
     study = optuna.create_study(

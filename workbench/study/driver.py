@@ -30,6 +30,7 @@ from workbench.study.devices import detect_kind, per_trial, split_devices, worke
 from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, check_point
 from workbench.study.summary import counts_line, done, log_to_parent_run
+from workbench.processes import usable_cores
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class _Launch:
         self.groups = self.kind = None
         if devices is not None:
             self.groups, self.kind = split_devices(devices, workers, per_trial(ctx.spec.base)), detect_kind()
-        self.cores = os.cpu_count() or 1
+        self.cores = usable_cores()
         self.threads = max(1, self.cores // workers)
         if self.groups and self.kind == "cpu":
             self.threads = self.cores = len(self.groups[0])  # a worker's trials (the baseline's too) use its cores

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
@@ -71,7 +72,39 @@ class PatientRDBStorage(optuna.storages.RDBStorage):
     def __init__(self, *args, outage_s: float = OUTAGE_S, **kwargs):
         super().__init__(*args, **kwargs)
         self._outage_s = outage_s
+        self._silent: dict[int, float] = {}
         self._patch()
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """Optuna's stale trials (a heartbeat older than the grace period) and the running trials that never had a
+        heartbeat and still have none a grace period after this process first saw them. Optuna skips those: a
+        worker whose first heartbeat could not be written (the disk filled as its trial started) leaves a trial
+        RUNNING for good, and a resumed study waits for it forever (measured: `study run` hung past 900 s). A live
+        worker writes its first heartbeat as its trial starts, so only a dead one's trial stays silent that long.
+        (Seen, not started: the time is this process's clock, never compared with another machine's.)"""
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = self.grace_period if self.grace_period is not None else 2 * (self.heartbeat_interval or 0)
+        now, silent = time.monotonic(), self._never_beat(study_id)
+        self._silent = {t: self._silent.get(t, now) for t in silent}
+        return stale + [t for t, seen in self._silent.items() if now - seen > grace and t not in stale]
+
+    def _never_beat(self, study_id: int) -> list[int]:
+        """The study's running trials without a heartbeat row."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(self.scoped_session) as session:
+            rows = (
+                session.query(models.TrialModel.trial_id)
+                .outerjoin(
+                    models.TrialHeartbeatModel, models.TrialHeartbeatModel.trial_id == models.TrialModel.trial_id
+                )
+                .filter(models.TrialModel.study_id == study_id)
+                .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+                .filter(models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
+                .all()
+            )
+        return [r[0] for r in rows]
 
     def _patch(self) -> None:
         for name in PATIENT:
@@ -87,6 +120,7 @@ class PatientRDBStorage(optuna.storages.RDBStorage):
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
+        self._silent = {}
         self._patch()
 
 

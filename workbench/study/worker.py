@@ -11,13 +11,10 @@ fails with its reason; the worker goes on unless that failure stops the study.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -25,7 +22,7 @@ from optuna.trial import TrialState
 from workbench import faults
 from workbench import interrupts, tracking
 from workbench.study import attrs, failfast, lr_sweep
-from workbench.study.context import StudyContext, calibrated, load_existing
+from workbench.study.context import StudyContext, calibrated, load_existing, stores_full
 from workbench.study.placement import place
 from workbench.study.objective import StudyObjective
 from workbench.study.preflight import check_study
@@ -139,21 +136,6 @@ def _run(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_tr
         if faults.disk_full(err) or objective.stores_full:
             raise tracking.StoresFull(stores_full(ctx)) from None
         raise
-
-
-def stores_full(ctx: StudyContext) -> str:
-    """The one line of a study stopped by a full disk: which stores, the space left, how to resume."""
-    where = []
-    for what, url in (("Optuna", ctx.storage_url), ("MLflow", ctx.tracking_uri)):
-        if url.startswith("sqlite:///"):
-            folder = Path(url[len("sqlite:///") :]).parent
-            with contextlib.suppress(OSError):
-                where.append(f"{what} in {folder}: {shutil.disk_usage(folder).free / 2**20:.1f} MiB free")
-    return (
-        f"the stores' disk is full ({'; '.join(where) or 'a store refused a write: disk full'}): the study stops, and"
-        f" what it recorded stays readable; free some space, then `workbench study run {ctx.spec_path or ctx.spec.name}`"
-        " resumes it"
-    )
 
 
 def _trials(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n_trials: int) -> failfast.Stop | None:

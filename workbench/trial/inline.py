@@ -3,7 +3,6 @@ transformers decode or its vLLM engine), then the strategy's draw (`loop.train` 
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from contextlib import contextmanager
 
@@ -20,6 +19,7 @@ from workbench.trial.rollouts import PromptStream, generate_groups
 from workbench.trial.source import Draw, Parts
 from workbench.trial.step import train_step
 from workbench.trial.tasks import Task
+from workbench.processes import usable_cores
 
 
 class InlineSource:
@@ -35,7 +35,7 @@ class InlineSource:
         return Policy(self.cfg, task)
 
     def clock(self, policy: Policy):
-        return WallClock(devices_in_use(policy.device, self.cfg.threads or os.cpu_count() or 1)), None
+        return WallClock(devices_in_use(policy.device, self.cfg.threads or usable_cores())), None
 
     @contextmanager
     def running(self, parts: Parts):

@@ -17,7 +17,7 @@ from workbench import interrupts, seeds
 from workbench.config import TrialConfig
 from workbench.trial.pipeline.devices import place
 from workbench import processes
-from workbench.processes import SPAWN
+from workbench.processes import SPAWN, usable_cores
 from workbench.trial.pipeline.weights import SharedWeights
 from workbench.trial.policy import Policy
 from workbench.trial.replay import Rollout
@@ -64,7 +64,7 @@ class Chunk:
 def process_threads(cfg: TrialConfig) -> int:
     """torch threads of each of the trial's W + T processes: `threads` (the trial's, default every core) split
     evenly, at least one each."""
-    total = cfg.threads or os.cpu_count() or 1
+    total = cfg.threads or usable_cores()
     return max(1, total // (cfg.pipeline.generators + cfg.pipeline.trainers))
 
 
