@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from support.cores import pin_worker, widened
+from support.cores import pin_worker, pinned, turn, widened
 
 # The vLLM backend's tests run in the vLLM environment only (`make test-vllm`): the main suite never imports vllm.
 collect_ignore = [] if os.environ.get("WORKBENCH_VLLM_TESTS") == "1" else ["backends/vllm_engine"]
@@ -21,12 +21,20 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
-def all_cores(request):
-    """A test marked `all_cores` runs on every core of the machine, not its worker's share."""
-    before = widened() if request.node.get_closest_marker("all_cores") else None
-    yield
-    if before is not None:
-        os.sched_setaffinity(0, before)
+def all_cores(request, tmp_path_factory):
+    """A test marked `all_cores` runs on every core of the machine, not its worker's share, while no other worker's
+    test runs (tests/support/cores.py)."""
+    exclusive = request.node.get_closest_marker("all_cores") is not None
+    if not pinned():
+        yield
+        return
+    with turn(tmp_path_factory.getbasetemp().parent / "cores.lock", exclusive):
+        before = widened() if exclusive else None
+        try:
+            yield
+        finally:
+            if before is not None:
+                os.sched_setaffinity(0, before)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -40,6 +40,24 @@ def _small_files(size_kb: int = LIMIT_KB):
     resource.setrlimit(resource.RLIMIT_FSIZE, (size_kb * 1024, size_kb * 1024))
 
 
+def _stopped_by_a_full_disk(spec, tmp_path, mounted: bool, size_kb: int, timeout: float) -> None:
+    """`study run` on stores with `size_kb` of room stops with the one line, exit code 3 and no traceback."""
+    proc = run_cli(
+        ["study", "run", str(spec), "--workers", "1"],
+        tmp_path,
+        timeout=timeout,
+        **({} if mounted else {"preexec_fn": lambda: _small_files(size_kb)}),
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("workbench: error")]
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert (
+        len(errors) == 1
+        and errors[0].startswith("workbench: error: the stores' disk is full (")
+        and "resumes it" in errors[0]
+    ), errors
+    assert "Traceback" not in proc.stderr, proc.stderr[proc.stderr.index("Traceback") - 2000 :][:5000]
+
+
 @pytest.mark.slow
 def test_a_full_disk_stops_the_study_in_one_line_and_a_resume_completes_it(tmp_path):
     stores = tmp_path / "stores"
@@ -53,20 +71,7 @@ def test_a_full_disk_stops_the_study_in_one_line_and_a_resume_completes_it(tmp_p
             base={**{k: v for k, v in TOY.items() if k != "threads"}, "budget": {"compute_units": None, "steps": 12}},
             search_space={"replay.ratio": {"choices": [1, 2]}, "x": {"choices": [2, 4, 8]}},
         )
-        full = run_cli(
-            ["study", "run", str(spec), "--workers", "1"],
-            tmp_path,
-            timeout=900,
-            **({} if mounted else {"preexec_fn": _small_files}),
-        )
-        errors = [line for line in full.stderr.splitlines() if line.startswith("workbench: error")]
-        assert full.returncode == 3, full.stderr[-3000:]
-        assert (
-            len(errors) == 1
-            and errors[0].startswith("workbench: error: the stores' disk is full (")
-            and "resumes it" in errors[0]
-        ), errors
-        assert "Traceback" not in full.stderr, full.stderr[full.stderr.index("Traceback") - 2000 :][:5000]
+        _stopped_by_a_full_disk(spec, tmp_path, mounted, LIMIT_KB, timeout=900)
         study = optuna.load_study(study_name="toy", storage=f"sqlite:///{stores / 'optuna.db'}")  # readable
         before = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
         client = MlflowClient(f"sqlite:///{stores / 'mlflow.db'}")
@@ -102,16 +107,7 @@ def test_a_disk_too_full_to_create_the_stores_is_the_same_one_line(tmp_path):
             storage=f"sqlite:///{stores / 'optuna.db'}",
             tracking_uri=f"sqlite:///{stores / 'mlflow.db'}",
         )
-        proc = run_cli(
-            ["study", "run", str(spec), "--workers", "1"],
-            tmp_path,
-            timeout=300,
-            **({} if mounted else {"preexec_fn": lambda: _small_files(SMALL_KB)}),
-        )
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("workbench: error")]
-        assert proc.returncode == 3, proc.stderr[-3000:]
-        assert len(errors) == 1 and errors[0].startswith("workbench: error: the stores' disk is full ("), errors
-        assert "Traceback" not in proc.stderr, proc.stderr[-5000:]
+        _stopped_by_a_full_disk(spec, tmp_path, mounted, SMALL_KB, timeout=300)
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(stores)], capture_output=True)

@@ -7,12 +7,18 @@ take turns on two cores, and a multi-threaded torch process that shares its core
 (measured: a 12-step toy trial 0.9 s alone, ~80 s beside another such study).
 
 A test that needs the machine's cores themselves (two workers on cores 0 and 1, `--devices 0,1`) is marked
-`all_cores`: it gets every core back while it runs (tests/conftest.py).
+`all_cores`: it gets every core back and the machine to itself while it runs (`turn`: the other workers' tests
+hold a shared lock, an `all_cores` test the exclusive one), so its processes are not slowed by another worker's
+on one of its cores (measured: a slot's seed on the shared core started after the other slot's seed had ended).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 _SAVED = "WORKBENCH_TEST_CORES"
 """The session's cores before a worker took its share (inherited by the test's processes)."""
@@ -44,3 +50,20 @@ def widened():
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, machine_cores())
     return before
+
+
+def pinned() -> bool:
+    """Whether this worker keeps to a share of the cores (`pin_worker` did)."""
+    return bool(os.environ.get(_SAVED))
+
+
+@contextmanager
+def turn(lock: Path, exclusive: bool) -> Iterator[None]:
+    """Run a test holding the session's core lock `lock` (a file every worker sees): shared for a test on its
+    worker's share, exclusive for an `all_cores` test, which so runs while no other worker's test does."""
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -124,6 +124,14 @@ class PatientRDBStorage(optuna.storages.RDBStorage):
         self._patch()
 
 
+def awaiting_silent(study: optuna.Study) -> bool:
+    """Whether a running trial that never had a heartbeat is still within its grace period (`fail_stale_trials`
+    fails it once that has passed): a worker waits that out before it calls the study done, so that a finished
+    study holds no trial left RUNNING by a worker that died as the trial started."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    return bool(getattr(storage, "_silent", None))
+
+
 PATIENT = [n for n in dir(optuna.storages.BaseStorage) if not n.startswith("_") and n != "remove_session"] + [
     "record_heartbeat",
     "_create_new_trial",

@@ -27,6 +27,7 @@ from workbench.study.placement import place
 from workbench.study.objective import StudyObjective
 from workbench.study.preflight import check_study
 from workbench.study.spec import StudySpec, feasible_space_size
+from workbench.study.storage import awaiting_silent
 from workbench.study.summary import counts
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,9 @@ def _trials(ctx: StudyContext, study: optuna.Study, objective: StudyObjective, n
             raise tracking.StoresFull(stores_full(ctx))
         optuna.storages.fail_stale_trials(study)
         why = budget.finished(study)
+        if why == "done" and awaiting_silent(study):
+            time.sleep(POLL_SECONDS)
+            continue
         if why:
             if why == "done":
                 return None
