@@ -33,7 +33,7 @@ def all_cores(request, tmp_path_factory):
         try:
             yield
         finally:
-            if before is not None:
+            if before:
                 os.sched_setaffinity(0, before)
 
 

@@ -43,10 +43,8 @@ def pin_worker(worker: str | None, workers: int) -> None:
     os.sched_setaffinity(0, cores[int(worker.removeprefix("gw")) % workers :: workers])
 
 
-def widened():
-    """Every core for the running test (an `all_cores` test); returns what to restore afterwards, or None."""
-    if not os.environ.get(_SAVED) or not hasattr(os, "sched_setaffinity"):
-        return None
+def widened() -> set[int]:
+    """Every core for the running test of a pinned worker (an `all_cores` test); returns what to restore."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, machine_cores())
     return before
