@@ -2,7 +2,7 @@
 the time outside the GEMMs goes. Shares are what it is for: run beside other work, its seconds are not the step's.
 
     python benchmarks/profile_real_step.py [--batch 32] [--precision bf16-autocast|fp32] [--decode static]
-        [--micro-batch N]   (models/smollm2-135m-instruct in place)
+        [--micro-batch N] [--compile]   (models/smollm2-135m-instruct in place)
 """
 
 import argparse
@@ -22,6 +22,7 @@ parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--precision", choices=["bf16-autocast", "fp32"], default="bf16-autocast")
 parser.add_argument("--decode", default="static")
 parser.add_argument("--micro-batch", type=int, default=None)
+parser.add_argument("--compile", action="store_true", help="train.compile: the packed layers under torch.compile")
 parser.add_argument("--rows", type=int, default=25, help="operators listed per table")
 args = parser.parse_args()
 
@@ -30,6 +31,8 @@ GROUP = 8
 train = {"autocast": "bfloat16" if args.precision == "bf16-autocast" else "off"}
 if args.micro_batch:
     train["micro_batch_size"] = args.micro_batch
+if args.compile:
+    train["compile"] = True
 cfg = build_config(
     {
         "model": {"path": "models/smollm2-135m-instruct", "dtype": "float32"},

@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -294,6 +295,11 @@ def main() -> None:
         train_step(policy, opt, fresh, cfg, step)
         _sync(device)
         t2 = time.perf_counter()
+        print(
+            f"step {step}{' (warm-up)' if step < args.warmup else ''}: generation {t1 - t0:.1f} s, training {t2 - t1:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         if step >= args.warmup:
             # The machine's ceiling right beside this step (a shared machine's speed drifts over minutes): each step
             # is judged against the GEMM throughput of its own moment, at the best of the model's shapes, in the
