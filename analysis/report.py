@@ -255,7 +255,15 @@ def _laws(data: StudyData, models: tuple[ModelSummary, ...]) -> list[dict]:
     """The paper's laws (`analysis.laws`), each with its verdict, `not testable` ones with the reason; F2's predicted
     minimum uses thm45's fitted rho."""
     rho = next((m.params.get("rho") for m in models if m.model == "thm45"), None)
-    verdicts = [laws.f1_sqrt_mu(data), laws.f2_u_shape(data, rho=rho), laws.f3_lr_falls_with_y(data)]
+    shared = laws.Reaccounted(data)  # the three laws re-account the same runs at overlapping mu
+    verdicts = []
+    for what, law in (
+        ("F1, the optimal y against mu", lambda: laws.f1_sqrt_mu(data, reaccounted=shared)),
+        ("F2, the U-shape in y", lambda: laws.f2_u_shape(data, rho=rho, reaccounted=shared)),
+        ("F3, the best lr against y", lambda: laws.f3_lr_falls_with_y(data, reaccounted=shared)),
+    ):
+        with phases.phase(what):
+            verdicts.append(law())
     return [asdict(v) | {"line": v.line()} for v in verdicts]
 
 

@@ -261,3 +261,23 @@ def test_f1_where_the_interval_excludes_the_linear_law_the_sqrt_law_holds(monkey
     assert v.numbers["slope_low"] == pytest.approx(v.numbers["slope_high"])
     assert e["separates"] and 0.5 in e["consistent"] and 1.0 not in e["consistent"]
     assert v.verdict == "holds"
+
+
+def test_laws_sharing_one_reaccounting_refit_each_mu_once_and_give_the_same_verdicts(monkeypatch):
+    data = _study(steps={1: 10, 2: 11, 4: 30}, jitter=1)
+    alone = [laws.f1_sqrt_mu(data, n_boot=200), laws.f2_u_shape(data, rho=0.3, n_boot=200)]
+    asked = []
+    real = laws.reaccount
+    monkeypatch.setattr(laws, "reaccount", lambda d, mu: asked.append(mu) or real(d, mu))
+    shared = laws.Reaccounted(data)
+    together = [
+        laws.f1_sqrt_mu(data, n_boot=200, reaccounted=shared),
+        laws.f2_u_shape(data, rho=0.3, n_boot=200, reaccounted=shared),
+    ]
+    # F1 re-accounts at its five mu; F2 at the reference mu (1.0, one of F1's) and 5.28 (another): nothing new
+    assert sorted(asked) == sorted(laws.MUS)
+    assert [(v.verdict, v.reason) for v in together] == [(v.verdict, v.reason) for v in alone]
+    # a Reaccounted of other data is not used for this one
+    asked.clear()
+    laws.f2_u_shape(data, rho=0.3, n_boot=200, reaccounted=laws.Reaccounted(_study()))
+    assert sorted(asked) == [1.0, 5.28]
