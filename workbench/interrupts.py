@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 REDELIVER_AFTER_S = 0.05
 """Seconds before a swallowed interrupt's signal is sent again (the collector's callbacks take microseconds)."""
@@ -55,6 +57,18 @@ def interrupt_on(signum: int):
         return None
     install()
     return signal.signal(signum, _raise_interrupt)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises KeyboardInterrupt as Ctrl-C does (then the handler before): a command
+    that records a trial as running (`study confirm`, `race`, `verify`) ends it as failed when a scheduler or `kill`
+    stops it, instead of leaving it running for good (no heartbeat marks it stale: `study pack` refused the study)."""
+    previous = interrupt_on(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        restore(signal.SIGTERM, previous)
 
 
 def restore(signum: int, previous) -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 
 import optuna
 import pytest
 from mlflow import MlflowClient
+from optuna.trial import TrialState
 
 from workbench import tracking
-from support.cli import run_cli
-from support.toy import toy_spec
+from support.cli import run_cli, start_cli
+from support.toy import TOY, toy_spec
 
 
 def _study(tmp_path):
@@ -93,3 +96,37 @@ def test_confirm_before_any_trial_is_a_one_line_error(tmp_path):
     spec = toy_spec(tmp_path)
     run = run_cli(["study", "confirm", str(spec)], tmp_path)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "study" in run.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_to_confirm_ends_its_running_trial_as_failed_so_the_study_packs(tmp_path):
+    # SIGTERM used to kill `study confirm` outright: its trial stayed RUNNING for good (it has no heartbeat to go
+    # stale), and `study pack` refused the study.
+    spec = toy_spec(tmp_path, n_trials=2)
+    assert run_cli(["study", "run", str(spec)], tmp_path).returncode == 0
+    # the confirmation's runs long enough to be stopped in flight (the stores and the study unchanged)
+    long = {**TOY, "budget": {"compute_units": None, "steps": 5000}}
+    spec = toy_spec(tmp_path, n_trials=2, base={k: v for k, v in long.items() if k != "threads"})
+    err_path = tmp_path / "confirm.err"
+    with open(tmp_path / "confirm.out", "w") as out, open(err_path, "w") as err:
+        confirm = start_cli(
+            ["study", "confirm", str(spec), "--top", "1", "--seeds", "2"],
+            tmp_path,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    deadline, running = time.monotonic() + 180, []
+    while not running and time.monotonic() < deadline and confirm.poll() is None:
+        time.sleep(0.5)
+        running = [t for t in _study(tmp_path).get_trials(states=(TrialState.RUNNING,)) if t.user_attrs.get("arm")]
+    assert running, f"no confirm trial ran (exit {confirm.poll()}):\n{err_path.read_text()[-3000:]}"
+    confirm.send_signal(signal.SIGTERM)
+    confirm.wait(timeout=120)
+    printed = err_path.read_text()
+    assert confirm.returncode == 130, printed[-3000:]
+    assert "Traceback" not in printed
+    assert _study(tmp_path).trials[running[0].number].state == TrialState.FAIL
+    packed = run_cli(["study", "pack", str(spec)], tmp_path)
+    assert packed.returncode == 0, packed.stderr

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from workbench import prediction, stats
+from workbench import interrupts, prediction, stats
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import arms
@@ -217,7 +217,7 @@ def run_confirm(
     log.info(f"confirming {len(best)} configuration(s) and the baseline on fresh seeds {seeds}")
     log.info(warm_start_line(ctx.spec, seeds, selection_seeds(study)))
     out = []
-    with arm_objective(ctx, study, threads, devices) as objective:
+    with interrupts.terminate_as_interrupt(), arm_objective(ctx, study, threads, devices) as objective:
         for t in targets:
             knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
             done = _already(study, t.number, seeds)

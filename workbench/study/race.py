@@ -17,7 +17,7 @@ import logging
 import optuna
 from optuna.trial import TrialState
 
-from workbench import stats
+from workbench import interrupts, stats
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import RACE, Arm, arms, baseline_for
@@ -65,7 +65,7 @@ def run_race(
         raise ConfigError(f"--step must be >= 1 and --max-seeds >= 2, got {step} and {max_seeds}")
     if ctx.spec.objectives != ["compute_to_target"]:
         raise ConfigError("objective: study race needs the compute_to_target objective")
-    with arm_objective(ctx, study, threads, devices) as objective:
+    with interrupts.terminate_as_interrupt(), arm_objective(ctx, study, threads, devices) as objective:
         return _rounds(study, objective, max_seeds, step)
 
 

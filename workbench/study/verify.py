@@ -21,7 +21,7 @@ from typing import Sequence
 import optuna
 from optuna.trial import TrialState
 
-from workbench import tracking
+from workbench import interrupts, tracking
 from workbench.config import ConfigError
 from workbench.prediction import Measured, Prediction, twin
 from workbench.study import attrs
@@ -119,15 +119,16 @@ def run_prediction(
         trial.set_user_attr(k, v)
     objective = StudyObjective(ctx, study, threads)
     try:
-        value = objective.evaluate(
-            trial,
-            knobs,
-            is_baseline=False,
-            mu=study.user_attrs[attrs.REFERENCE_MU],
-            threads=threads,
-            arm=arm,
-            extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted},
-        )
+        with interrupts.terminate_as_interrupt():
+            value = objective.evaluate(
+                trial,
+                knobs,
+                is_baseline=False,
+                mu=study.user_attrs[attrs.REFERENCE_MU],
+                threads=threads,
+                arm=arm,
+                extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted},
+            )
     except BaseException:
         study.tell(trial, state=TrialState.FAIL)
         raise
