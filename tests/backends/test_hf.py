@@ -116,3 +116,40 @@ def test_shared_prompt_scoring_gives_the_padded_batch_loss_and_gradients(monkeyp
         assert torch.equal(mask, ref[1])
         assert torch.allclose(logp, ref[0], atol=1e-5) and abs(loss - ref[3]) < 1e-6 and abs(entropy - ref[2]) < 1e-3
         assert torch.allclose(grads, ref[4], atol=1e-6)
+
+
+def test_sampled_tokens_follow_the_tempered_softmax_and_never_a_zero_probability_token():
+    from scipy.stats import chisquare
+
+    from workbench.backends.hf import pick, uniform_noise
+
+    logits = torch.tensor([[2.0, 0.5, -1.0, float("-inf"), 1.0, -3.0]])
+    rows, temperature = 40_000, 0.7
+    generator = torch.Generator().manual_seed(0)
+    token, logp, _, _ = pick(
+        logits.expand(rows, -1),
+        torch.zeros(rows, dtype=torch.bool),
+        uniform_noise(rows, generator, "cpu"),
+        temperature=temperature,
+        greedy=False,
+        pad_id=0,
+        eos_id=99,
+    )
+    probs = torch.softmax(logits[0] / temperature, -1)
+    counts = torch.bincount(token, minlength=6)
+    assert counts[3] == 0  # the -inf logit is never drawn
+    kept = probs > 0
+    expected = probs[kept].double() / probs[kept].double().sum() * rows
+    assert chisquare(counts[kept].double().numpy(), expected.numpy()).pvalue > 1e-3
+    assert torch.allclose(logp, torch.log(probs[token]), atol=1e-6)
+    # the extremes of the uniform draw still land on tokens of positive probability
+    ends, _, _, _ = pick(
+        logits.expand(2, -1),
+        torch.zeros(2, dtype=torch.bool),
+        torch.tensor([[0.0], [1.0 - 2**-24]]),
+        temperature=1.0,
+        greedy=False,
+        pad_id=0,
+        eos_id=99,
+    )
+    assert ends.tolist() == [5, 0]

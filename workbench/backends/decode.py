@@ -5,10 +5,11 @@ KV cache by concatenation and building attention masks. Here the prompt is prefi
 its keys and values are copied into buffers sized once per call (rounded up, so every call of a trial has the same
 shapes), and each new token runs one function of the model's weights: RMSNorm, fused q/k/v, RoPE from the
 model's own rotary embedding, attention over the buffer, fused gate/up, and then the sampling itself (tempered
-log-softmax, Gumbel-max choice from uniform noise drawn outside with the trial's generator, the chosen token's
-log-prob, the entropy). Compiled, that function is built ahead of time into an AOTInductor package (`aot`) with the rows and
-the buffer length left symbolic: one package per model and sampling rule (greedy or sampled), built once per
-machine into the workbench's cache directory and loaded by every later process in milliseconds.
+log-softmax, the inverse-transform choice from one uniform number a row, drawn outside with the trial's generator,
+the chosen token's log-prob, the entropy). Compiled, that function is built ahead of time into an AOTInductor
+package (`aot`) with the rows and the buffer length left symbolic: one package per model and sampling rule (greedy
+or sampled), built once per machine into the workbench's cache directory and loaded by every later process in
+milliseconds.
 
 Supported: the `llama`, `mistral` and `qwen2` model types with SiLU MLPs (what `supports` checks); anything else
 decodes with `hf.sample`. The result is the same `Samples`, token for token (tests/backends/test_decode.py checks
@@ -460,11 +461,11 @@ class StaticDecoder:
         eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
         kv, last_logits = self._prefill(prompt_ids, max_new_tokens, pad_id, device)
         shape = Shape(**self.geometry, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
-        n, vocab = len(prompt_ids), last_logits.shape[-1]
+        n = len(prompt_ids)
         finished = torch.zeros(n, dtype=torch.bool, device=device)
-        noise = None if greedy else uniform_noise((n, vocab), generator, device)
+        noise = None if greedy else uniform_noise(n, generator, device)
         first = pick(last_logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
-        tokens, logps, entropies = self._decode(kv, shape, first, vocab, temperature, generator, max_new_tokens)
+        tokens, logps, entropies = self._decode(kv, shape, first, temperature, generator, max_new_tokens)
         return assemble(tokenizer, prompt_ids, torch.stack(tokens, 1), torch.stack(logps, 1), torch.stack(entropies, 1))
 
     def _prefill(
@@ -503,7 +504,6 @@ class StaticDecoder:
         kv: KvBuffers,
         shape: Shape,
         first: tuple[torch.Tensor, ...],
-        vocab: int,
         temperature: float,
         generator: torch.Generator | None,
         max_new_tokens: int,
@@ -526,7 +526,7 @@ class StaticDecoder:
                 kv, token, finished = live.drop(kv, token, finished)
             n = token.shape[0]
             progress.ACTIVITY.advance(n)
-            noise = None if shape.greedy else live.rows_of(uniform_noise((live.n, vocab), generator, device))
+            noise = None if shape.greedy else live.rows_of(uniform_noise(live.n, generator, device))
             index = torch.tensor([t], device=device)
             filled = min(kv.length, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # positions written
             args = (

@@ -66,11 +66,11 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), mask.to(device)
 
 
-def uniform_noise(shape: tuple[int, int], generator: torch.Generator | None, device) -> torch.Tensor:
-    """Uniform noise from the trial's generator for one sampled token per row; `pick` turns it into Gumbel noise
-    (argmax(log p + Gumbel) is a draw from p, the Gumbel-max trick), so a compiled decode step samples without
-    touching the generator itself and the transform runs inside the step."""
-    u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else device)
+def uniform_noise(rows: int, generator: torch.Generator | None, device) -> torch.Tensor:
+    """One uniform draw from the trial's generator per row, `[rows, 1]`, for one sampled token each; `pick` turns
+    it into a token by the inverse of the row's cumulative distribution, so a compiled decode step samples without
+    touching the generator itself and the choice runs inside the step."""
+    u = torch.rand((rows, 1), generator=generator, device=generator.device if generator is not None else device)
     return u.to(device)
 
 
@@ -84,13 +84,23 @@ def pick(
     pad_id: int,
     eos_id: int,
 ):
-    """The sampling rule of every decoder: the next token of each row (greedy, or Gumbel-max on the tempered
-    log-softmax with `noise`, uniform draws from `uniform_noise`), its log-prob, the entropy of that distribution
-    (0 for rows already finished, whose token is the pad) and the updated finished flags."""
+    """The sampling rule of every decoder: the next token of each row (greedy, or a draw from the tempered softmax
+    by inverse transform: the first token whose cumulative probability reaches the row's uniform draw from
+    `uniform_noise`), its log-prob, the entropy of that distribution (0 for rows already finished, whose token is
+    the pad) and the updated finished flags.
+
+    The draw reads one uniform number a row, where the Gumbel-max trick it replaced drew one per vocabulary entry
+    (49,152 for SmolLM2, every token; the same distribution). `1 - u` lies in (0, 1], so the token found always has
+    a positive probability."""
     logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    token = logp.argmax(-1) if greedy else (logp - torch.log(-torch.log(noise))).argmax(-1)
+    p = logp.exp()
+    if greedy:
+        token = logp.argmax(-1)
+    else:
+        cdf = p.cumsum(-1)
+        token = (cdf < (1 - noise) * cdf[:, -1:]).sum(-1).clamp(max=logp.shape[-1] - 1)
     live = ~finished
-    entropy = -(logp.exp() * logp).sum(-1) * live
+    entropy = -(p * logp).sum(-1) * live
     token = torch.where(live, token, torch.full_like(token, pad_id))
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, finished | (token == eos_id)
 
@@ -146,7 +156,7 @@ def sample(
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     tokens, logps, entropies = [], [], []
     for _ in range(max_new_tokens):
-        noise = None if greedy else uniform_noise(tuple(logits.shape), generator, device)
+        noise = None if greedy else uniform_noise(logits.shape[0], generator, device)
         token, logp, entropy, finished = pick(
             logits, finished, noise, temperature=temperature, greedy=greedy, pad_id=pad_id, eos_id=eos_id
         )
@@ -170,23 +180,27 @@ BUCKET_OVERHEAD_TOKENS = 384
 operators); `length_buckets` splits a batch only where the padding it removes is worth more than that."""
 
 
-def length_buckets(lengths: list[int], overhead: int | None = None) -> list[list[int]]:
+def length_buckets(lengths: list[int], overhead: float | None = None) -> list[list[int]]:
     """Row indices grouped into runs of similar length, each padded only to its own longest row: the partition of
-    the rows sorted by length that minimises (padded tokens + `overhead` per group), by dynamic programming."""
+    the rows sorted by length that minimises (padded tokens + `overhead` per group), by dynamic programming over
+    the distinct lengths (rows of one length never gain from being split)."""
     overhead = BUCKET_OVERHEAD_TOKENS if overhead is None else overhead
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n = len(order)
-    best = [0.0] + [float("inf")] * n  # best[j]: cost of the first j sorted rows
+    values = sorted(set(lengths))
+    upto = [0]  # upto[j]: how many rows have one of the first j distinct lengths
+    for v in values:
+        upto.append(upto[-1] + lengths.count(v))
+    n = len(values)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of the rows of the first j distinct lengths
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
-        longest = lengths[order[j - 1]]
-        for i in range(j):  # rows i..j-1 form the last group, padded to `longest`
-            cost = best[i] + (j - i) * longest + overhead
+        for i in range(j):  # lengths i..j-1 form the last group, padded to values[j - 1]
+            cost = best[i] + (upto[j] - upto[i]) * values[j - 1] + overhead
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     groups, j = [], n
     while j > 0:
-        groups.append(order[cut[j] : j])
+        groups.append(order[upto[cut[j]] : upto[j]])
         j = cut[j]
     return groups[::-1]
 
