@@ -38,16 +38,10 @@ def _groups(tok, texts, completion_lengths, group: int, seed: int, model, max_ne
     return out.prompt_ids, [c[: completion_lengths(i)] or c[:1] for i, c in enumerate(out.completion_ids)]
 
 
-@pytest.mark.parametrize("rope", ["complex", "halves_differ", "large_model", "buckets"])
+@pytest.mark.parametrize("rope", ["complex", "halves_differ", "large_model"])
 def test_packed_scoring_gives_the_padded_batch_values_and_gradients(rope, monkeypatch):
     """RoPE as a complex factor on interleaved q/k rows (the default for small models), and the model's own
-    rotation: for a RoPE whose halves turn by different angles, and for models above the interleaving size; and
-    the completions attended in buckets of similar length (forced here: these completions are short)."""
-    made = []
-    if rope == "buckets":
-        monkeypatch.setattr(packed, "BUCKET_CALL_FLOPS", 0)
-        bucketing = packed.completion_buckets
-        monkeypatch.setattr(packed, "completion_buckets", lambda *a: made.append(bucketing(*a)) or made[-1])
+    rotation: for a RoPE whose halves turn by different angles, and for models above the interleaving size."""
     if rope == "halves_differ":
         monkeypatch.setattr(packed, "_halves_agree", lambda cos, sin: False)
     if rope == "large_model":
@@ -62,10 +56,6 @@ def test_packed_scoring_gives_the_padded_batch_values_and_gradients(rope, monkey
     assert (logp[~mask] == 0).all()
     # a replay batch whose prompts do not repeat: one prompt per row, same answer
     _agree(model, prompts[::4], completions[::4])
-    if rope == "buckets":
-        # free calls: one bucket per distinct length, none padded
-        assert len(made) == 2 and all(len(b) > 1 for b in made)
-        assert all(int(b.layout.lengths.min()) == b.layout.width for call in made for b in call)
 
 
 @pytest.mark.parametrize("family", ["llama_gqa", "qwen2"])

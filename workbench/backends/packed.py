@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from workbench.backends.decode import compile_available, small_enough_to_copy
 from workbench.backends.decode import supports as decodable
 from workbench.backends.head import head_logprobs
-from workbench.backends.hf import checkpointing, distinct_prompts, length_buckets
+from workbench.backends.hf import checkpointing, distinct_prompts
 
 
 def supports(model) -> str | None:
@@ -66,33 +66,19 @@ class Layout:
 
     @classmethod
     def of(cls, seqs: list[list[int]], device) -> "Layout":
-        layout = cls.of_lengths([len(s) for s in seqs], device)
-        layout.tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.long, device=device)
-        return layout
-
-    @classmethod
-    def of_lengths(cls, lengths: list[int], device) -> "Layout":
-        """The layout of rows of these lengths (`tokens` left empty)."""
-        sizes = torch.tensor(lengths, dtype=torch.long)
-        rows, width = len(lengths), int(sizes.max())
-        row = torch.repeat_interleave(torch.arange(rows), sizes)
-        starts = torch.cumsum(sizes, 0) - sizes
-        col = torch.arange(int(sizes.sum())) - starts[row]
+        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+        rows, width = len(seqs), int(lengths.max())
+        row = torch.repeat_interleave(torch.arange(rows), lengths)
+        starts = torch.cumsum(lengths, 0) - lengths
+        col = torch.arange(int(lengths.sum())) - starts[row]
+        tokens = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
         to = lambda x: x.to(device)  # noqa: E731
-        return cls(
-            torch.empty(0, dtype=torch.long, device=device),
-            to(row),
-            to(col),
-            to(row * width + col),
-            to(sizes),
-            rows,
-            width,
-        )
+        return cls(to(tokens), to(row), to(col), to(row * width + col), to(lengths), rows, width)
 
     @property
     def dense(self) -> bool:
         """Every row has the full width: packing and padding are the same layout."""
-        return self.flat.numel() == self.rows * self.width
+        return self.tokens.numel() == self.rows * self.width
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """`[N, ...]` packed -> `[rows, width, ...]`, zeros in the padding."""
@@ -169,110 +155,24 @@ def _rotated(proj, h: torch.Tensor, rope: Rope, head_dim: int) -> torch.Tensor:
     return torch.view_as_real(turned).view(n, heads, head_dim).to(y.dtype)
 
 
-@dataclass
-class Bucket:
-    """Completions of similar length attended together, padded only to their own longest: `tokens` (their tokens'
-    indices in the packed order, row by row), `layout` (the bucket's own padded layout of those tokens), `prompts`
-    (each row's prompt among the distinct prompts) and `mask` (what each token sees: its prompt's real tokens, then
-    its own row up to itself)."""
-
-    tokens: torch.Tensor
-    layout: Layout
-    prompts: torch.Tensor
-    mask: torch.Tensor
-
-
-BUCKET_CALL_FLOPS = 10e6
-"""What one more attention bucket costs, in the FLOPs of attention it could have computed instead: its ~30 more
-operators forward and backward (gathers, padding, the call; ~0.4 ms on 2 CPU cores, where attention runs at ~25
-GFLOP/s). Against it, a padded query token costs ~6 x heads x head_dim x the keys it sees: SmolLM2-135M's
-completions split where ~10 padded tokens can go, the embedded model's only where hundreds can."""
-
-
-def completion_buckets(
-    comps: Layout, which: torch.Tensor, seen_prompt: torch.Tensor, heads: int, head_dim: int
-) -> list[Bucket] | None:
-    """The completions split into buckets of similar length (`hf.length_buckets`) where the padding removed is worth
-    more than the calls added (`BUCKET_CALL_FLOPS`), or None where one bucket would hold them all (attention then
-    runs on the padded batch). Each bucket attends at its own longest row: the same values."""
-    lengths = comps.lengths.tolist()
-    keys = seen_prompt.shape[1] + sum(lengths) / len(lengths)  # what a query sees, on average
-    groups = length_buckets(lengths, overhead=BUCKET_CALL_FLOPS / (6 * heads * head_dim * keys))
-    if len(groups) < 2:
-        return None
-    device = comps.tokens.device
-    starts = [0]
-    for n in lengths[:-1]:
-        starts.append(starts[-1] + n)
-    buckets = []
-    for group in groups:
-        tokens = torch.cat([torch.arange(starts[r], starts[r] + lengths[r]) for r in group])
-        layout = Layout.of_lengths([lengths[r] for r in group], device)
-        prompts = which.index_select(0, torch.tensor(group, dtype=torch.long, device=device))
-        width = layout.width
-        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-        seen = seen_prompt.index_select(0, prompts)
-        mask = torch.cat([seen[:, None, :].expand(-1, width, -1), causal.expand(len(group), -1, -1)], -1)[:, None]
-        buckets.append(Bucket(tokens.to(device), layout, prompts, mask))
-    return buckets
-
-
-def _attend_buckets(q, k, v, buckets: list[Bucket], prefix, scale: float) -> torch.Tensor:
-    """Attention of packed completion tokens (`[N, heads, head_dim]` each) bucket by bucket, over each row's prompt
-    keys and values (`prefix`, one per distinct prompt) and its own: the packed `[N, heads, head_dim]` outputs.
-    Always eager: the number of buckets changes from call to call, which a compiled graph would be traced for."""
-    pieces = []
-    for b in buckets:
-        qb, kb, vb = (b.layout.pad(t.index_select(0, b.tokens)).transpose(1, 2) for t in (q, k, v))
-        kk = torch.cat([prefix[0].index_select(0, b.prompts), kb], 2)
-        vv = torch.cat([prefix[1].index_select(0, b.prompts), vb], 2)
-        out = F.scaled_dot_product_attention(
-            qb, kk, vv, attn_mask=b.mask, scale=scale, enable_gqa=qb.shape[1] != kk.shape[1]
-        )
-        pieces.append(b.layout.unpad(out.transpose(1, 2)))
-    order = torch.cat([b.tokens for b in buckets])
-    back = torch.empty_like(order)
-    back[order] = torch.arange(order.numel(), device=order.device)
-    return torch.cat(pieces).index_select(0, back)
-
-
-def _projected(layer, x: torch.Tensor, rope: Rope):
-    """A layer's normed input's q, k (rotated) and v, `[N, heads, head_dim]` each."""
-    attn = layer.self_attn
-    n, d = x.shape[0], attn.head_dim
-    h = _norm(layer.input_layernorm, x)
-    return _rotated(attn.q_proj, h, rope, d), _rotated(attn.k_proj, h, rope, d), attn.v_proj(h).view(n, -1, d)
-
-
-def _rest(layer, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """A layer after its attention (`out`, packed `[N, heads, head_dim]`): the output projection, the MLP, the two
-    residual adds."""
-    x = x + layer.self_attn.o_proj(out.reshape(x.shape[0], -1))
-    return x + layer.mlp(_norm(layer.post_attention_layernorm, x))
-
-
 def _layer(layer, x: torch.Tensor, at: Layout, rope: Rope, prefix, mask):
     """One decoder layer on packed tokens `x` `[N, hidden]`; attention over `prefix` (per-row keys and values
     before these tokens, or None) and the rows' own tokens, under `mask` (None: causal). Returns the new hidden
     states and this layer's keys and values in the padded layout (what later tokens attend to; with `rope.turn`,
     each head's key dimensions in `_interleaved` order, as its queries')."""
     attn = layer.self_attn
-    q, k, v = (at.pad(t).transpose(1, 2) for t in _projected(layer, x, rope))  # [rows, heads, width, head_dim]
+    n, d = x.shape[0], attn.head_dim
+    h = _norm(layer.input_layernorm, x)
+    q, k = _rotated(attn.q_proj, h, rope, d), _rotated(attn.k_proj, h, rope, d)
+    v = attn.v_proj(h).view(n, -1, d)
+    q, k, v = (at.pad(t).transpose(1, 2) for t in (q, k, v))  # [rows, heads, width, head_dim]
     kk, vv = (k, v) if prefix is None else (torch.cat([prefix[0], k], 2), torch.cat([prefix[1], v], 2))
     out = F.scaled_dot_product_attention(
         q, kk, vv, attn_mask=mask, is_causal=mask is None, scale=attn.scaling, enable_gqa=q.shape[1] != kk.shape[1]
     )
-    return _rest(layer, x, at.unpad(out.transpose(1, 2))), k, v
-
-
-def _bucketed_layer(layer, x: torch.Tensor, buckets: list[Bucket], rope: Rope, prefix, compiled: bool) -> torch.Tensor:
-    """`_layer` for completions attended bucket by bucket (`completion_buckets`): `prefix` holds one entry per
-    distinct prompt, each bucket its own mask; no keys or values come back (nothing attends to a completion's).
-    `compiled`: the projections before attention and the rest of the layer after it run compiled, the attention
-    between them eagerly."""
-    projected, rest = _compiled_parts() if compiled else (_projected, _rest)
-    q, k, v = projected(layer, x, rope)
-    return rest(layer, x, _attend_buckets(q, k, v, buckets, prefix, layer.self_attn.scaling))
+    x = x + attn.o_proj(at.unpad(out.transpose(1, 2)).reshape(n, -1))
+    x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
+    return x, k, v
 
 
 @cache
@@ -281,12 +181,6 @@ def _compiled_layer():
     RoPE, SwiGLU, the residual adds, the packing's gathers) forward and backward, and sizes stay symbolic, so a
     process traces it once per kind of call (prompts, completions; ragged or dense rows), whatever the batch."""
     return torch.compile(_layer, dynamic=True)
-
-
-@cache
-def _compiled_parts():
-    """`_projected` and `_rest` under `torch.compile`, for `_bucketed_layer`."""
-    return torch.compile(_projected, dynamic=True), torch.compile(_rest, dynamic=True)
 
 
 def score_packed(
@@ -319,22 +213,16 @@ def score_packed(
         Rope.of(inner.rotary_emb, xc, pos_c, complex_ok),
     )
     # a completion token sees its prompt's real tokens and the completion's tokens up to itself
-    seen_prompt = torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]  # [prompts, width]
-    attn = inner.layers[0].self_attn
-    buckets = completion_buckets(comps, which, seen_prompt, model.config.num_attention_heads, attn.head_dim)
-    if buckets is None:
-        causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
-        seen = seen_prompt.index_select(0, which)
-        mask_c = torch.cat([seen[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[
-            :, None
-        ]
+    seen_prompt = (torch.arange(prompts.width, device=device)[None, :] < prompts.lengths[:, None]).index_select(
+        0, which
+    )
+    causal = torch.ones(comps.width, comps.width, dtype=torch.bool, device=device).tril()
+    mask_c = torch.cat([seen_prompt[:, None, :].expand(-1, comps.width, -1), causal.expand(comps.rows, -1, -1)], -1)[
+        :, None
+    ]
     for layer in inner.layers:
         xp, kp, vp = layer_fn(layer, xp, prompts, rope_p, None, None)
-        if buckets is None:
-            prefix = (kp.index_select(0, which), vp.index_select(0, which))
-            xc, _, _ = layer_fn(layer, xc, comps, rope_c, prefix, mask_c)
-        else:
-            xc = _bucketed_layer(layer, xc, buckets, rope_c, (kp, vp), compiled)
+        xc, _, _ = layer_fn(layer, xc, comps, rope_c, (kp.index_select(0, which), vp.index_select(0, which)), mask_c)
     # completion token j is predicted by the hidden state before it: its prompt's last token for j = 0
     last = xp.index_select(0, torch.cumsum(prompts.lengths, 0) - 1)  # [prompts, hidden]
     index = torch.arange(comps.tokens.numel(), device=device) - 1 + last.shape[0]
