@@ -22,20 +22,28 @@ LINE_EVERY_S = 10.0
 """Off a terminal, how often a long phase says where it is (a line at most this often, and one when it ends)."""
 
 
-def setup_logging(quiet: bool = False) -> None:
-    """Plain `message` lines on stderr for the workbench's loggers (INFO, or WARNING with `quiet`)."""
+_BARS = [True]
+"""Whether this process may draw bars at all (`setup_logging`): not a study's slot process, whose worker shares its
+terminal with other slots."""
+
+
+def setup_logging(quiet: bool = False, prefix: str = "", bars: bool = True) -> None:
+    """Plain `message` lines on stderr for the workbench's loggers (INFO, or WARNING with `quiet`), each after
+    `prefix` (a study's slot process names its slot: the lines of seeds run side by side interleave); `bars`
+    False: plain lines even on a terminal."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
     for name in PACKAGES:
         log = logging.getLogger(name)
         log.handlers[:] = [handler]
         log.setLevel(logging.WARNING if quiet else logging.INFO)
         log.propagate = False
+    _BARS[0] = bars
 
 
 def bars_wanted(json_output: bool = False, quiet: bool = False) -> bool:
-    """Bars on an interactive terminal only (plain lines in logs, CI and pipes)."""
-    return sys.stderr.isatty() and not json_output and not quiet
+    """Bars on an interactive terminal only (plain lines in logs, CI and pipes, and in a study's slot processes)."""
+    return _BARS[0] and sys.stderr.isatty() and not json_output and not quiet
 
 
 def bar(total: float | None, desc: str, unit: str, enabled: bool) -> tqdm:

@@ -61,6 +61,9 @@ def test_a_worker_with_two_slots_runs_each_configuration_s_seeds_side_by_side(tm
     proc = run_cli(["study", "worker", str(path), "--devices", "0,1", "--n-trials", "1"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "device slots: cpu 0 | cpu 1" in proc.stderr
+    # each slot's seed speaks as it runs, under its slot's name (not silent until it ends)
+    assert "[cpu 0] trial: B=" in proc.stderr and "[cpu 1] trial: B=" in proc.stderr
+    assert any(line.startswith("[cpu 1] step ") for line in proc.stderr.splitlines())
 
     trials = optuna.load_study(study_name="toy", storage=ctx.storage_url).get_trials()
     assert [t.state for t in trials[:2]] == [TrialState.FAIL, TrialState.COMPLETE]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from workbench import interrupts, processes, tracking
+from workbench import interrupts, processes, progress, tracking
 from workbench.faults import out_of_memory
 from workbench.processes import SPAWN, kill_tree  # spawned: nothing forked from a worker running Optuna's heartbeat
 from workbench.study.limits import Watch
@@ -86,9 +86,12 @@ class _Stop:
             raise TrialStopped(self.text.value.decode() or "stopped")
 
 
-def _serve(conn, slot: Slot, stop: _Stop) -> None:
-    """A slot process: confine to the slot, then run the seeds it is sent until told to end (or its worker dies)."""
+def _serve(conn, slot: Slot, stop: _Stop, quiet: bool = False) -> None:
+    """A slot process: confine to the slot, then run the seeds it is sent until told to end (or its worker dies).
+    Its lines go to the worker's stderr as the worker's own would (`quiet` as the worker is), each after the slot's
+    name: a seed's warm start, steps and evaluations are seen as they happen, not only when it ends."""
     interrupts.die_with_parent()
+    progress.setup_logging(quiet=quiet, prefix=f"[{slot.describe()}] ", bars=False)
     interrupts.name_process("wb-slot")  # what `ps` and `top` show for it (and what the fault tests look for)
     processes.confine(slot.kind, slot.devices, slot.visible)
     # A terminal's Ctrl-C reaches the worker, which ends a running seed with SIGTERM (its run ends KILLED, as a
@@ -158,8 +161,9 @@ class SlotPool:
     def _spawn(slot: Slot) -> tuple[Any, Any, Any]:
         parent, child = SPAWN.Pipe()
         stop = _Stop()
+        quiet = not logging.getLogger("workbench").isEnabledFor(logging.INFO)
         proc = SPAWN.Process(
-            target=_serve, args=(child, slot, stop), name=f"workbench-slot-{slot.describe()}", daemon=True
+            target=_serve, args=(child, slot, stop, quiet), name=f"workbench-slot-{slot.describe()}", daemon=True
         )
         proc.start()
         child.close()
