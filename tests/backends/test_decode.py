@@ -32,16 +32,23 @@ def _prompts(tok, task, n=12, group=3):
     return [p for p in encode_prompts(tok, [e.prompt for e in task.train[:n]]) for _ in range(group)]
 
 
-def test_static_decoding_matches_transformers_greedy_and_sampled():
+@pytest.mark.parametrize("share_prompts", [True, False])
+def test_static_decoding_matches_transformers_greedy_and_sampled(share_prompts, monkeypatch):
+    """Groups of rows per prompt (a GRPO batch): the prompts' keys and values held once each (`SharedPrompts`), or
+    copied to every row; the same tokens either way."""
     model, tok, task = toy_policy()
     prompts = _prompts(tok, task)
-    static = StaticDecoder(model, compiled=False)
+    static = StaticDecoder(model, compiled=False, share_prompts=share_prompts)
+    prefill, shared = static._prefill, []
+    monkeypatch.setattr(static, "_prefill", lambda *a: (out := prefill(*a), shared.append(out[0].shared))[0])
     for greedy in (True, False):
         kw = dict(max_new_tokens=task.max_new_tokens, temperature=0.8, greedy=greedy)
         ref = sample(model, tok, prompts, generator=torch.Generator().manual_seed(3), **kw)
         got = static.sample(tok, prompts, generator=torch.Generator().manual_seed(3), **kw)
         _agree(ref, got, atol=1e-5)
     assert len(set(map(tuple, got.completion_ids))) > 1  # sampled rows differ: the draws really are random
+    assert all((x is not None) == share_prompts for x in shared) and len(shared) == 2
+    assert not share_prompts or shared[0].group == 3
 
 
 def test_sampling_follows_the_generator():
@@ -163,7 +170,7 @@ def test_a_built_step_is_loaded_by_a_new_process_without_compiling(aot_cache):
         "    def refuse(*a, **k): raise AssertionError('compiled again')\n"
         "    aot.build = refuse\n"
         "model, tok, task = toy_policy()\n"
-        "prompts = encode_prompts(tok, [e.prompt for e in task.train[:6]])\n"
+        "prompts = [p for p in encode_prompts(tok, [e.prompt for e in task.train[:6]]) for _ in range(3)]\n"
         "d = decode.StaticDecoder(model, compiled=True, cache_dir=Path(sys.argv[1]))\n"
         "out = d.sample(tok, prompts, max_new_tokens=6, greedy=True)\n"
         "assert d.compiled\n"

@@ -11,6 +11,9 @@ package (`aot`) with the rows and the buffer length left symbolic: one package p
 or sampled), built once per machine into the workbench's cache directory and loaded by every later process in
 milliseconds.
 
+Where the rows are groups of one prompt each (a GRPO batch), the prompts' keys and values are held once per prompt
+and attended by each group's rows together (`SharedPrompts`); the buffers then hold the generated tokens only.
+
 Supported: the `llama`, `mistral` and `qwen2` model types with SiLU MLPs (what `supports` checks); anything else
 decodes with `hf.sample`. The result is the same `Samples`, token for token (tests/backends/test_decode.py checks
 greedy tokens and log-probs against `hf.sample` within 1e-5, and the same draws for the same generator).
@@ -117,6 +120,8 @@ class Shape:
     eos_id: int
     fused: bool
     qkv_bias: bool
+    shared: bool = False
+    """Whether the prompts' keys and values are held once per prompt (`SharedPrompts`)."""
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -130,7 +135,26 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, sin_all, bias, noise, temperature):
+def _per_prompt(x: torch.Tensor, slots: torch.Tensor, group: int, rows: int) -> torch.Tensor:
+    """Rows' `[n, kv_heads, q_group, c]`, placed at their `slots` among the call's `rows` = P x `group`, as
+    `[P, kv_heads, group x q_group, c]`: each prompt's rows side by side (rows no longer decoded are zeros). `group`
+    may be symbolic (a compiled step takes any group size)."""
+    _, kv_heads, q_group, c = x.shape
+    full = x.new_zeros((rows, kv_heads, q_group, c)).index_copy(0, slots, x)
+    return full.view(-1, group, kv_heads, q_group, c).transpose(1, 2).reshape(-1, kv_heads, group * q_group, c)
+
+
+def _per_row(x: torch.Tensor, slots: torch.Tensor, group: int) -> torch.Tensor:
+    """`_per_prompt` undone: `[P, kv_heads, group x q_group, c]` back to the rows at `slots`, `[n, kv_heads, q_group,
+    c]`."""
+    prompts, kv_heads, gq, c = x.shape
+    rows = x.view(prompts, kv_heads, group, gq // group, c).transpose(1, 2).reshape(-1, kv_heads, gq // group, c)
+    return rows.index_select(0, slots)
+
+
+def _decode_step(
+    s: Shape, weights, token, finished, keys, values, t, cos_all, sin_all, bias, noise, temperature, shared=None
+):
     """One token for every row: the model's next-token distribution and the choice from it.
 
     `keys`/`values`: per layer `[L, n, kv_heads, head_dim]` buffers of the tokens before this one, position-major
@@ -143,7 +167,13 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
     compiled step that wrote them itself would copy every buffer whole at every token (functionalised in-place
     writes; 500 rows decoded 0.25 s compiled against 0.26 s eagerly, 0.19 s since). Returns the next token, its log-prob, the
     entropy of the distribution it was drawn from (0 for finished rows), the finished flags and, per layer, this
-    token's keys and values `[n, kv_heads, head_dim]`."""
+    token's keys and values `[n, kv_heads, head_dim]`.
+
+    `shared` (with `s.shared`): the prompts' keys and values held once per prompt, a tuple of per-layer keys
+    `[P, kv_heads, head_dim, W]`, per-layer values `[P, kv_heads, W, head_dim]`, the bias `[P, W]`, each row's place
+    `slots` `[n]` among the call's P x G rows and a `[G]` tensor whose length is G (`SharedPrompts.args`); the
+    buffers then hold the generated tokens only. Each
+    prompt's keys are read once for its G rows, in one matmul of G times the rows, instead of once per row."""
     embed, layers, norm, head = weights
     n = token.shape[0]
     cos = cos_all.index_select(1, t).unsqueeze(1)  # [n, 1, 1, d]
@@ -167,11 +197,29 @@ def _decode_step(s: Shape, weights, token, finished, keys, values, t, cos_all, s
         v = v.view(n, 1, s.kv_heads, s.head_dim).transpose(1, 2)
         qg = q.reshape(n, s.kv_heads, group, s.head_dim)
         buffered = torch.matmul(qg, keys[i].permute(1, 2, 3, 0)) * s.scaling + bias.t()[:, None, None, :]
-        scores = torch.cat(
-            [buffered, (qg * k).sum(-1, keepdim=True) * s.scaling], dim=-1
-        )  # [n, kv_heads, group, L + 1]
-        p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        attn = torch.matmul(p[..., :-1], values[i].permute(1, 2, 0, 3)) + p[..., -1:] * v  # [n, kv_heads, group, d]
+        own = (qg * k).sum(-1, keepdim=True) * s.scaling
+        if shared is None:
+            scores = torch.cat([buffered, own], dim=-1)  # [n, kv_heads, group, L + 1]
+            p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            attn = torch.matmul(p[..., :-1], values[i].permute(1, 2, 0, 3)) + p[..., -1:] * v  # [n, kv_heads, group, d]
+        else:
+            prompt_keys, prompt_values, prompt_bias, slots = shared[0][i], shared[1][i], shared[2], shared[3]
+            rows_per_prompt = shared[4].shape[0]
+            width, all_rows = prompt_bias.shape[1], prompt_bias.shape[0] * rows_per_prompt
+            prompted = _per_row(
+                torch.matmul(_per_prompt(qg, slots, rows_per_prompt, all_rows), prompt_keys) * s.scaling
+                + prompt_bias[:, None, None, :],
+                slots,
+                rows_per_prompt,
+            )  # [n, kv_heads, group, W]
+            scores = torch.cat([prompted, buffered, own], dim=-1)  # [n, kv_heads, group, W + L + 1]
+            p = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            from_prompt = torch.matmul(_per_prompt(p[..., :width], slots, rows_per_prompt, all_rows), prompt_values)
+            attn = (
+                _per_row(from_prompt, slots, rows_per_prompt)
+                + torch.matmul(p[..., width:-1], values[i].permute(1, 2, 0, 3))
+                + p[..., -1:] * v
+            )
         x = x + F.linear(attn.reshape(n, 1, q_size), w["o"])
         h = _rms(x, w["ln2"], s.eps)
         if s.fused:
@@ -245,7 +293,18 @@ def _symbolic(args: tuple) -> tuple:
     rows = torch.export.Dim("rows", min=2, max=MAX_ROWS)
     length = LENGTH_BUCKET * torch.export.Dim("buckets", min=1, max=MAX_BUCKETS)
     steps = torch.export.Dim("steps", min=2, max=MAX_STEPS)
-    weights, _, _, keys, values, _, _, _, _, noise, _ = args
+    weights, _, _, keys, values, _, _, _, _, noise, _, shared = args
+    if shared is not None:
+        prompts = torch.export.Dim("prompts", min=2, max=MAX_ROWS)
+        width = torch.export.Dim("width", min=2, max=MAX_STEPS)
+        group = torch.export.Dim("group", min=2, max=MAX_ROWS)
+        shared = (
+            [{0: prompts, 3: width} for _ in shared[0]],
+            [{0: prompts, 2: width} for _ in shared[1]],
+            {0: prompts, 1: width},
+            {0: rows},
+            {0: group},
+        )
     return (
         pytree.tree_map(lambda _: None, weights),
         {0: rows},
@@ -258,6 +317,7 @@ def _symbolic(args: tuple) -> tuple:
         {0: length, 1: rows},
         None if noise is None else {0: rows},
         None,
+        shared,
     )
 
 
@@ -272,12 +332,23 @@ def _example(args: tuple) -> tuple:
         return v
 
     rows, buckets, steps = free(127), free(4), free(29)
-    weights, token, finished, keys, values, t, cos_all, sin_all, bias, noise, temperature = args
+    weights, token, finished, keys, values, t, cos_all, sin_all, bias, noise, temperature, shared = args
     n, length = rows, buckets * LENGTH_BUCKET
 
     def zeros(x, *size):
         return torch.zeros(size, dtype=x.dtype, device=x.device)
 
+    if shared is not None:  # P prompts of G rows each (at least the example's rows) and a prompt width
+        group = free(5)
+        prompts, width = free(-(-rows // group)), free(23)
+        k0, v0 = shared[0][0], shared[1][0]
+        shared = (
+            [zeros(k0, prompts, k0.shape[1], k0.shape[2], width) for _ in shared[0]],
+            [zeros(v0, prompts, v0.shape[1], width, v0.shape[3]) for _ in shared[1]],
+            zeros(shared[2], prompts, width),
+            torch.arange(rows, device=shared[3].device),
+            zeros(shared[4], group),
+        )
     cos = zeros(cos_all, n, steps, cos_all.shape[-1])
     return (
         weights,
@@ -291,11 +362,48 @@ def _example(args: tuple) -> tuple:
         zeros(bias, length, n),
         None if noise is None else zeros(noise, n, noise.shape[1]),
         temperature.clone(),
+        shared,
     )
 
 
 _PACKAGES: dict[Path, aot.Package] = {}
 """Per process: the decode steps loaded so far, by package path (a study worker loads each once for all its trials)."""
+
+
+SHARE_MIN_ROWS = 2
+"""A call shares its prompts' keys and values (`SharedPrompts`) where every prompt has this many rows or more."""
+
+
+@dataclass
+class SharedPrompts:
+    """A GRPO call's prompts held once each: P distinct prompts of `group` consecutive rows each (what `sample` is
+    given for a batch of groups). Per layer the prompt keys `[P, kv_heads, head_dim, W]` (transposed once, for the
+    score matmul) and values `[P, kv_heads, W, head_dim]`, and the bias `[P, W]` (-inf on left padding). A decode
+    step reads each prompt's keys and values once for its `group` rows, where a per-row buffer read them `group`
+    times: SmolLM2's chat prompts are ~2/3 of what a completion's token attends to."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    bias: torch.Tensor
+    group: int
+
+    @staticmethod
+    def group_of(which: list[int]) -> int:
+        """G where the rows are P >= 2 prompts of G >= `SHARE_MIN_ROWS` consecutive rows each, else 0."""
+        prompts = max(which, default=-1) + 1
+        group = len(which) // prompts if prompts else 0
+        uniform = prompts >= 2 and group >= SHARE_MIN_ROWS and which == [i // group for i in range(len(which))]
+        return group if uniform else 0
+
+    def args(self, slots: torch.Tensor) -> tuple:
+        """The decode step's `shared` argument for the rows at `slots` (the last entry's length tells it G)."""
+        return (
+            self.keys,
+            self.values,
+            self.bias,
+            slots,
+            torch.zeros(self.group, dtype=torch.int8, device=slots.device),
+        )
 
 
 @dataclass
@@ -312,6 +420,8 @@ class KvBuffers:
     sin: torch.Tensor
     width: int
     length: int
+    shared: "SharedPrompts | None" = None
+    """The prompts' keys and values held once per prompt (then `width` is 0: the buffers hold generated tokens)."""
 
     def select(self, rows: torch.Tensor) -> "KvBuffers":
         """The buffers of `rows` only (copies): what decoding goes on with once the other rows have finished."""
@@ -323,6 +433,7 @@ class KvBuffers:
             sin=self.sin[rows],
             width=self.width,
             length=self.length,
+            shared=self.shared,
         )
 
     def write(self, slot: int, new: list[torch.Tensor]) -> None:
@@ -397,11 +508,11 @@ class StaticDecoder:
     decode eagerly. Which code decodes a call never depends on timing or on the cache's state, so a seed's run is the
     same every time. If building or loading fails, one warning, and the decoder goes on eagerly."""
 
-    def __init__(self, model, *, compiled: bool, cache_dir: Path | None = None):
+    def __init__(self, model, *, compiled: bool, cache_dir: Path | None = None, share_prompts: bool = True):
         reason = supports(model)
         if reason is not None:
             raise ValueError(f"generation.decode: static decoding does not support this model: {reason}")
-        self.model, self.compiled = model, compiled
+        self.model, self.compiled, self.share_prompts = model, compiled, share_prompts
         self.cache_dir = cache_dir if cache_dir is not None else cache_root()
         cfg = model.config
         attn = model.model.layers[0].self_attn
@@ -460,7 +571,7 @@ class StaticDecoder:
         device = next(self.model.parameters()).device
         eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
         kv, last_logits = self._prefill(prompt_ids, max_new_tokens, pad_id, device)
-        shape = Shape(**self.geometry, greedy=greedy, pad_id=pad_id, eos_id=eos_id)
+        shape = Shape(**self.geometry, greedy=greedy, pad_id=pad_id, eos_id=eos_id, shared=kv.shared is not None)
         n = len(prompt_ids)
         finished = torch.zeros(n, dtype=torch.bool, device=device)
         noise = None if greedy else uniform_noise(n, generator, device)
@@ -482,22 +593,35 @@ class StaticDecoder:
             input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
         )  # left-padded
         rows = torch.tensor(which, device=device)
+        dtype = out.past_key_values.layers[0].keys.dtype
+        prompt_bias = torch.where(mask.bool(), 0.0, float("-inf")).to(dtype)  # [P, W]
         mask, positions, last_logits = mask[rows], positions[rows], out.logits[rows, -1, :]
         n, width = len(prompt_ids), ids.shape[1]
+        group = SharedPrompts.group_of(which) if self.share_prompts else 0
+        shared = None
+        if group:  # the prompts' keys and values once each; the buffers hold the generated tokens only
+            shared = SharedPrompts(
+                [layer.keys.transpose(-1, -2).contiguous() for layer in out.past_key_values.layers],
+                [layer.values.contiguous() for layer in out.past_key_values.layers],
+                prompt_bias,
+                group,
+            )
+            width = 0
         length = math.ceil((width + max_new_tokens) / LENGTH_BUCKET) * LENGTH_BUCKET
-        dtype = out.past_key_values.layers[0].keys.dtype
         keys, values = [], []
         for layer in out.past_key_values.layers:
             k = torch.zeros(length, n, g["kv_heads"], g["head_dim"], dtype=dtype, device=device)
             v = torch.zeros_like(k)
-            k[:width], v[:width] = layer.keys[rows].permute(2, 0, 1, 3), layer.values[rows].permute(2, 0, 1, 3)
+            if not group:
+                k[:width], v[:width] = layer.keys[rows].permute(2, 0, 1, 3), layer.values[rows].permute(2, 0, 1, 3)
             keys.append(k)
             values.append(v)
         new_positions = positions[:, -1:] + torch.arange(1, max_new_tokens + 1, device=device)
         cos_all, sin_all = model.model.rotary_emb(keys[0], new_positions)  # [n, T, d], the model's own RoPE
         bias = torch.full((length, n), float("-inf"), dtype=dtype, device=device)
-        bias[:width] = torch.where(mask.bool(), 0.0, float("-inf")).t()
-        return KvBuffers(keys, values, bias, cos_all, sin_all, width, length), last_logits
+        if not group:
+            bias[:width] = prompt_bias[rows].t()
+        return KvBuffers(keys, values, bias, cos_all, sin_all, width, length, shared), last_logits
 
     def _decode(
         self,
@@ -517,6 +641,7 @@ class StaticDecoder:
         weights = _weights(self.model, self.geometry["fused"])
         tokens, logps, entropies = [token], [logp], [entropy]
         live = Rows(n, shape.pad_id, min_kept=2 if self.compiled else 1)
+        every = torch.arange(n, device=device)
         step = None
         for t in range(max_new_tokens - 1):
             unfinished = int((~finished).sum())  # one read of the flags a token (a device sync on a GPU)
@@ -528,7 +653,8 @@ class StaticDecoder:
             progress.ACTIVITY.advance(n)
             noise = None if shape.greedy else live.rows_of(uniform_noise(live.n, generator, device))
             index = torch.tensor([t], device=device)
-            filled = min(kv.length, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET)  # positions written
+            # the positions written so far, in buckets (one at least: a step's buffer is never empty)
+            filled = min(kv.length, max(LENGTH_BUCKET, math.ceil((kv.width + t) / LENGTH_BUCKET) * LENGTH_BUCKET))
             args = (
                 weights,
                 token,
@@ -541,6 +667,7 @@ class StaticDecoder:
                 kv.bias[:filled],
                 noise,
                 tempered,
+                None if kv.shared is None else kv.shared.args(every if live.index is None else live.index),
             )
             if step is None:
                 step = self._step(shape, args)
