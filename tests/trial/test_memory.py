@@ -65,7 +65,7 @@ def test_micro_batches_give_the_one_pass_gradient_of_the_token_mean_loss(objecti
     assert set(pieces) == set(whole)
     worst = max(float((pieces[n] - whole[n]).abs().max()) for n in whole)
     assert worst <= 1e-6
-    assert max(float(g.abs().max()) for g in whole.values()) > 1e-3  # not a comparison of zeros
+    assert max(float(g.abs().max()) for g in whole.values()) > 1e-4  # not a comparison of zeros
 
 
 def test_chunked_no_grad_scoring_equals_one_pass():

@@ -138,7 +138,7 @@ def test_rlep_groups_mix_pooled_successes_with_recomputed_log_probs(tracking_uri
         toy_dict(
             replay={
                 "strategy": "rlep",
-                "rlep": {"m": 2, "n_prompts": 48, "seed_rl_steps": 2, "samples": 6, "min_correct": 1},
+                "rlep": {"m": 2, "n_prompts": 48, "seed_rl_steps": 2, "samples": 12, "min_correct": 1},
             },
             budget={"compute_units": None, "steps": 6},
         )
