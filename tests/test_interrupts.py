@@ -53,3 +53,22 @@ def test_other_exceptions_in_callbacks_are_still_reported():
     done = run("interrupts.install()", "raise ValueError('a real bug')")
     assert done.stdout.strip() == "lost"
     assert "ValueError: a real bug" in done.stderr
+
+
+def test_sigusr1_writes_every_threads_stack_to_stderr_and_the_program_goes_on():
+    script = """
+import os, signal, threading, time
+from workbench import interrupts
+assert interrupts.dump_stacks_on(signal.SIGUSR1)
+def waiting_in_a_thread(): time.sleep(5)
+threading.Thread(target=waiting_in_a_thread, daemon=True).start()
+def main_loop():
+    os.kill(os.getpid(), signal.SIGUSR1)
+    time.sleep(0.2)
+    print("went on")
+main_loop()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "went on"
+    assert "main_loop" in done.stderr and "waiting_in_a_thread" in done.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from workbench import interrupts, progress, tracking
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(parser, argv)
     progress.setup_logging(quiet=getattr(args, "quiet", False))
     interrupts.install()  # a Ctrl-C that lands in a garbage-collector callback is delivered again, not lost
+    interrupts.dump_stacks_on(signal.SIGUSR1)  # `kill -USR1 PID`: what every thread of a slow process is doing
     try:
         return args.func(args)
     except ConfigError as e:

@@ -14,6 +14,8 @@ unraisable exception goes to the previous hook unchanged. `interrupt_on(signum)`
 
 from __future__ import annotations
 
+import faulthandler
+import io
 import os
 import signal
 import sys
@@ -77,6 +79,19 @@ def restore(signum: int, previous) -> None:
         signal.signal(signum, previous)
         if _state["signum"] == signum:
             _state["signum"] = signal.SIGINT
+
+
+def dump_stacks_on(signum: int) -> bool:
+    """On `signum`, write every thread's Python stack to stderr and go on (`faulthandler`): how a study that seems
+    stuck says where it is (`kill -USR1 PID`), and what a test that timed out waiting on a process prints. Returns
+    whether it is armed (not on platforms without the signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        faulthandler.register(signum, all_threads=True, chain=False)
+    except (AttributeError, ValueError, RuntimeError, io.UnsupportedOperation):
+        return False  # no such signal here, or stderr is not a real file
+    return True
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

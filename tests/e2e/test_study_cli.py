@@ -7,7 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import time
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 import optuna
@@ -197,16 +197,35 @@ def wait_for_running_trial(
     states = [(t.number, t.state.name, sorted(t.user_attrs)) for t in study.get_trials()] if study else "no study"
     if driver is None:
         raise AssertionError(f"timed out waiting for a running trial; trials: {states}")
+    report_and_stop(driver, f"timed out waiting for a running trial; trials: {states}")
+
+
+def wait_for_exit(driver: subprocess.Popen, timeout: float) -> int:
+    """The driver's exit code, or (past `timeout`) an AssertionError saying where its processes were."""
+    try:
+        return driver.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        report_and_stop(driver, f"the driver had not exited {timeout:.0f} s after the signal")
+
+
+def report_and_stop(driver: subprocess.Popen, why: str) -> None:
+    """Fail with what the driver and its workers were doing: their Python stacks (`kill -USR1`, which the CLI
+    answers on stderr), the process table and what they printed; then stop them all."""
+    children = subprocess.run(["pgrep", "-P", str(driver.pid)], capture_output=True, text=True).stdout.split()
+    for pid in [driver.pid, *map(int, children)]:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    time.sleep(2)  # the stacks are written by each process's own faulthandler
     processes = subprocess.run(
         ["ps", "-eo", "pid,ppid,sid,stat,etime,time,wchan:20,args"], capture_output=True, text=True
     ).stdout
-    driver.terminate()  # it stops its workers (they run in their own sessions)
-    try:
-        driver.wait(timeout=60)
-    except subprocess.TimeoutExpired:
+    for pid in map(int, children):  # workers run in their own sessions
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with suppress(ProcessLookupError):
         os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    raise AssertionError(f"timed out waiting for a running trial; trials: {states}\n{processes}\n{_printed(driver)}")
+    driver.wait()
+    raise AssertionError(f"{why}\n{processes}\n{_printed(driver, 12000)}")
 
 
 def _created(storage_url: str) -> bool:
@@ -222,9 +241,9 @@ def _created(storage_url: str) -> bool:
         return False
 
 
-def _printed(driver: subprocess.Popen) -> str:
+def _printed(driver: subprocess.Popen, tail: int = 3000) -> str:
     """The tail of what `driver` wrote to its files (see `start_driver`)."""
-    return "\n".join(f"{name}: ...{path.read_text(errors='replace')[-3000:]}" for name, path in driver.logs.items())
+    return "\n".join(f"{name}: ...{path.read_text(errors='replace')[-tail:]}" for name, path in driver.logs.items())
 
 
 def start_driver(path: Path, tmp_path: Path, sigint) -> subprocess.Popen:
@@ -300,7 +319,7 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_resumes_without_loss_or_duplicates(tmp
     driver = start_driver(path, tmp_path, signal.SIG_DFL)
     wait_for_running_trial(ctx.storage_url, ctx.tracking_uri, driver=driver)
     os.killpg(driver.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    driver.wait(timeout=120)
+    wait_for_exit(driver, 180)  # a worker gets 60 s to stop before it is killed
     err = driver.logs["stderr"].read_text()
     assert driver.returncode == 130, err[-3000:]
     assert "Traceback" not in err
@@ -344,7 +363,7 @@ def test_sigterm_to_the_driver_stops_its_workers_and_records_the_running_trial_a
     workers = subprocess.run(["pgrep", "-f", f"study worker {path}"], capture_output=True, text=True).stdout.split()
     assert workers
     driver.send_signal(signal.SIGTERM)
-    driver.wait(timeout=120)
+    wait_for_exit(driver, 180)
     err = driver.logs["stderr"].read_text()
     assert driver.returncode == 130, err[-3000:]
     assert "Traceback" not in err
