@@ -21,6 +21,9 @@ def toy():
     task = load_task(cfg.task)
     policy = Policy(cfg, task)
     rollouts, _ = generate_groups(policy, task, list(range(6)), cfg.group_size, 0, torch.Generator().manual_seed(0), 0)
+    # advantages of both signs whatever the tiny model's rewards (its groups may all tie: no gradient to compare)
+    for i, r in enumerate(rollouts):
+        r.advantage = (1.0, -0.5, 0.25)[i % 3]
     # stale rollouts: behaviour log-probs moved off the current policy's, so ratios leave the clip range both ways
     shift = torch.Generator().manual_seed(1)
     for r in rollouts[::2]:
