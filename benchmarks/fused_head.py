@@ -1,13 +1,10 @@
-"""The training head's forward and backward, three ways alternating in one process: the fused autograd function
-(`workbench.backends.head.TokenLogProb`), the same function as it was before 2026-11-29 (`torch.logsumexp` in the
-forward, the softmax recomputed from the logits in the backward: `LogSumExpHead` below) and autograd's chain
-(temper, log-softmax, gather), at SmolLM2-135M's head (hidden 576, vocabulary 49,152, float32) and a B 128 step's
-completion tokens.
+"""The training head's forward and backward, two ways alternating in one process: the fused autograd function
+(`workbench.backends.head.TokenLogProb`) against autograd's chain (temper, log-softmax, gather), at SmolLM2-135M's
+head (hidden 576, vocabulary 49,152, float32) and a B 128 step's completion tokens.
 
     python benchmarks/fused_head.py [--tokens 5000] [--threads 2] [--repeats 3]
 
-Prints each pass's seconds and the peak of live tensor bytes of each way, then the ratios: fused over chain, and
-fused over its former self (median and quartiles of the paired ratios, one pair a repeat).
+Prints each pass's seconds and the peak of live tensor bytes of each way, then the ratios (fused over chain).
 """
 
 import argparse
@@ -46,31 +43,6 @@ def fused():
     return TokenLogProb.apply(hidden, weight, targets, args.temperature)
 
 
-class LogSumExpHead(torch.autograd.Function):
-    """`TokenLogProb` before 2026-11-29: log-sum-exp by torch (a max, a subtracted copy, exp, sum), the softmax
-    recomputed in the backward (subtract, exp, scale)."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature):
-        z = torch.nn.functional.linear(hidden, weight).div_(temperature)
-        lse = torch.logsumexp(z, dim=-1)
-        ctx.save_for_backward(hidden, weight, targets, z, lse)
-        ctx.temperature = temperature
-        return z.gather(-1, targets[:, None]).squeeze(-1) - lse
-
-    @staticmethod
-    def backward(ctx, grad):
-        hidden, weight, targets, z, lse = ctx.saved_tensors
-        g = grad / ctx.temperature
-        dz = z.sub_(lse[:, None]).exp_().mul_(-g[:, None])
-        dz.scatter_add_(1, targets[:, None], g[:, None])
-        return dz @ weight, dz.t() @ hidden, None, None
-
-
-def former():
-    return LogSumExpHead.apply(hidden, weight, targets, args.temperature)
-
-
 def one(way) -> float:
     hidden.grad = weight.grad = None
     t0 = time.perf_counter()
@@ -78,7 +50,7 @@ def one(way) -> float:
     return time.perf_counter() - t0
 
 
-ways = {"fused": fused, "former": former, "chain": chain}
+ways = {"fused": fused, "chain": chain}
 seconds: dict[str, list[float]] = {k: [] for k in ways}
 peaks: dict[str, int] = {}
 for name, way in ways.items():  # warm-up, and each way's peak of live tensors
@@ -95,11 +67,4 @@ print(
     f" chain {med['chain']:.3f} s (median of {args.repeats}): x{med['fused'] / med['chain']:.2f} the time;"
     f" peak live tensors {peaks['fused'] / 2**30:.2f} GiB against {peaks['chain'] / 2**30:.2f} GiB:"
     f" x{peaks['fused'] / peaks['chain']:.2f}"
-)
-pairs = sorted(a / b for a, b in zip(seconds["fused"], seconds["former"]))
-q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [pairs[0]] * 3
-print(
-    f"fused against its former self (torch.logsumexp): {med['fused']:.3f} s against {med['former']:.3f} s; paired"
-    f" ratio x{statistics.median(pairs):.3f} the time (quartiles {q[0]:.3f}-{q[2]:.3f}, {len(pairs)} pairs);"
-    f" peak x{peaks['fused'] / peaks['former']:.2f}"
 )
