@@ -85,8 +85,6 @@ def dump_stacks_on(signum: int) -> bool:
     """On `signum`, write every thread's Python stack to stderr and go on (`faulthandler`): how a study that seems
     stuck says where it is (`kill -USR1 PID`), and what a test that timed out waiting on a process prints. Returns
     whether it is armed (not on platforms without the signal)."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
     try:
         faulthandler.register(signum, all_threads=True, chain=False)
     except (AttributeError, ValueError, RuntimeError, io.UnsupportedOperation):

@@ -9,6 +9,7 @@ import subprocess
 import time
 from contextlib import closing, suppress
 from pathlib import Path
+from typing import NoReturn
 
 import optuna
 import pytest
@@ -208,7 +209,7 @@ def wait_for_exit(driver: subprocess.Popen, timeout: float) -> int:
         report_and_stop(driver, f"the driver had not exited {timeout:.0f} s after the signal")
 
 
-def report_and_stop(driver: subprocess.Popen, why: str) -> None:
+def report_and_stop(driver: subprocess.Popen, why: str) -> NoReturn:
     """Fail with what the driver and its workers were doing: their Python stacks (`kill -USR1`, which the CLI
     answers on stderr), the process table and what they printed; then stop them all."""
     children = subprocess.run(["pgrep", "-P", str(driver.pid)], capture_output=True, text=True).stdout.split()
