@@ -5,7 +5,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workbench.backends.head import TokenLogProb, head_logprobs, tokens_per_slice
+from workbench.backends import head
+from workbench.backends.head import TokenLogProb, head_logprobs, row_logsumexp, tokens_per_slice
 from workbench.backends.scoring import score, token_micro_batches
 
 from support.memory import LiveTensorBytes
@@ -150,3 +151,17 @@ def test_training_scores_through_the_fused_head_where_the_head_is_plain(monkeypa
         assert head.plain_head(model, hidden) is None
     model.config.final_logit_softcapping = 30.0
     assert head.plain_head(model, hidden) is None
+
+
+@pytest.mark.parametrize("n", [203, 40, 7])
+def test_row_logsumexp_in_slices_equals_torch_bit_for_bit(monkeypatch, n):
+    vocab = 4099
+    monkeypatch.setattr(head, "LSE_SLICE_BYTES", 40 * vocab * 4)  # slices of 40 rows; 203 ends in one of 43
+    z = 5 * torch.randn(n, vocab, generator=torch.Generator().manual_seed(n))
+    for threads in (1, 2):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            assert torch.equal(row_logsumexp(z), torch.logsumexp(z, dim=-1))
+        finally:
+            torch.set_num_threads(before)
