@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from workbench import stats
-from workbench.censoring import Outcome, level_interval, paired_ratio
+from workbench.censoring import Orders, Outcome, level_interval, paired_orders, paired_ratio
 
 TRUE_RATIO = 0.75
 
@@ -76,6 +76,36 @@ def test_fewer_than_two_exact_pairs_give_no_estimate():
     other = {0: Outcome(14.0), 1: Outcome(20.0), 2: Outcome(40.0, True)}
     c = paired_ratio(arm, other)
     assert math.isnan(c.estimate) and stats.direction(c) == 0 and "no estimate" in c.fmt()
+
+
+def test_pairs_are_ordered_where_the_runs_tell_and_the_sign_test_reads_them():
+    arm = {
+        0: Outcome(30.0),  # both reached: more
+        1: Outcome(10.0),  # both reached: less
+        2: Outcome(40.0, True),  # stopped at 40 without reaching, the other reached at 20: more
+        3: Outcome(15.0, True),  # stopped at 15, the other reached at 20: its own could be either side
+        4: Outcome(40.0, True),  # both censored: unordered
+        5: Outcome(20.0),  # a tie: unordered
+        6: Outcome(12.0),  # the other stopped at 40 without reaching: less
+    }
+    other = {
+        0: Outcome(20.0),
+        1: Outcome(20.0),
+        2: Outcome(20.0),
+        3: Outcome(20.0),
+        4: Outcome(40.0, True),
+        5: Outcome(20.0),
+        6: Outcome(40.0, True),
+        7: Outcome(20.0),  # no pair
+    }
+    orders = paired_orders(arm, other)
+    assert orders == Orders(more=2, less=2, unknown=3)
+    assert orders.p_value == 1.0 and not orders.more_resolved()
+    # 8 of 8 ordered one way: two-sided p = 2 / 2^8; 7 of 8 with one the other way: 2 x 9 / 2^8
+    assert math.isclose(Orders(8, 0, 0).p_value, 2 / 256) and Orders(8, 0, 0).more_resolved()
+    assert math.isclose(Orders(7, 1, 0).p_value, 18 / 256) and not Orders(7, 1, 0).more_resolved()
+    assert not Orders(0, 8, 0).more_resolved() and Orders(0, 0, 5).p_value == 1.0
+    assert "more compute on 2 of 7 seeds, less on 2, 3 unordered (sign test p = 1)" == orders.fmt()
 
 
 def test_one_arms_level_with_censored_runs_lies_above_the_reached_ones():

@@ -261,6 +261,55 @@ def paired_ratio(arm: Mapping[int, Outcome], other: Mapping[int, Outcome], level
     return Comparison(math.exp(best), math.exp(low), math.exp(high), len(pairs), **counts)
 
 
+@dataclass(frozen=True)
+class Orders:
+    """Pairs (two arms on one seed) by which arm needed more compute, where the runs tell: both reached the target
+    (unequal values), or one never did after spending at least the other's compute-to-target (its own lies above
+    that). Pairs that do not tell (both censored, a censored run stopped below the other's value, a tie): `unknown`."""
+
+    more: int
+    less: int
+    unknown: int
+
+    @property
+    def p_value(self) -> float:
+        """The sign test's two-sided p-value over the ordered pairs (1 with none): under no difference either order
+        is a fair coin."""
+        n = self.more + self.less
+        return float(sps.binomtest(self.more, n, 0.5).pvalue) if n else 1.0
+
+    def more_resolved(self, level: float = LEVEL) -> bool:
+        """More compute in most ordered pairs, at the test's `level`."""
+        return self.more > self.less and self.p_value < 1.0 - level
+
+    def fmt(self) -> str:
+        n = self.more + self.less + self.unknown
+        return (
+            f"more compute on {self.more} of {n} seeds, less on {self.less}"
+            + (f", {self.unknown} unordered" if self.unknown else "")
+            + f" (sign test p = {self.p_value:.2g})"
+        )
+
+
+def paired_orders(arm: Mapping[int, Outcome], other: Mapping[int, Outcome]) -> Orders:
+    """`arm` against `other` seed by seed: in how many pairs it needed more compute, in how many less (`Orders`).
+    Where `paired_ratio` has no estimate (fewer than two pairs both reached the target), this still reads an arm
+    whose runs were censored above the other's values: each of those pairs is ordered."""
+    more = less = unknown = 0
+    for s in sorted(set(arm) & set(other)):
+        a, b = arm[s], other[s]
+        if a.censored and b.censored:
+            order = 0
+        elif a.censored:
+            order = 1 if a.value >= b.value else 0
+        elif b.censored:
+            order = -1 if b.value >= a.value else 0
+        else:
+            order = (a.value > b.value) - (a.value < b.value)
+        more, less, unknown = more + (order > 0), less + (order < 0), unknown + (order == 0)
+    return Orders(more, less, unknown)
+
+
 def level_interval(runs: Sequence[Outcome], level: float = LEVEL) -> Comparison:
     """One arm's compute-to-target over its seeds: the median of a log-normal fitted with its censored runs as
     censored (the geometric mean, with `workbench.stats`'s interval, when none is), its profile-likelihood interval

@@ -155,6 +155,48 @@ def test_an_arm_resolved_worse_one_lr_up_is_not_trained_two_up(tmp_path):
     assert lr_sweep.held(noisy, spec, {"replay.ratio": 2, "x": 8, "lr": 1e-4}) is None
 
 
+def _censored_arm(study, y, x, lr, values, total=150.0):
+    """One complete trial of (y, x, lr): per seed, a compute-to-target, or None for a run censored at `total`."""
+    space = {
+        "replay.ratio": CategoricalDistribution([1, 2]),
+        "x": CategoricalDistribution([1, 8]),
+        "lr": FloatDistribution(1e-6, 1e-3, log=True),
+    }
+    per_seed = [
+        {"seed": s, "compute_to_target": total if v is None else v, "total_units": total, "censored": int(v is None)}
+        for s, v in enumerate(values)
+    ]
+    study.add_trial(
+        create_trial(
+            params={"replay.ratio": y, "x": x, "lr": lr},
+            distributions=space,
+            value=total,
+            user_attrs={attrs.PER_SEED: per_seed},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "near, skipped",
+    [
+        ([None] * 7 + [120.0], True),  # censored at 150 on 7 seeds, above the lr below's 100 on the 8th: a decline
+        ([None] * 7 + [80.0], False),  # 7 seeds more, one less: sign test p = 0.07, within the noise
+        ([None] * 8, True),  # all 8 censored above the lr below's values
+    ],
+)
+def test_an_lr_censored_on_most_seeds_above_the_lr_below_counts_as_a_decline(tmp_path, near, skipped):
+    spec = _spec()
+    study = _study(tmp_path, {(1, 1, 2.5e-5): 100.0})
+    _censored_arm(study, 2, 8, 2.5e-5, [100.0] * 8)
+    _censored_arm(study, 2, 8, 5e-5, near)
+    hold = lr_sweep.held(study, spec, {"replay.ratio": 2, "x": 8, "lr": 1e-4})
+    if skipped:
+        assert hold.kind == "skip" and "more compute at lr 5e-05 than at 2.5e-05, more compute on 8 of 8" in hold.reason
+        assert "sign test p = 0.0078" in hold.reason
+    else:
+        assert hold is None
+
+
 def _objective(study, spec):
     from types import SimpleNamespace
 

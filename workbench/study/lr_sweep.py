@@ -19,7 +19,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from workbench import stats
+from workbench import censoring, stats
 from workbench.study import attrs
 from workbench.study.compare import Arm, arms
 from workbench.study.spec import StudySpec, lr_step
@@ -145,7 +145,7 @@ class View:
 def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any], view: View | None = None) -> Hold | None:
     """Whether the point `params` (knobs with an lr) should not be trained: on its arm, the lr one step below needed
     more compute than the lr two steps below, paired by seed, resolved (the 95% interval of the ratio above 1,
-    censoring as censoring). Under a unimodal response to the lr the arm's best lies below, so `params` cannot be its
+    censoring as censoring; where censoring leaves the ratio no estimate, a sign test over the seeds, `_decline`). Under a unimodal response to the lr the arm's best lies below, so `params` cannot be its
     best (`skip`). While either of those lrs is still to be measured: `wait`. None: train it (no sweep, the rule off,
     or no two lrs below it on its arm). Only upward: a sweep's points run in ascending lr, and an extension below the
     sweep is queued only where the lowest lr was the arm's best (`due`), so no decline can point down to one.
@@ -173,17 +173,23 @@ def held(study: optuna.Study, spec: StudySpec, params: dict[str, Any], view: Vie
     far_done = [by_number[t.number] for t in far if t.number in by_number]
     if not near_done or not far_done:
         return Hold("wait", f"lr {lr:g} waits for this arm at {lr / step:g} and {lr / step**2:g}")
-    c = _decline(near_done[0], far_done[0])
-    if c is None:
+    evidence = _decline(near_done[0], far_done[0])
+    if evidence is None:
         return None
     return Hold(
         "skip",
-        f"past a decline: this arm needed more compute at lr {lr / step:g} than at {lr / step**2:g}, ratio"
-        f" {c.fmt()}, resolved; its best lr is below",
+        f"past a decline: this arm needed more compute at lr {lr / step:g} than at {lr / step**2:g}, {evidence},"
+        " resolved; its best lr is below",
     )
 
 
-def _decline(near: Arm, far: Arm):
-    """`near`'s compute over `far`'s, paired by seed, when resolved above 1 (else None)."""
+def _decline(near: Arm, far: Arm) -> str | None:
+    """How `near` resolvedly needed more compute than `far`, paired by seed, in words; else None. The ratio decides
+    where it has an estimate (its 95% interval above 1). Where it has none (fewer than two seeds reached the target
+    at both lrs: `near` censored on most of them), the pairs' orders do: a sign test over the seeds whose order the
+    runs tell (`censoring.paired_orders`), so that an lr censored above the one below it counts as a decline."""
     c = near.ratio(far)
-    return c if math.isfinite(c.low) and c.low > 1 else None
+    if math.isfinite(c.estimate):
+        return f"ratio {c.fmt()}" if math.isfinite(c.low) and c.low > 1 else None
+    orders = censoring.paired_orders(near.outcomes(), far.outcomes())
+    return orders.fmt() if orders.more_resolved() else None
