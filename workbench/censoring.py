@@ -282,6 +282,15 @@ class Orders:
         """More compute in most ordered pairs, at the test's `level`."""
         return self.more > self.less and self.p_value < 1.0 - level
 
+    def less_resolved(self, level: float = LEVEL) -> bool:
+        """Less compute in most ordered pairs, at the test's `level`."""
+        return self.less > self.more and self.p_value < 1.0 - level
+
+    def verdict(self) -> str:
+        if self.more_resolved():
+            return "resolved: more compute"
+        return "resolved: less compute" if self.less_resolved() else "unresolved"
+
     def fmt(self) -> str:
         n = self.more + self.less + self.unknown
         return (
