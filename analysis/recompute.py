@@ -9,12 +9,14 @@ A number in docs/results.md is a claim only if it can be recomputed, so each one
 (`quickstart 1/0 first`), else the study's. Two studies run on the same seeds from the same warm starts (twins that
 differ in one setting, such as the trainer) pair across their tables: `trl_quickstart 6 / trl_quickstart_native 8`
 is trial 6 of the first over trial 8 of the second, refused where a common seed started from different warm starts. The text before the marker must contain the comparison exactly as
-`Comparison.fmt()` writes it. `check` returns one line per marker and whether it held, and fails a line that states
+`Comparison.fmt()` writes it (a ratio with no estimate followed by its seeds' orders, `; seed by seed, ...` as
+`censoring.Orders.fmt()` writes them). `check` returns one line per marker and whether it held, and fails a line that states
 more intervals than it has markers: a number that cannot be recomputed does not belong on the page.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +74,11 @@ def recompute(
         a, b = _warm_starts(table, arm), _warm_starts(theirs_table, other)
         if differ := sorted(s for s in set(a) & set(b) if a[s] != b[s]):
             raise KeyError(f"{study} {arm} / {other_study} {other}: seeds {differ} start from different warm starts")
-    return censoring.paired_ratio(mine, outcomes(theirs_table, other, estimator)).fmt()
+    theirs = outcomes(theirs_table, other, estimator)
+    c = censoring.paired_ratio(mine, theirs)
+    if math.isfinite(c.estimate):
+        return c.fmt()
+    return f"{c.fmt()}; seed by seed, {censoring.paired_orders(mine, theirs).fmt()}"
 
 
 def check(markdown: Path, reports: Path) -> list[Check]:
