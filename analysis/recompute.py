@@ -16,7 +16,6 @@ more intervals than it has markers: a number that cannot be recomputed does not 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +73,8 @@ def recompute(
         a, b = _warm_starts(table, arm), _warm_starts(theirs_table, other)
         if differ := sorted(s for s in set(a) & set(b) if a[s] != b[s]):
             raise KeyError(f"{study} {arm} / {other_study} {other}: seeds {differ} start from different warm starts")
-    theirs = outcomes(theirs_table, other, estimator)
-    c = censoring.paired_ratio(mine, theirs)
-    if math.isfinite(c.estimate):
-        return c.fmt()
-    return f"{c.fmt()}; seed by seed, {censoring.paired_orders(mine, theirs).fmt()}"
+    c = censoring.paired_ratio(mine, outcomes(theirs_table, other, estimator))
+    return c.fmt() if c.orders is None else f"{c.fmt()}; seed by seed, {c.orders.fmt()}"
 
 
 def check(markdown: Path, reports: Path) -> list[Check]:

@@ -25,7 +25,7 @@ Torch-free: the study summary, the report, `regime`, `recommend` and the what-if
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -60,6 +60,8 @@ class Comparison(Interval):
     """Pairs where neither run reached the target: no information about the ratio, left out."""
     unit: str = "pair"
     """`run` for one arm's level over its seeds (`level_interval`): `n` runs, `one_censored` of them censored."""
+    orders: Orders | None = None
+    """For a paired ratio with no estimate: the seeds' orders (`paired_orders`), what its readers go by instead."""
 
     @property
     def exact(self) -> int:
@@ -231,7 +233,13 @@ def paired_ratio(arm: Mapping[int, Outcome], other: Mapping[int, Outcome], level
     """The ratio of `arm`'s compute-to-target to `other`'s over the seeds both ran (< 1: `arm` needs less), with its
     interval, censoring handled as censoring (module docstring). With no censored pair: the geometric mean of the
     per-seed ratios with `workbench.stats`'s interval, as before. With fewer than two exact pairs the censored pairs
-    alone bound nothing the likelihood can scale, and there is no interval."""
+    alone bound nothing the likelihood can scale, and there is no interval. Where there is no estimate, the result
+    carries the seeds' orders (`Comparison.orders`, a sign test), which every reader of it goes by instead."""
+    c = _paired_ratio(arm, other, level)
+    return c if math.isfinite(c.estimate) else replace(c, orders=paired_orders(arm, other))
+
+
+def _paired_ratio(arm: Mapping[int, Outcome], other: Mapping[int, Outcome], level: float) -> Comparison:
     common = sorted(s for s in set(arm) & set(other) if arm[s].value > 0 and other[s].value > 0)
     both = [s for s in common if arm[s].censored and other[s].censored]
     pairs = [s for s in common if s not in both]

@@ -151,13 +151,12 @@ def paired_verdict(
     measured nothing: its ratio is that of the two runs' total compute, which differ by float rounding, and a
     verdict drawn from such seeds alone is noise. Where every shared seed is, there is no verdict; where some seeds
     are censored, the ratio is a bound. Where the ratio has no estimate (fewer than two seeds reached the target on
-    both sides), the seeds' orders are read instead (`censoring.paired_orders`, a sign test)."""
+    both sides), its seeds' orders are read instead (`Comparison.orders`, a sign test)."""
     shared = set(arm.seeds) & set(other.seeds)
     if shared and shared <= (arm.censored_seeds(estimator) & other.censored_seeds(estimator)):
         return NOTHING_MEASURED
-    if isinstance(ratio, censoring.Comparison) and not math.isfinite(ratio.estimate):
-        orders = censoring.paired_orders(arm.outcomes(estimator), other.outcomes(estimator))
-        return f"{NO_RATIO}; seed by seed, {orders.fmt()}: {orders.verdict()}"
+    if isinstance(ratio, censoring.Comparison) and ratio.orders is not None:
+        return f"{NO_RATIO}; seed by seed, {ratio.orders.fmt()}: {ratio.orders.verdict()}"
     return censoring.verdict(ratio, brief=brief)
 
 

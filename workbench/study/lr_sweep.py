@@ -19,7 +19,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from workbench import censoring, stats
+from workbench import stats
 from workbench.study import attrs
 from workbench.study.compare import Arm, arms
 from workbench.study.spec import StudySpec, lr_step
@@ -187,9 +187,8 @@ def _decline(near: Arm, far: Arm) -> str | None:
     """How `near` resolvedly needed more compute than `far`, paired by seed, in words; else None. The ratio decides
     where it has an estimate (its 95% interval above 1). Where it has none (fewer than two seeds reached the target
     at both lrs: `near` censored on most of them), the pairs' orders do: a sign test over the seeds whose order the
-    runs tell (`censoring.paired_orders`), so that an lr censored above the one below it counts as a decline."""
+    runs tell (`Comparison.orders`), so that an lr censored above the one below it counts as a decline."""
     c = near.ratio(far)
-    if math.isfinite(c.estimate):
+    if c.orders is None:
         return f"ratio {c.fmt()}" if math.isfinite(c.low) and c.low > 1 else None
-    orders = censoring.paired_orders(near.outcomes(), far.outcomes())
-    return orders.fmt() if orders.more_resolved() else None
+    return c.orders.fmt() if c.orders.more_resolved() else None
