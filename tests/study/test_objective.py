@@ -1,8 +1,10 @@
 """One study trial's values over its seeds: re-accounted at the study's mu, censored by the shared rule."""
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
-from workbench.study.objective import seed_values
+from workbench.study.objective import run_arm, seed_values
 from workbench.trial.loop import TrialResult
 
 
@@ -75,3 +77,38 @@ def test_a_tracking_server_that_leaves_between_a_trial_runs_creation_and_its_par
         objective._trial_run(trial, {"x": 4}, [0], [build_config({})], {}, arm=None, is_baseline=False)
     reason = study.trials[0].user_attrs[attrs.FAIL_REASON]
     assert reason == f"TrackingUnavailable: {gone}" and study.trials[0].user_attrs[attrs.RUN]
+
+
+class _Objective:
+    """`evaluate` as an arm's objective has it: here it returns 3.0, or raises what it is given."""
+
+    def __init__(self, raises: BaseException | None = None):
+        self.raises = raises
+
+    def evaluate(self, trial, params, **kw):
+        if self.raises is not None:
+            raise self.raises
+        return 3.0
+
+
+@pytest.mark.parametrize("where", ["evaluate", "attributes"])
+def test_an_arm_trial_stopped_anywhere_after_it_is_asked_is_told_failed(tmp_path, monkeypatch, where):
+    # a SIGTERM while the arm's attributes were written left `study confirm`'s trial running for good (CI)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", study_name="s")
+    attrs = {"arm": "confirm", "knobs": {"x": 1}, "seeds": [8, 9]}
+    assert run_arm(study, _Objective(), attrs, {"x": 1}).value == 3.0
+    if where == "attributes":
+        real = optuna.Trial.set_user_attr
+        calls = []
+
+        def interrupted(self, key, value):
+            calls.append(key)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            real(self, key, value)
+
+        monkeypatch.setattr(optuna.Trial, "set_user_attr", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_arm(study, _Objective(KeyboardInterrupt() if where == "evaluate" else None), attrs, {"x": 1})
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL]

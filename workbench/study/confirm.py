@@ -30,6 +30,7 @@ from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import arms
 from workbench.study.context import StudyContext, calibrated, load_existing
+from workbench.study.objective import run_arm
 from workbench.study.preflight import check_study
 from workbench.study.placement import arm_objective
 from workbench.study.spec import StudySpec, fmt_params
@@ -222,31 +223,24 @@ def run_confirm(
             knobs = t.params or t.user_attrs.get(attrs.KNOBS, {})
             done = _already(study, t.number, seeds)
             if done is None:
-                trial = study.ask()
-                for key, value in {
-                    attrs.ARM: CONFIRM,
-                    attrs.CONFIRMS: t.number,
-                    attrs.KNOBS: knobs,
-                    attrs.SEEDS: seeds,
-                    **({attrs.BASELINE: True} if t.user_attrs.get(attrs.BASELINE) else {}),
-                }.items():
-                    trial.set_user_attr(key, value)
-                log.info(
-                    f"confirm trial {t.number} ({'on-policy' if t.user_attrs.get(attrs.BASELINE) else fmt_params(knobs)}) as trial {trial.number}"
+                on_policy = bool(t.user_attrs.get(attrs.BASELINE))
+                log.info(f"confirm trial {t.number} ({'on-policy' if on_policy else fmt_params(knobs)})")
+                done = run_arm(
+                    study,
+                    objective,
+                    {
+                        attrs.ARM: CONFIRM,
+                        attrs.CONFIRMS: t.number,
+                        attrs.KNOBS: knobs,
+                        attrs.SEEDS: seeds,
+                        **({attrs.BASELINE: True} if on_policy else {}),
+                    },
+                    knobs,
+                    is_baseline=on_policy,
+                    mu=study.user_attrs[attrs.REFERENCE_MU],
+                    threads=objective.threads,
+                    arm=CONFIRM,
+                    seeds=seeds,
                 )
-                try:
-                    value = objective.evaluate(
-                        trial,
-                        knobs,
-                        is_baseline=bool(t.user_attrs.get(attrs.BASELINE)),
-                        mu=study.user_attrs[attrs.REFERENCE_MU],
-                        threads=objective.threads,
-                        arm=CONFIRM,
-                        seeds=seeds,
-                    )
-                except BaseException:
-                    study.tell(trial, state=TrialState.FAIL)
-                    raise
-                done = study.tell(trial, value)
             out.append(Confirmation(t.number, done.number, seeds, float(t.value), float(done.value)))
     return out

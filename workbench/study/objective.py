@@ -144,6 +144,24 @@ def _baseline_waiting(study: optuna.Study) -> bool:
     )
 
 
+def run_arm(study: optuna.Study, objective, user_attrs: dict[str, Any], params: dict[str, Any], **evaluate) -> Any:
+    """An arm trial outside `study.optimize` (`study confirm`, `race`, `verify`): asked, its `user_attrs` set,
+    `objective.evaluate(trial, params, **evaluate)`, told its value; the told trial. Whatever stops it from the
+    moment it is asked (an error, Ctrl-C, SIGTERM under `interrupts.terminate_as_interrupt`) tells it failed and
+    goes on up: such a trial has no heartbeat to go stale, so one left running would stay so for good (and `study
+    pack` refuses a study with a running trial). Its attributes are written inside that guard too: a signal that
+    came while they were written left the trial running (CI, 2026-11-29)."""
+    trial = study.ask()
+    try:
+        for key, value in user_attrs.items():
+            trial.set_user_attr(key, value)
+        value = objective.evaluate(trial, params, **evaluate)
+    except BaseException:
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    return study.tell(trial, value)
+
+
 class StudyObjective:
     """Callable for `study.optimize`: one configuration over all seeds, logged under the study's parent run."""
 

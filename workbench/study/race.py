@@ -15,14 +15,13 @@ from __future__ import annotations
 import logging
 
 import optuna
-from optuna.trial import TrialState
 
 from workbench import interrupts, stats
 from workbench.config import ConfigError
 from workbench.study import attrs
 from workbench.study.compare import RACE, Arm, arms, baseline_for
 from workbench.study.context import StudyContext
-from workbench.study.objective import StudyObjective
+from workbench.study.objective import StudyObjective, run_arm
 from workbench.study.placement import arm_objective
 
 log = logging.getLogger(__name__)
@@ -87,27 +86,21 @@ def _rounds(study: optuna.Study, objective: StudyObjective, max_seeds: int, step
         runners = [lead, *close] + ([base] if base is not None else [])
         log.info(f"race round: leader trial {lead.number}, contenders {[a.number for a in close]}: seeds {seeds}")
         for a in runners:
-            trial = study.ask()
-            for key, value in {
-                attrs.ARM: RACE,
-                attrs.EXTENDS: a.number,
-                attrs.KNOBS: a.knobs,
-                attrs.SEEDS: seeds,
-                **({attrs.BASELINE: True} if a.baseline else {}),
-            }.items():
-                trial.set_user_attr(key, value)
-            try:
-                value = objective.evaluate(
-                    trial,
-                    a.knobs,
-                    is_baseline=a.baseline,
-                    mu=study.user_attrs[attrs.REFERENCE_MU],
-                    threads=objective.threads,
-                    arm=RACE,
-                    seeds=seeds,
-                )
-            except BaseException:
-                study.tell(trial, state=TrialState.FAIL)
-                raise
-            study.tell(trial, value)
+            run_arm(
+                study,
+                objective,
+                {
+                    attrs.ARM: RACE,
+                    attrs.EXTENDS: a.number,
+                    attrs.KNOBS: a.knobs,
+                    attrs.SEEDS: seeds,
+                    **({attrs.BASELINE: True} if a.baseline else {}),
+                },
+                a.knobs,
+                is_baseline=a.baseline,
+                mu=study.user_attrs[attrs.REFERENCE_MU],
+                threads=objective.threads,
+                arm=RACE,
+                seeds=seeds,
+            )
         rounds.append(f"round: leader trial {lead.number}, contenders {[a.number for a in close]} ran seeds {seeds}")

@@ -27,7 +27,7 @@ from workbench.prediction import Measured, Prediction, twin
 from workbench.study import attrs
 from workbench.study.context import StudyContext, load_existing
 from workbench.study.preflight import check_study
-from workbench.study.objective import StudyObjective
+from workbench.study.objective import StudyObjective, run_arm
 from workbench.study.spec import fmt_params
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,6 @@ def run_prediction(
         f"running the fitted optimum {fmt_params(knobs)} (x {x:.3g}, y {y:.3g}; predicted compute to target {predicted:.4g})"
         f" over seeds {ctx.spec.seed_list}"
     )
-    trial = study.ask()
     arm = prediction.arm
     user_attrs = {
         attrs.ARM: arm,
@@ -115,27 +114,23 @@ def run_prediction(
         attrs.PREDICTED: predicted,
         "fit": prediction.provenance,
     }
-    for k, v in user_attrs.items():
-        trial.set_user_attr(k, v)
     objective = StudyObjective(ctx, study, threads)
-    try:
-        with interrupts.terminate_as_interrupt():
-            value = objective.evaluate(
-                trial,
-                knobs,
-                is_baseline=False,
-                mu=study.user_attrs[attrs.REFERENCE_MU],
-                threads=threads,
-                arm=arm,
-                extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted},
-            )
-    except BaseException:
-        study.tell(trial, state=TrialState.FAIL)
-        raise
-    frozen = study.tell(trial, value)
+    with interrupts.terminate_as_interrupt():
+        frozen = run_arm(
+            study,
+            objective,
+            user_attrs,
+            knobs,
+            is_baseline=False,
+            mu=study.user_attrs[attrs.REFERENCE_MU],
+            threads=threads,
+            arm=arm,
+            extra_metrics={tracking.PREDICTED_COMPUTE_TO_TARGET: predicted},
+        )
+    value = frozen.value
     censored = int(frozen.user_attrs.get(attrs.CENSORED_SEEDS, 0))
     log.info(
-        f"{arm} optimum, trial {trial.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
+        f"{arm} optimum, trial {frozen.number}: measured compute to target {value:.4g}, predicted {predicted:.4g}"
         f" (measured/predicted {value / predicted:.3g}; censored seeds {censored})"
     )
-    return Verification(trial.number, knobs, x, y, predicted, float(value), censored)
+    return Verification(frozen.number, knobs, x, y, predicted, float(value), censored)
