@@ -33,12 +33,14 @@ from workbench.trial.policy import Policy  # noqa: E402
 from workbench.trial.tasks import load_task  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def sampling_setup(description: str, rounds: int) -> tuple[argparse.Namespace, object, Policy]:
+    """The command line of a side-by-side sampling benchmark on the real model (this one's options), and the policy
+    and task it samples: word problems at difficulty 1 with the chat template, float32."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--model", default="models/smollm2-135m-instruct")
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--decode", choices=["compiled", "static"], default="compiled")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -50,7 +52,11 @@ def main() -> None:
         }
     )
     task = load_task(cfg.task)
-    policy = Policy(cfg, task)
+    return args, task, Policy(cfg, task)
+
+
+def main() -> None:
+    args, task, policy = sampling_setup(__doc__.splitlines()[0], rounds=3)
     tok = policy.tokenizer
     texts = [e.prompt for e in task.train[: args.prompts]]
     prompts = [p for p in encode_prompts(tok, texts, chat=True) for _ in range(args.group)]

@@ -282,6 +282,14 @@ def test_a_compiled_call_never_drops_to_fewer_rows_than_its_step_takes():
     assert not decode.Rows(6, 0).should_drop(unfinished=1, rows=6)  # below MIN_ROWS, never
 
 
+def test_finished_rows_are_dropped_once_at_most_seven_eighths_run_on():
+    # a drop copies the kept rows' buffers: worth it once an eighth of the rows decoded are finished
+    assert not decode.Rows(16, 0).should_drop(unfinished=16, rows=16)
+    assert not decode.Rows(16, 0).should_drop(unfinished=15, rows=16)
+    assert decode.Rows(16, 0).should_drop(unfinished=14, rows=16)
+    assert decode.decode_widths([5] * 12 + [2] * 2 + [9] * 2, drop=True) == [16, 14, 14, 14, 2, 2, 2, 2]
+
+
 def test_decode_widths_are_the_rows_the_decoder_runs(monkeypatch):
     # the roofline's GEMM bound counts the decode steps' rows from the completions' lengths: the decoder's own
     model, tok, task = toy_policy()
