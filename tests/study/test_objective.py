@@ -93,7 +93,7 @@ class _Objective:
 
 @pytest.mark.parametrize("where", ["evaluate", "attributes"])
 def test_an_arm_trial_stopped_anywhere_after_it_is_asked_is_told_failed(tmp_path, monkeypatch, where):
-    # a SIGTERM while the arm's attributes were written left `study confirm`'s trial running for good (CI)
+    # a SIGTERM while the arm's attributes were written left `study confirm`'s trial running for good (make test)
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", study_name="s")
     attrs = {"arm": "confirm", "knobs": {"x": 1}, "seeds": [8, 9]}
     assert run_arm(study, _Objective(), attrs, {"x": 1}).value == 3.0

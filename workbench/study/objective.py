@@ -150,7 +150,7 @@ def run_arm(study: optuna.Study, objective, user_attrs: dict[str, Any], params: 
     moment it is asked (an error, Ctrl-C, SIGTERM under `interrupts.terminate_as_interrupt`) tells it failed and
     goes on up: such a trial has no heartbeat to go stale, so one left running would stay so for good (and `study
     pack` refuses a study with a running trial). Its attributes are written inside that guard too: a signal that
-    came while they were written left the trial running (CI, 2026-11-29)."""
+    came while they were written left the trial running (`make test`, 2026-11-29)."""
     trial = study.ask()
     try:
         for key, value in user_attrs.items():
