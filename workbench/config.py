@@ -320,7 +320,9 @@ class TrainConfig(Section):
     autocast: Literal["auto", "off", "bfloat16"] = "auto"
     """Mixed precision in the trainer's forward and backward: `bfloat16` runs them under torch.autocast (matmuls
     in bf16, reductions and log-softmax in float32) over float32 weights; `auto`: on CUDA when the weights are
-    float32 and the device supports bf16, else off (on a CPU it was measured no faster)."""
+    float32 and the device supports bf16, else off: on a CPU the embedded model's step was measured no faster,
+    while SmolLM2-135M on an AVX512-BF16 CPU ran a step 2.4x faster (docs/performance.md), so set `bfloat16` there
+    (`studies/real_smollm2.yaml` does)."""
     grad_cosine: bool = True
     """Log `offpolicy/grad_cosine`, the cosine between this optimizer step's gradient and the previous one's (GAC,
     arXiv 2603.01501: stale batches give consecutive gradients that stay aligned). Keeps one float32 copy of the
