@@ -98,3 +98,26 @@ def test_a_study_resumed_against_a_new_tracking_store_gets_a_new_parent_run(tmp_
     new = moved.user_attrs[attrs.PARENT_RUN]
     assert new != old
     assert MlflowClient(f"sqlite:///{tmp_path / 'elsewhere.db'}").get_run(new).info.status == "RUNNING"
+
+
+def test_a_finished_sweep_resumed_with_a_larger_lr_extend_queues_the_lr_past_its_best_end(tmp_path):
+    """Extensions are queued as trials finish; a study whose last trial has finished has none left to do it, so a
+    resume with `lr_extend` raised queues the next lr out for an arm best at an end of what it ran."""
+    sweep = [2.5e-5, 5e-5, 1e-4]
+    path = toy_spec(tmp_path, points=[{"replay.ratio": 2, "x": 4}], lr_sweep=sweep, lr_extend=0)
+    spec = load_spec(path)
+    study = create_or_load(context(spec))
+    # on-policy best in the middle of its sweep (bounded), the replay arm best at the sweep's highest lr
+    cost = {(1, 2.5e-5): 100.0, (1, 5e-5): 80.0, (1, 1e-4): 90.0, (2, 2.5e-5): 120.0, (2, 5e-5): 100.0, (2, 1e-4): 70.0}
+    for _ in _queued(study):
+        trial = study.ask()
+        params = suggest(trial, spec)
+        value = cost[(params["replay.ratio"], params["lr"])]
+        per_seed = [{"seed": 0, "compute_to_target": value, "total_units": 150.0, "censored": 0}]
+        trial.set_user_attr(attrs.PER_SEED, per_seed)
+        study.tell(trial, value)
+    assert _queued(create_or_load(context(spec))) == []  # lr_extend 0: nothing past the sweep
+    study = create_or_load(context(_edit(path, lr_extend=1)))
+    (queued,) = _queued(study)
+    assert (queued["replay.ratio"], queued["x"]) == (2, 4) and queued["lr"] == pytest.approx(2e-4)
+    assert len(_queued(create_or_load(context(load_spec(path))))) == 1  # a second resume queues nothing again

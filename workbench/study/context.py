@@ -19,7 +19,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from workbench import faults, tracking
 from workbench.config import ConfigError, build_config, resolve_tracking_uri
-from workbench.study import attrs, resume
+from workbench.study import attrs, lr_sweep, resume
 from workbench.study.spec import StudySpec
 from workbench.study.storage import DEFAULT_GRACE, DEFAULT_HEARTBEAT, default_storage_url, open_storage
 
@@ -148,6 +148,9 @@ def _create_or_load(ctx: StudyContext) -> optuna.Study:
                 attrs.SPEC, {**user_attrs[attrs.SPEC], "points": [*user_attrs[attrs.SPEC].get("points", []), *added]}
             )
             log.info(f"study {spec.name}: {len(added)} point(s) added to the spec since it was created, queued")
+        # an lr sweep's extensions are queued as its trials finish; a finished study resumed with a larger
+        # `lr_extend` (or one stopped between a trial's end and that queueing) has no trial left to queue them
+        lr_sweep.extend(study, spec)
     if attrs.PARENT_RUN in user_attrs and not tracking.run_exists(ctx.tracking_uri, user_attrs[attrs.PARENT_RUN]):
         # the Optuna record resumed against a new tracking store (a study carried to another machine by its record)
         log.warning(

@@ -226,7 +226,8 @@ class StudySpec(BaseModel):
     its best (`analysis.tuned_lr`). `lr` becomes a log-range knob of the search space (the sampler's own proposals
     draw it there); `n_trials` is raised to cover every arm at every lr."""
     lr_extend: int = Field(2, ge=0)
-    """`lr_sweep`: how many learning rates an arm may be extended by past each end of the sweep."""
+    """`lr_sweep`: how many learning rates an arm may be extended by past each end of the sweep. Raised on a study
+    that has run, its next `study run` queues the lrs now due."""
     lr_skip_past_decline: bool = True
     """`lr_sweep`: an arm's next lr up is not trained once the two lrs below it are resolved in its disfavour (the
     nearer one needs more compute than the farther, paired by seed, the 95% interval above 1): under a unimodal
