@@ -23,13 +23,16 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def all_cores(request, tmp_path_factory):
     """A test marked `all_cores` runs on every core of the machine, not its worker's share, while no other worker's
-    test runs (tests/support/cores.py)."""
-    exclusive = request.node.get_closest_marker("all_cores") is not None
+    test runs; `all_cores(alone=False)`: on every core, beside the other workers' tests (a test that only names
+    cores, as one that checks `--devices` or pins a child, and times nothing; tests/support/cores.py)."""
+    marker = request.node.get_closest_marker("all_cores")
     if not pinned():
         yield
         return
-    with turn(tmp_path_factory.getbasetemp().parent / "cores.lock", exclusive):
-        before = widened() if exclusive else None
+    with turn(
+        tmp_path_factory.getbasetemp().parent / "cores.lock", marker is not None and marker.kwargs.get("alone", True)
+    ):
+        before = widened() if marker is not None else None
         try:
             yield
         finally:

@@ -94,23 +94,29 @@ def test_confine_sets_the_thread_count_of_a_process_where_torch_has_started():
         proc.join(10)
 
 
-def _sleep_ignoring_sigterm() -> None:
+def _sleep_ignoring_sigterm(ready) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
     time.sleep(600)
 
 
-def _exit_soon() -> None:
+def _exit_soon(ready) -> None:
+    ready.set()
     time.sleep(0.1)
 
 
 def test_stop_waits_for_those_that_exit_and_kills_the_rest():
-    stubborn = processes.SPAWN.Process(target=_sleep_ignoring_sigterm, daemon=True)
-    polite = processes.SPAWN.Process(target=_exit_soon, daemon=True)
+    # each child says when it is running (a spawned child can take seconds to start on a loaded machine, and
+    # SIGTERM before the handler is set would end the stubborn one early)
+    ready = [processes.SPAWN.Event(), processes.SPAWN.Event()]
+    stubborn = processes.SPAWN.Process(target=_sleep_ignoring_sigterm, args=(ready[0],), daemon=True)
+    polite = processes.SPAWN.Process(target=_exit_soon, args=(ready[1],), daemon=True)
     stubborn.start(), polite.start()
+    assert all(e.wait(60) for e in ready), "a child did not start within 60 s"
     looks = []
     t0 = time.monotonic()
-    processes.stop([polite, stubborn], wait_s=1.0, terminate_s=0.2, while_waiting=lambda: looks.append(1))
+    processes.stop([polite, stubborn], wait_s=3.0, terminate_s=0.2, while_waiting=lambda: looks.append(1))
     assert time.monotonic() - t0 < 10 and looks
     assert polite.exitcode == 0 and stubborn.exitcode == -9  # SIGTERM ignored: killed

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from workbench import tracking
 from support.cli import run_cli, start_cli
+from support.cores import machine_cores, whole_machine
 from support.toy import TOY, toy_spec
 
 
@@ -21,7 +22,6 @@ def _study(tmp_path):
     return optuna.load_study(study_name="toy", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
 
 
-@pytest.mark.all_cores  # the fresh seeds on cores 0 and 1
 def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     spec = toy_spec(
         tmp_path,
@@ -41,12 +41,15 @@ def test_race_then_confirm_through_the_cli_into_real_stores(tmp_path):
     assert sorted(t.user_attrs["extends"] for t in raced) == [0, 1, 2]
     assert "(3 runs" in race.stdout  # merged into the configurations they extend
 
-    # On two cores the fresh seeds run side by side, one per core (`--devices`, as a worker's slots).
-    two = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") else False
-    proc = run_cli(
-        ["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json", *(["--devices", "0,1"] if two else [])],
-        tmp_path,
-    )
+    # On two cores the fresh seeds run side by side, one per core (`--devices`, as a worker's slots), the machine
+    # to themselves.
+    two = len(machine_cores()) >= 2 and hasattr(os, "sched_setaffinity")
+    with whole_machine():
+        proc = run_cli(
+            ["study", "confirm", str(spec), "--top", "1", "--seeds", "2", "--json"]
+            + (["--devices", "0,1"] if two else []),
+            tmp_path,
+        )
     assert proc.returncode == 0, proc.stderr
     done = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [d["seeds"] for d in done] == [[3, 4], [3, 4]]  # fresh: selection (the race included) used seeds 0-2

@@ -76,7 +76,7 @@ def test_studies_at_two_slowdowns_are_read_together_and_recommended_from(tmp_pat
                 base={
                     **base,
                     "lr": 1e-3,
-                    "budget": {"compute_units": 8},
+                    "budget": {"compute_units": 6},
                     "eval": {**TOY["eval"], "every_units": 2, "target_accuracy": 0.2},
                     "pipeline": {"mode": "async", "generator_slowdown": s},
                 },

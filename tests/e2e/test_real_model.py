@@ -47,6 +47,10 @@ def test_two_rl_steps_on_the_real_model_log_to_mlflow_and_say_something_every_10
         "eval.every": 2,
         "eval.k": 2,
         "eval.pass_k_prompts": 4,
+        # The static decoder, not compiled: compiling the greedy and sampled steps for this model takes ~200 s on
+        # 2 cores (~280 s on one), most of this test; the compile and its progress lines are tested on the embedded
+        # model (tests/backends/test_decode.py), and a compiled step loads from the cache in a user's later trials.
+        "generation.decode": "static",
     }
     args = ["train", "--tracking-uri", uri] + [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
     proc = subprocess.Popen(

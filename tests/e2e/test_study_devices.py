@@ -13,9 +13,12 @@ from support.cli import run_cli
 from support.cores import machine_cores
 from support.toy import toy_spec
 
-pytestmark = pytest.mark.all_cores  # core ids 0 and 1, whichever xdist worker runs them
+# Core ids 0 and 1, whichever xdist worker runs them: the study of two workers has the machine to itself, the checks
+# of `--devices` only see every core.
+pytestmark = pytest.mark.all_cores(alone=False)
 
 
+@pytest.mark.all_cores
 @pytest.mark.slow
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(machine_cores()) < 2, reason="needs 2 cores and Linux affinity"

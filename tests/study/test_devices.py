@@ -107,7 +107,7 @@ def _apply_in_child(ids: str, env: dict[str, str] | None = None) -> subprocess.C
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is a Linux API")
-@pytest.mark.all_cores  # core 0, whichever xdist worker runs it
+@pytest.mark.all_cores(alone=False)  # core 0, whichever xdist worker runs it
 def test_apply_on_a_cpu_pins_the_process_to_its_cores():
     """In a fresh process (as a worker is): pinned to core 0; an inherited CUDA_VISIBLE_DEVICES naming one GPU
     still names it (a CPU build leaves it alone; a CUDA build maps id 0 to it, and sees no GPU here)."""

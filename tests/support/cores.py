@@ -55,13 +55,37 @@ def pinned() -> bool:
     return bool(os.environ.get(_SAVED))
 
 
+_held: list = []
+"""The open lock file of this worker's running test (`turn`), for `whole_machine`."""
+
+
 @contextmanager
 def turn(lock: Path, exclusive: bool) -> Iterator[None]:
     """Run a test holding the session's core lock `lock` (a file every worker sees): shared for a test on its
     worker's share, exclusive for an `all_cores` test, which so runs while no other worker's test does."""
     with open(lock, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        _held.append(f)
         try:
             yield
         finally:
+            _held.pop()
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def whole_machine() -> Iterator[None]:
+    """Within a running test: every core, and the machine to itself, for the part that needs them (the test's shared
+    lock made exclusive, waiting for the other workers' running tests), then back to its worker's share. An
+    `all_cores` test holds the machine from start to end; this keeps the other workers waiting only while it must."""
+    if not pinned() or not _held:
+        yield
+        return
+    f = _held[-1]
+    fcntl.flock(f, fcntl.LOCK_EX)  # flock converts shared to exclusive by releasing first: no deadlock between two
+    before = widened()
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        fcntl.flock(f, fcntl.LOCK_SH)

@@ -16,7 +16,10 @@ EXIT_BAD_INPUT = 2
 
 
 def err(msg: str) -> None:
-    print(f"workbench: error: {msg}", file=sys.stderr, flush=True)
+    """The one line of a bad input, written whole in one write (processes sharing a stderr, as torchrun's ranks do,
+    cannot split it: `print` writes the text and its newline apart)."""
+    sys.stderr.write(f"workbench: error: {msg}\n")
+    sys.stderr.flush()
 
 
 class Parser(argparse.ArgumentParser):
