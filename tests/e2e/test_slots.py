@@ -18,9 +18,9 @@ from support.cli import run_cli
 from support.cores import machine_cores
 from support.toy import TOY, toy_spec
 
-# Cores 0 and 1 whichever xdist worker runs a test; the tests that read seeds overlapping in time have the machine to
-# themselves (`all_cores`: on a core shared with another worker's test, a seed was seen to start after the other
-# slot's had ended); the others only need the two cores to exist.
+# Cores 0 and 1 whichever xdist worker runs a test (`all_cores`); the tests that read seeds overlapping in time have
+# the machine to themselves (on a core shared with another worker's test, a seed was seen to start after the other
+# slot's had ended), the others run beside other tests.
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(machine_cores()) < 2, reason="two cores to stand in for two GPUs"
 )
@@ -102,6 +102,7 @@ def test_the_baseline_that_runs_alone_spreads_its_seeds_over_every_device(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.all_cores(alone=False)
 def test_ctrl_c_to_a_worker_ends_its_side_by_side_seeds_killed_and_takes_its_slots_with_it(tmp_path):
     import signal
     import subprocess
