@@ -72,3 +72,28 @@ main_loop()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "went on"
     assert "main_loop" in done.stderr and "waiting_in_a_thread" in done.stderr
+
+
+ENDING = """
+import os, signal, sys
+from workbench import interrupts
+signal.signal(signal.SIGINT, signal.default_int_handler)
+interrupts.interrupt_on(signal.SIGTERM)
+try:
+    raise KeyboardInterrupt  # the first: handled, the process ends with 130
+except KeyboardInterrupt:
+    {ending}
+    os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, and a SIGTERM, while it ends
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000): pass
+    sys.exit(130)
+"""
+
+
+def test_a_process_ending_on_a_handled_interrupt_exits_130_whatever_signal_comes_after():
+    def run_ending(ending: str) -> int:
+        script = ENDING.format(ending=ending)
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60).returncode
+
+    assert run_ending("pass") == -2  # without: the second interrupt escapes, and Python ends itself by SIGINT
+    assert run_ending("interrupts.ending()") == 130

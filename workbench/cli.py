@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         err(str(e))
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        interrupts.ending()
         err("interrupted")
         return 130
     except tracking.TrackingUnavailable as e:  # the tracking server away past tracking.outage_s

@@ -73,6 +73,16 @@ def terminate_as_interrupt() -> Iterator[None]:
         restore(signal.SIGTERM, previous)
 
 
+def ending() -> None:
+    """The process ends on an interrupt it has handled: from now on Ctrl-C and SIGTERM, a second one or one delivered
+    again (`install`), are ignored. Raised past the exit, a KeyboardInterrupt makes Python end the process by
+    SIGINT, so the caller would read exit -2 where 130 was chosen (seen once in CI: `study confirm` stopped by SIGTERM
+    said "interrupted" and exited -2)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def restore(signum: int, previous) -> None:
     """Put back the handler `interrupt_on` replaced."""
     if previous is not None:
